@@ -1,0 +1,50 @@
+# topicstream — the two commands a new user needs are `make run` and `make test`.
+# Both create the virtual environment and install everything they need themselves.
+
+PYTHON  ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+# Articles for `make run`: empty = generated offline; or a JSONL(.gz) file of articles.
+ARTICLES ?=
+RATE     ?= 500
+ARGS     ?=
+
+.PHONY: run test lint bench clean help
+
+help:
+	@echo "make run    start a local broker + Redis (unless TOPICSTREAM_KAFKA_BOOTSTRAP/TOPICSTREAM_REDIS_URL are set),"
+	@echo "            stream articles through the learner and show the live topics (Ctrl-C stops everything)"
+	@echo "            ARTICLES=path.jsonl[.gz] replays a file instead of generated articles; RATE=articles/s"
+	@echo "make test   run the whole test suite against a real broker and a real Redis"
+	@echo "make lint   ruff and mypy"
+	@echo "make bench  the benchmarks in benchmarks/ (installs the peer libraries)"
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@touch $@
+
+run: $(STAMP)
+	$(BIN)/topicstream demo $(if $(ARTICLES),--articles $(ARTICLES)) --rate $(RATE) $(ARGS)
+
+test: $(STAMP)
+	$(BIN)/ruff check kernels service tests benchmarks
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check kernels service tests benchmarks
+	$(BIN)/ruff format --check kernels service tests benchmarks
+	$(BIN)/mypy
+
+$(VENV)/.bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	@touch $@
+
+bench: $(VENV)/.bench
+	$(BIN)/python -m benchmarks.run_all
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

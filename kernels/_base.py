@@ -1,0 +1,208 @@
+"""The contract every topic-model kernel keeps (see ``../shared/notes/architecture.md``, "Kernel API").
+
+A kernel is a single-pass, constant-memory estimator over a stream of bag-of-words documents:
+
+* settings (hyperparameters) are stored untouched by ``__init__`` and checked in one place, ``_validate_params``;
+* learned state lives in attributes ending in ``_`` and is created by ``_init_state``;
+* ``partial_fit`` consumes one batch once; memory never depends on how many batches were seen;
+* ``state_dict`` / ``from_state`` round-trip exactly, random generator included, so a restored kernel continues
+  bit-identically;
+* ``reset_words`` forgets the statistics of vocabulary slots that the (bounded) vocabulary recycled for new words.
+
+``tests/test_kernel_contract.py`` checks every kernel in :data:`kernels.ALGORITHMS` against this contract.
+"""
+
+from __future__ import annotations
+
+import abc
+import inspect
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ._batch import Batch, Docs, as_batch
+
+__all__ = ["TopicModel", "check_interval", "check_positive_int"]
+
+T = TypeVar("T", bound="TopicModel")
+
+# State values must be one of these so that snapshots can store them without pickle.
+StateValue = np.ndarray | int | float | str | bool | dict | list | None
+
+
+def check_positive_int(name: str, value: Any) -> None:
+    """Raise ``ValueError`` unless ``value`` is an integer ≥ 1."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def check_interval(
+    name: str, value: Any, low: float, high: float = np.inf, *, low_open: bool = False, high_open: bool = False
+) -> None:
+    """Raise ``ValueError`` unless ``value`` is a finite-or-inf real number in the given interval."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    v = float(value)
+    ok_low = v > low if low_open else v >= low
+    ok_high = v < high if high_open else v <= high
+    if np.isnan(v) or not (ok_low and ok_high):
+        lb, hb = ("(" if low_open else "["), (")" if high_open else "]")
+        raise ValueError(f"{name} must be in {lb}{low}, {high}{hb}, got {value!r}")
+
+
+class TopicModel(abc.ABC):
+    """Base class of the streaming topic-model kernels.
+
+    Subclasses define ``algorithm``, an ``__init__`` that only stores its keyword arguments (first two:
+    ``n_topics``, ``n_words``; and ``seed``), ``_validate_params``, ``_init_state``, and the ``_partial_fit``,
+    ``_transform``, ``topic_word``, ``topic_weights``, ``reset_words``, ``_get_state``, ``_set_state`` hooks.
+    """
+
+    algorithm: ClassVar[str]
+
+    n_topics: int
+    n_words: int
+    seed: int
+
+    # ------------------------------------------------------------------ settings
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        sig = inspect.signature(cls.__init__)
+        return [p.name for p in sig.parameters.values() if p.name != "self" and p.kind != p.VAR_KEYWORD]
+
+    def get_params(self) -> dict[str, Any]:
+        """The settings given to ``__init__`` (JSON-serialisable)."""
+        return {name: getattr(self, name) for name in self._param_names()}
+
+    def _validate_base_params(self) -> None:
+        check_positive_int("n_topics", self.n_topics)
+        check_positive_int("n_words", self.n_words)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int | np.integer) or self.seed < 0:
+            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+
+    @abc.abstractmethod
+    def _validate_params(self) -> None:
+        """Check every setting; raise ``ValueError`` naming the bad one."""
+
+    def _setup(self) -> None:
+        """Validate settings and create fresh learned state. Subclass ``__init__`` calls this last."""
+        self._validate_base_params()
+        self._validate_params()
+        self.rng_ = np.random.Generator(np.random.PCG64(self.seed))
+        self.n_batches_seen_ = 0
+        self.n_docs_seen_ = 0
+        self.n_tokens_seen_ = 0.0
+        self._init_state()
+
+    @abc.abstractmethod
+    def _init_state(self) -> None:
+        """Allocate the learned state (fixed size: it never grows with the stream)."""
+
+    # ------------------------------------------------------------------ learning and inference
+    def partial_fit(self: T, docs: Docs) -> T:
+        """Update the model with one batch of documents, seen once. Returns ``self``."""
+        self.partial_fit_transform(docs)
+        return self
+
+    def partial_fit_transform(self, docs: Docs) -> NDArray[np.float64]:
+        """Update the model with ``docs`` and return their topic mixtures as estimated during the update.
+
+        Cheaper than ``partial_fit`` followed by ``transform``: the service publishes these mixtures.
+        Shape ``(n_docs, n_topics)``, rows sum to 1.
+        """
+        batch = as_batch(docs, self.n_words)
+        theta = self._partial_fit(batch)
+        self.n_batches_seen_ += 1
+        self.n_docs_seen_ += batch.n_docs
+        self.n_tokens_seen_ += batch.n_tokens
+        return theta
+
+    def transform(self, docs: Docs) -> NDArray[np.float64]:
+        """Topic mixtures of ``docs`` with the topics held fixed; the model is not changed.
+
+        Shape ``(n_docs, n_topics)``, rows sum to 1. A document without tokens gets the prior mean.
+        """
+        return self._transform(as_batch(docs, self.n_words))
+
+    @abc.abstractmethod
+    def _partial_fit(self, batch: Batch) -> NDArray[np.float64]: ...
+
+    @abc.abstractmethod
+    def _transform(self, batch: Batch) -> NDArray[np.float64]: ...
+
+    @abc.abstractmethod
+    def topic_word(self) -> NDArray[np.float64]:
+        """Topic–word distributions φ, shape ``(n_topics, n_words)``, rows sum to 1."""
+
+    @abc.abstractmethod
+    def topic_weights(self) -> NDArray[np.float64]:
+        """Corpus-level prevalence of each topic, shape ``(n_topics,)``, sums to 1."""
+
+    def topics_used(self, threshold: float = 0.01) -> int:
+        """Number of topics whose prevalence is at least ``threshold``."""
+        return int(np.count_nonzero(self.topic_weights() >= threshold))
+
+    def diagnostics(self) -> dict[str, float]:
+        """Kernel-specific numbers worth a dashboard (e.g. ESS, resamplings, current step size).
+
+        The service exports each as ``topicstream_kernel_stat{stat="<name>"}``. Default: the current step size
+        and nothing else is assumed; subclasses extend.
+        """
+        return {}
+
+    @abc.abstractmethod
+    def reset_words(self, word_ids: ArrayLike) -> None:
+        """Forget everything learned about these vocabulary slots (the vocabulary gave them to new words)."""
+
+    def _check_word_ids(self, word_ids: ArrayLike) -> NDArray[np.int64]:
+        ids = np.unique(np.asarray(word_ids, dtype=np.int64).ravel())
+        if ids.size and (ids[0] < 0 or ids[-1] >= self.n_words):
+            raise ValueError(f"word ids must lie in [0, {self.n_words})")
+        return ids
+
+    # ------------------------------------------------------------------ persistence
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue exactly where this model is: settings, learned state, RNG.
+
+        Values are numpy arrays and JSON-compatible scalars, lists and dicts (no pickle needed).
+        """
+        state = {
+            "rng": self.rng_.bit_generator.state,
+            "n_batches_seen": self.n_batches_seen_,
+            "n_docs_seen": self.n_docs_seen_,
+            "n_tokens_seen": self.n_tokens_seen_,
+        }
+        state.update(self._get_state())
+        return {"algorithm": self.algorithm, "params": self.get_params(), "state": state}
+
+    @classmethod
+    def from_state(cls: type[T], state: dict[str, Any]) -> T:
+        """Rebuild a model from :meth:`state_dict` output."""
+        if state.get("algorithm") != cls.algorithm:
+            raise ValueError(f"state is for algorithm {state.get('algorithm')!r}, not {cls.algorithm!r}")
+        model = cls(**state["params"])
+        s = dict(state["state"])
+        model.rng_.bit_generator.state = s.pop("rng")
+        model.n_batches_seen_ = int(s.pop("n_batches_seen"))
+        model.n_docs_seen_ = int(s.pop("n_docs_seen"))
+        model.n_tokens_seen_ = float(s.pop("n_tokens_seen"))
+        model._set_state(s)
+        return model
+
+    @abc.abstractmethod
+    def _get_state(self) -> dict[str, StateValue]:
+        """Learned state (copies or read-only views are fine; the caller will not modify them)."""
+
+    @abc.abstractmethod
+    def _set_state(self, state: dict[str, StateValue]) -> None:
+        """Install learned state produced by :meth:`_get_state` (copy arrays: the caller may reuse them)."""
+
+    @classmethod
+    def _unit_test_params(cls) -> dict[str, Any]:
+        """Small, fast settings for the contract tests (besides ``n_topics``, ``n_words``, ``seed``)."""
+        return {}
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"{type(self).__name__}({args})"

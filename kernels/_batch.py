@@ -1,0 +1,104 @@
+"""Documents as the kernels see them: bags of word ids in compressed sparse row form.
+
+Every kernel consumes a :class:`Batch`. Callers may pass a sequence of ``(word_ids, counts)`` pairs instead;
+:func:`as_batch` converts and validates once, so the numba kernels can trust their input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Union
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+__all__ = ["Batch", "Docs", "as_batch"]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A minibatch of documents in CSR form.
+
+    Document ``d`` holds the distinct words ``word_ids[indptr[d]:indptr[d+1]]`` with the matching ``counts``.
+
+    Attributes
+    ----------
+    indptr : int64 array, shape (n_docs + 1,)
+    word_ids : int64 array, shape (nnz,)
+    counts : float64 array, shape (nnz,)
+        Positive and finite (counts may be fractional, e.g. tf-idf-like weights; the kernels treat them as
+        token counts).
+    """
+
+    indptr: NDArray[np.int64]
+    word_ids: NDArray[np.int64]
+    counts: NDArray[np.float64]
+
+    @property
+    def n_docs(self) -> int:
+        return int(self.indptr.shape[0] - 1)
+
+    @property
+    def n_tokens(self) -> float:
+        return float(self.counts.sum())
+
+    def doc(self, d: int) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+        """The ``(word_ids, counts)`` of document ``d``."""
+        lo, hi = self.indptr[d], self.indptr[d + 1]
+        return self.word_ids[lo:hi], self.counts[lo:hi]
+
+    def __len__(self) -> int:
+        return self.n_docs
+
+    def slice(self, start: int, stop: int) -> Batch:
+        """Documents ``start:stop`` as a new batch (views, no copy of the word arrays)."""
+        lo, hi = int(self.indptr[start]), int(self.indptr[stop])
+        return Batch(self.indptr[start : stop + 1] - lo, self.word_ids[lo:hi], self.counts[lo:hi])
+
+    @classmethod
+    def from_docs(cls, docs: Sequence[tuple[ArrayLike, ArrayLike]]) -> Batch:
+        """Build a batch from ``(word_ids, counts)`` pairs (not validated: use :func:`as_batch`)."""
+        lengths = np.fromiter((len(np.atleast_1d(ids)) for ids, _ in docs), dtype=np.int64, count=len(docs))
+        indptr = np.zeros(len(docs) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=indptr[1:])
+        if len(docs):
+            word_ids = np.concatenate([np.atleast_1d(np.asarray(ids)).ravel() for ids, _ in docs])
+            counts = np.concatenate([np.atleast_1d(np.asarray(c, dtype=np.float64)).ravel() for _, c in docs])
+        else:
+            word_ids, counts = np.zeros(0), np.zeros(0)
+        return cls(indptr, np.ascontiguousarray(word_ids, dtype=np.int64), np.ascontiguousarray(counts))
+
+
+Docs = Union[Batch, Sequence[tuple[ArrayLike, ArrayLike]]]
+
+
+def as_batch(docs: Docs, n_words: int) -> Batch:
+    """Convert ``docs`` to a validated :class:`Batch` whose word ids lie in ``[0, n_words)``.
+
+    Raises
+    ------
+    ValueError
+        With a message naming the first problem: mismatched lengths, word ids out of range, counts that are
+        not positive and finite, or a malformed ``indptr``.
+    """
+    batch = docs if isinstance(docs, Batch) else Batch.from_docs(list(docs))
+    indptr = np.ascontiguousarray(batch.indptr, dtype=np.int64)
+    word_ids = np.ascontiguousarray(batch.word_ids, dtype=np.int64)
+    counts = np.ascontiguousarray(batch.counts, dtype=np.float64)
+    if indptr.ndim != 1 or indptr.shape[0] < 1 or indptr[0] != 0:
+        raise ValueError("indptr must be a 1-d array starting at 0")
+    if np.any(np.diff(indptr) < 0):
+        raise ValueError("indptr must be non-decreasing")
+    if word_ids.shape != counts.shape or word_ids.ndim != 1:
+        raise ValueError(f"word_ids {word_ids.shape} and counts {counts.shape} must be 1-d and of equal length")
+    if indptr[-1] != word_ids.shape[0]:
+        raise ValueError(f"indptr ends at {indptr[-1]} but there are {word_ids.shape[0]} entries")
+    if word_ids.size:
+        lo, hi = int(word_ids.min()), int(word_ids.max())
+        if lo < 0 or hi >= n_words:
+            bad = lo if lo < 0 else hi
+            raise ValueError(f"word id {bad} is outside the vocabulary [0, {n_words})")
+        if not np.all(np.isfinite(counts)) or np.any(counts <= 0):
+            raise ValueError("counts must be positive and finite")
+    return Batch(indptr, word_ids, counts)

@@ -1,0 +1,1 @@
+"""Everything that talks to the world: Kafka, Redis, Prometheus, the command line."""
