@@ -1,0 +1,1 @@
+"""Benchmarks and tuning scripts (not part of the installed package)."""

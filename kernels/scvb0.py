@@ -1,0 +1,568 @@
+"""Stochastic collapsed variational Bayes (SCVB0) for LDA, streaming and in constant memory.
+
+Foulds, Boyles, DuBois, Smyth & Welling, "Stochastic Collapsed Variational Bayesian Inference for Latent
+Dirichlet Allocation", KDD 2013 (``shared/seeds/000_*``): Algorithm 2 with minibatches, burn-in passes, and
+the clumped document update of Eq. 9. Notation follows the seed: N^Φ (W×K expected word–topic counts),
+N^Z (K), N^Θ_j (K, per document, local to one ``partial_fit`` call), γ (K, per distinct word of a document).
+
+The numerics live in ``@njit(cache=True, nogil=True)`` functions over typed arrays; the Python class only
+validates input, draws random numbers from ``self.rng_`` (so results are bit-identical for a seed) and
+computes the per-minibatch step sizes and corpus sizes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+from numba import njit
+from numpy.typing import ArrayLike, NDArray
+
+from ._base import StateValue, TopicModel, check_interval, check_positive_int
+from ._batch import Batch
+from ._schedule import StepSize
+
+__all__ = ["SCVB0"]
+
+# N^Φ is stored as s·M. When s falls below this, M is multiplied by s and s reset to 1 (an O(W·K) pass that
+# happens once every log(1e-30)/log(1-ρ_min) minibatches, i.e. every ~6,900 minibatches at ρ_min = 0.01).
+_RENORM_BELOW = 1e-30
+
+
+# -------------------------------------------------------------------------------------------- numba kernels
+@njit(cache=True, nogil=True, fastmath=True)
+def _doc_pass(
+    ids: NDArray[np.int64],
+    cnts: NDArray[np.float64],
+    M: NDArray[np.float64],
+    sinv: NDArray[np.float64],
+    einv: NDArray[np.float64],
+    nt: NDArray[np.float64],
+    alpha: float,
+    c_doc: float,
+    t0: float,
+    th_scale: float,
+    th_tau: float,
+    th_kappa: float,
+    ghat: NDArray[np.float64],
+    slot: NDArray[np.int64],
+    accumulate: bool,
+    gam: NDArray[np.float64],
+) -> float:
+    """One pass over the distinct words of a document (Algorithm 2, inner loop), clumped.
+
+    For each distinct word ``w`` with count ``m``:
+
+    * Eq. 5:  γ_k ∝ (N^Φ_wk + η) / (N^Z_k + Wη) · (N^Θ_jk + α), with N^Φ_wk = s·M_wk and the
+      per-minibatch constants ``sinv_k = s/(N^Z_k + Wη)``, ``einv_k = η/(N^Z_k + Wη)``;
+    * Eq. 9 (Eq. 6 applied ``m`` times with γ fixed):
+      N^Θ_j := (1-ρ^Θ_t)^m N^Θ_j + C_j γ (1 - (1-ρ^Θ_t)^m), with ρ^Θ_t = min(1, s_Θ/(τ_Θ + t)^κ_Θ) and ``t``
+      the token iteration within the document (advanced by ``m``);
+    * if ``accumulate`` (the last pass): Ĝ_w += m·γ (the C/|M| factor of Eqs. 7–8 is applied once, later).
+
+    ``nt`` holds N^Θ_j and is updated in place. Returns the token iteration after the pass.
+    """
+    K = nt.shape[0]
+    t = t0
+    for a in range(ids.shape[0]):
+        w = ids[a]
+        m = cnts[a]
+        row = M[w]
+        norm = 0.0
+        for k in range(K):
+            g = (row[k] * sinv[k] + einv[k]) * (nt[k] + alpha)
+            gam[k] = g
+            norm += g
+        base = th_tau + t
+        rho = 1.0 if base <= 0.0 else min(1.0, th_scale / base**th_kappa)
+        decay = 1.0 - rho if m == 1.0 else (1.0 - rho) ** m
+        add = c_doc * (1.0 - decay) / norm
+        for k in range(K):
+            nt[k] = decay * nt[k] + add * gam[k]
+        t += m
+        if accumulate:
+            u = slot[w]
+            f = m / norm
+            for k in range(K):
+                ghat[u, k] += f * gam[k]
+    return t
+
+
+@njit(cache=True, nogil=True)
+def _fit(
+    indptr: NDArray[np.int64],
+    word_ids: NDArray[np.int64],
+    counts: NDArray[np.float64],
+    M: NDArray[np.float64],
+    nz: NDArray[np.float64],
+    scale: float,
+    theta0: NDArray[np.float64],
+    batch_size: int,
+    rhos: NDArray[np.float64],
+    corpus: NDArray[np.float64],
+    alpha: float,
+    eta: float,
+    th_scale: float,
+    th_tau: float,
+    th_kappa: float,
+    burn_in: int,
+    slot: NDArray[np.int64],
+    theta_out: NDArray[np.float64],
+) -> float:
+    """Algorithm 2 over consecutive minibatches of ``batch_size`` documents. Returns the new scale ``s``.
+
+    For minibatch ``b``: every document runs ``burn_in`` passes of Eqs. 5/9, then one more pass that also
+    accumulates Ĝ. Then (Eqs. 7–8), with ρ = ``rhos[b]``, C = ``corpus[b]`` and |M| the minibatch's tokens,
+    Ĝ^Φ = (C/|M|) Σ γ and Ĝ^Z = Σ_w Ĝ^Φ_w:
+
+        N^Φ := (1-ρ) N^Φ + ρ Ĝ^Φ,   N^Z := (1-ρ) N^Z + ρ Ĝ^Z,
+
+    done sparsely on N^Φ = s·M: ``s *= 1-ρ`` and only the minibatch's rows of M get ρĜ^Φ_w / s. Cost
+    O(tokens·K + touched rows·K). Minibatches without tokens leave the model untouched (their ``rhos``
+    entry is unused). ``theta0`` holds the initial N^Θ of each document; ``theta_out`` receives normalised
+    N^Θ + α.
+    ``M``, ``nz`` and ``slot`` (all −1, length W) are updated in place; ``slot`` is all −1 again on return.
+    """
+    n_docs = indptr.shape[0] - 1
+    K = M.shape[1]
+    W = M.shape[0]
+    s = scale
+    sinv = np.empty(K)
+    einv = np.empty(K)
+    gam = np.empty(K)
+    nt = np.empty(K)
+    n_mb = (n_docs + batch_size - 1) // batch_size
+    for b in range(n_mb):
+        d0 = b * batch_size
+        d1 = min(n_docs, d0 + batch_size)
+        lo = indptr[d0]
+        hi = indptr[d1]
+        # touched rows of this minibatch -> local slots
+        n_u = 0
+        for i in range(lo, hi):
+            w = word_ids[i]
+            if slot[w] < 0:
+                slot[w] = n_u
+                n_u += 1
+        uwords = np.empty(n_u, dtype=np.int64)
+        for i in range(lo, hi):
+            w = word_ids[i]
+            uwords[slot[w]] = w
+        ghat = np.zeros((n_u, K))
+        for k in range(K):
+            inv = 1.0 / (nz[k] + W * eta)
+            sinv[k] = s * inv
+            einv[k] = eta * inv
+        mb_tokens = 0.0
+        for d in range(d0, d1):
+            a0 = indptr[d]
+            a1 = indptr[d + 1]
+            ids = word_ids[a0:a1]
+            cnts = counts[a0:a1]
+            c_doc = 0.0
+            for a in range(a0, a1):
+                c_doc += counts[a]
+            mb_tokens += c_doc
+            for k in range(K):
+                nt[k] = theta0[d, k]
+            t = 0.0
+            for _ in range(burn_in):
+                t = _doc_pass(
+                    ids,
+                    cnts,
+                    M,
+                    sinv,
+                    einv,
+                    nt,
+                    alpha,
+                    c_doc,
+                    t,
+                    th_scale,
+                    th_tau,
+                    th_kappa,
+                    ghat,
+                    slot,
+                    False,
+                    gam,
+                )
+            _doc_pass(
+                ids,
+                cnts,
+                M,
+                sinv,
+                einv,
+                nt,
+                alpha,
+                c_doc,
+                t,
+                th_scale,
+                th_tau,
+                th_kappa,
+                ghat,
+                slot,
+                True,
+                gam,
+            )
+            tot = 0.0
+            for k in range(K):
+                tot += nt[k] + alpha
+            for k in range(K):
+                theta_out[d, k] = (nt[k] + alpha) / tot
+        if mb_tokens > 0.0:
+            rho = rhos[b]
+            cfac = corpus[b] / mb_tokens
+            if rho >= 1.0:
+                M[:, :] = 0.0
+                nz[:] = 0.0
+                s = 1.0
+                coef = cfac
+            else:
+                s *= 1.0 - rho
+                for k in range(K):
+                    nz[k] *= 1.0 - rho
+                coef = rho * cfac / s
+            zc = rho * cfac if rho < 1.0 else cfac
+            for u in range(n_u):
+                row = M[uwords[u]]
+                for k in range(K):
+                    g = ghat[u, k]
+                    row[k] += coef * g
+                    nz[k] += zc * g
+            if s < _RENORM_BELOW:
+                s = _renormalise(M, nz, s)
+        for u in range(n_u):
+            slot[uwords[u]] = -1
+    return s
+
+
+@njit(cache=True, nogil=True)
+def _renormalise(M: NDArray[np.float64], nz: NDArray[np.float64], s: float) -> float:
+    """M := s·M, N^Z := Σ_w N^Φ_w (exact resync); returns the new scale 1."""
+    K = M.shape[1]
+    nz[:] = 0.0
+    for w in range(M.shape[0]):
+        row = M[w]
+        for k in range(K):
+            row[k] *= s
+            nz[k] += row[k]
+    return 1.0
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _infer(
+    indptr: NDArray[np.int64],
+    word_ids: NDArray[np.int64],
+    counts: NDArray[np.float64],
+    M: NDArray[np.float64],
+    scale: float,
+    nz: NDArray[np.float64],
+    alpha: float,
+    eta: float,
+    passes: int,
+    theta_out: NDArray[np.float64],
+) -> None:
+    """Fold-in with the topics fixed: CVB0 (seed Eq. 3, restricted to N^Θ) for each document.
+
+    φ_wk = (s·M_wk + η)/(N^Z_k + Wη) is held fixed. γ_a starts at φ_w normalised (uniform θ),
+    N^Θ_j = Σ m_a γ_a; then ``passes`` sweeps of γ_a ∝ φ_wa (N^Θ_j^{¬a} + α) with the word's own m_a γ_a
+    taken out of N^Θ_j first
+    (clumped CVB0). ``theta_out[d]`` = normalised N^Θ_j + α.
+    """
+    n_docs = indptr.shape[0] - 1
+    K = M.shape[1]
+    W = M.shape[0]
+    sinv = np.empty(K)
+    einv = np.empty(K)
+    for k in range(K):
+        inv = 1.0 / (nz[k] + W * eta)
+        sinv[k] = scale * inv
+        einv[k] = eta * inv
+    nt = np.empty(K)
+    max_len = 0
+    for d in range(n_docs):
+        max_len = max(max_len, indptr[d + 1] - indptr[d])
+    gam = np.empty((max_len, K))
+    for d in range(n_docs):
+        a0 = indptr[d]
+        a1 = indptr[d + 1]
+        nt[:] = 0.0
+        for a in range(a1 - a0):
+            row = M[word_ids[a0 + a]]
+            m = counts[a0 + a]
+            norm = 0.0
+            for k in range(K):
+                g = row[k] * sinv[k] + einv[k]
+                gam[a, k] = g
+                norm += g
+            f = 1.0 / norm
+            for k in range(K):
+                gam[a, k] *= f
+                nt[k] += m * gam[a, k]
+        for _ in range(passes):
+            for a in range(a1 - a0):
+                row = M[word_ids[a0 + a]]
+                m = counts[a0 + a]
+                norm = 0.0
+                for k in range(K):
+                    excl = nt[k] - m * gam[a, k]
+                    if excl < 0.0:
+                        excl = 0.0
+                    g = (row[k] * sinv[k] + einv[k]) * (excl + alpha)
+                    nt[k] = excl
+                    gam[a, k] = g
+                    norm += g
+                f = 1.0 / norm
+                for k in range(K):
+                    gam[a, k] *= f
+                    nt[k] += m * gam[a, k]
+        tot = 0.0
+        for k in range(K):
+            tot += nt[k] + alpha
+        for k in range(K):
+            theta_out[d, k] = (nt[k] + alpha) / tot
+
+
+# -------------------------------------------------------------------------------------------- the model
+class SCVB0(TopicModel):
+    """Streaming SCVB0 (seed 000, Algorithm 2, Eqs. 5–9) for LDA with K topics over a vocabulary of W slots.
+
+    Parameters
+    ----------
+    n_topics, n_words, seed
+        K, W, and the seed of the only random generator (``rng_``): same seed and input → bit-identical state.
+    alpha, eta : float
+        Symmetric Dirichlet priors on θ and φ (seed: α=0.1, η=0.01).
+    phi_scale, phi_tau, phi_kappa, phi_floor : float
+        Step size of N^Φ and N^Z (Eqs. 7–8), ρ^Φ_t = max(floor, scale/(τ+t)^κ) capped at 1, for minibatch t
+        (:class:`kernels.StepSize`). The floor keeps the model following the stream: once reached, N^Φ is an
+        exponential moving average with a memory of about 1/floor minibatches.
+    theta_scale, theta_tau, theta_kappa : float
+        Step size of N^Θ_j (Eqs. 6/9), ρ^Θ_t = s/(τ+t)^κ, t = token iteration within the document
+        (seed: 1, 10, 0.9).
+    batch_size : int
+        Documents per internal minibatch: a ``partial_fit`` batch is split into minibatches of this size, each
+        followed by one update of N^Φ.
+    burn_in : int
+        Passes over each document that update only N^Θ_j before the pass that also feeds N^Φ (seed: 1).
+    window : float
+        The streaming meaning of the corpus size C of Eqs. 7–8: the model summarises roughly the last
+        ``window`` tokens. Minibatch t uses C_t = min(window, tokens seen so far including this minibatch), so
+        early on N^Φ carries the weight of what has actually been seen (η smooths a small sample properly) and
+        later it holds ``window`` tokens' worth of counts. It should be about
+        (tokens per minibatch)/``phi_floor`` so that the count mass matches the EMA memory.
+    transform_passes : int
+        CVB0 sweeps over a document in :meth:`transform` (fold-in with the topics fixed).
+
+    Initialisation: N^Φ uniform(0, 1) per entry (Algorithm 2: "randomly initialize"), N^Z = Σ_w N^Φ_w; each
+    document's N^Θ_j is uniform(0,1) per entry, rescaled to sum to C_j. With the default schedule ρ^Φ_0 = 1,
+    so the random N^Φ only steers the first minibatch and is then replaced (an O(W·K) reset, once).
+
+    Defaults (chosen by ``benchmarks/tune_scvb0.py``, see ``docs/scvb0.md`` for the table): see the class
+    attribute docs there. Cost per minibatch: O(tokens·K·(burn_in+1) + touched rows·K); never O(W·K) except
+    the first step (ρ=1) and a rare renormalisation of the scale s.
+    """
+
+    algorithm: ClassVar[str] = "scvb0"
+
+    def __init__(
+        self,
+        n_topics: int,
+        n_words: int,
+        seed: int = 0,
+        *,
+        alpha: float = 0.1,
+        eta: float = 0.01,
+        phi_scale: float = 1.0,
+        phi_tau: float = 1.0,
+        phi_kappa: float = 0.7,
+        phi_floor: float = 0.01,
+        theta_scale: float = 1.0,
+        theta_tau: float = 10.0,
+        theta_kappa: float = 0.9,
+        batch_size: int = 64,
+        burn_in: int = 1,
+        window: float = 1_000_000.0,
+        transform_passes: int = 10,
+    ) -> None:
+        self.n_topics = n_topics
+        self.n_words = n_words
+        self.seed = seed
+        self.alpha = alpha
+        self.eta = eta
+        self.phi_scale = phi_scale
+        self.phi_tau = phi_tau
+        self.phi_kappa = phi_kappa
+        self.phi_floor = phi_floor
+        self.theta_scale = theta_scale
+        self.theta_tau = theta_tau
+        self.theta_kappa = theta_kappa
+        self.batch_size = batch_size
+        self.burn_in = burn_in
+        self.window = window
+        self.transform_passes = transform_passes
+        self._setup()
+
+    # ------------------------------------------------------------------ settings
+    def _validate_params(self) -> None:
+        check_interval("alpha", self.alpha, 0.0, low_open=True, high_open=True)
+        check_interval("eta", self.eta, 0.0, low_open=True, high_open=True)
+        check_interval("phi_scale", self.phi_scale, 0.0, low_open=True, high_open=True)
+        check_interval("theta_scale", self.theta_scale, 0.0, low_open=True, high_open=True)
+        check_interval("phi_tau", self.phi_tau, 0.0, high_open=True)
+        check_interval("theta_tau", self.theta_tau, 0.0, high_open=True)
+        check_interval("phi_kappa", self.phi_kappa, 0.0, 1.0, low_open=True)
+        check_interval("theta_kappa", self.theta_kappa, 0.0, 1.0, low_open=True)
+        check_interval("phi_floor", self.phi_floor, 0.0, 1.0, high_open=True)
+        check_positive_int("batch_size", self.batch_size)
+        if (
+            isinstance(self.burn_in, bool)
+            or not isinstance(self.burn_in, int | np.integer)
+            or self.burn_in < 0
+        ):
+            raise ValueError(f"burn_in must be a non-negative integer, got {self.burn_in!r}")
+        check_interval("window", self.window, 0.0, low_open=True, high_open=True)
+        check_positive_int("transform_passes", self.transform_passes)
+        self._rho_phi = StepSize(
+            scale=float(self.phi_scale),
+            tau=float(self.phi_tau),
+            kappa=float(self.phi_kappa),
+            floor=float(self.phi_floor),
+        )
+
+    def _init_state(self) -> None:
+        K, W = int(self.n_topics), int(self.n_words)
+        self.phi_ = self.rng_.random((W, K))  # M, with N^Φ = scale_ · M
+        self.scale_ = 1.0
+        self.nz_ = self.phi_.sum(axis=0)  # N^Z = Σ_w N^Φ_w
+        self.n_updates_ = 0  # minibatches that updated N^Φ (t of ρ^Φ_t)
+
+    # ------------------------------------------------------------------ learning and inference
+    def _theta_init(self, batch: Batch) -> NDArray[np.float64]:
+        """Initial N^Θ_j per document: uniform(0,1) entries rescaled to sum to C_j (draws from ``rng_``)."""
+        u = self.rng_.random((batch.n_docs, int(self.n_topics)))
+        csum = np.concatenate(([0.0], np.cumsum(batch.counts)))
+        c = csum[batch.indptr[1:]] - csum[batch.indptr[:-1]]
+        return u * (c / u.sum(axis=1))[:, None]
+
+    def _schedule(self, batch: Batch) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """ρ^Φ and C for each minibatch of ``batch`` (entries of token-less minibatches are placeholders)."""
+        B = int(self.batch_size)
+        n_mb = (batch.n_docs + B - 1) // B
+        bounds = batch.indptr[np.minimum(np.arange(n_mb + 1) * B, batch.n_docs)]
+        csum = np.concatenate(([0.0], np.cumsum(batch.counts)))
+        mb_tokens = csum[bounds[1:]] - csum[bounds[:-1]]
+        rhos = np.zeros(n_mb)
+        corpus = np.zeros(n_mb)
+        t = self.n_updates_
+        seen = self.n_tokens_seen_
+        for b in range(n_mb):
+            if mb_tokens[b] > 0:
+                seen += mb_tokens[b]
+                rhos[b] = self._rho_phi(t)
+                corpus[b] = min(float(self.window), seen)
+                t += 1
+        return rhos, corpus
+
+    def _partial_fit(self, batch: Batch) -> NDArray[np.float64]:
+        K = int(self.n_topics)
+        theta = np.empty((batch.n_docs, K))
+        if batch.n_docs == 0:
+            return theta
+        theta0 = self._theta_init(batch)
+        rhos, corpus = self._schedule(batch)
+        slot = np.full(int(self.n_words), -1, dtype=np.int64)
+        self.scale_ = float(
+            _fit(
+                batch.indptr,
+                batch.word_ids,
+                batch.counts,
+                self.phi_,
+                self.nz_,
+                float(self.scale_),
+                theta0,
+                int(self.batch_size),
+                rhos,
+                corpus,
+                float(self.alpha),
+                float(self.eta),
+                float(self.theta_scale),
+                float(self.theta_tau),
+                float(self.theta_kappa),
+                int(self.burn_in),
+                slot,
+                theta,
+            )
+        )
+        self.n_updates_ += int(np.count_nonzero(corpus))
+        return theta
+
+    def _transform(self, batch: Batch) -> NDArray[np.float64]:
+        theta = np.empty((batch.n_docs, int(self.n_topics)))
+        if batch.n_docs:
+            _infer(
+                batch.indptr,
+                batch.word_ids,
+                batch.counts,
+                self.phi_,
+                float(self.scale_),
+                self.nz_,
+                float(self.alpha),
+                float(self.eta),
+                int(self.transform_passes),
+                theta,
+            )
+        return theta
+
+    def topic_word(self) -> NDArray[np.float64]:
+        """φ_k = (N^Φ_·k + η) / Σ_w (N^Φ_wk + η), shape (K, W); rows normalised exactly."""
+        phi = self.phi_.T * self.scale_ + float(self.eta)
+        phi /= phi.sum(axis=1, keepdims=True)
+        return phi
+
+    def topic_weights(self) -> NDArray[np.float64]:
+        """N^Z normalised."""
+        nz = np.maximum(self.nz_, 0.0)
+        tot = nz.sum()
+        if not tot > 0:
+            return np.full(int(self.n_topics), 1.0 / int(self.n_topics))
+        return nz / tot
+
+    def reset_words(self, word_ids: ArrayLike) -> None:
+        """Zero the rows of N^Φ for ``word_ids`` and take their mass out of N^Z (O(len(ids)·K))."""
+        ids = self._check_word_ids(word_ids)
+        if ids.size == 0:
+            return
+        removed = self.phi_[ids].sum(axis=0) * self.scale_
+        self.phi_[ids] = 0.0
+        self.nz_ = np.maximum(self.nz_ - removed, 0.0)
+
+    def diagnostics(self) -> dict[str, float]:
+        return {
+            "rho_phi": float(self._rho_phi(self.n_updates_)),
+            "window_tokens": float(min(float(self.window), self.n_tokens_seen_)),
+            "phi_scale_s": float(self.scale_),
+        }
+
+    # ------------------------------------------------------------------ persistence
+    def _get_state(self) -> dict[str, StateValue]:
+        return {
+            "phi": self.phi_,
+            "scale": float(self.scale_),
+            "nz": self.nz_,
+            "n_updates": int(self.n_updates_),
+        }
+
+    def _set_state(self, state: dict[str, StateValue]) -> None:
+        K, W = int(self.n_topics), int(self.n_words)
+        phi = np.array(state["phi"], dtype=np.float64, order="C", copy=True)
+        nz = np.array(state["nz"], dtype=np.float64, copy=True)
+        if phi.shape != (W, K) or nz.shape != (K,):
+            raise ValueError(f"state arrays have shapes {phi.shape}, {nz.shape}; expected {(W, K)}, {(K,)}")
+        self.phi_ = phi
+        self.nz_ = nz
+        self.scale_ = float(state["scale"])  # type: ignore[arg-type]
+        self.n_updates_ = int(state["n_updates"])  # type: ignore[arg-type]
+
+    @classmethod
+    def _unit_test_params(cls) -> dict[str, Any]:
+        return {"batch_size": 4, "window": 2000.0, "transform_passes": 5}
