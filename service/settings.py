@@ -1,0 +1,131 @@
+"""Settings every topicstream process understands.
+
+Read from environment variables with the ``TOPICSTREAM_`` prefix (a ``.env`` file in the working directory is
+read too; command-line flags override both) and validated once at start-up: a bad value stops the process with
+one clear line per problem, naming the variable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Settings", "SettingsError", "load_settings"]
+
+
+class SettingsError(ValueError):
+    """Raised with a human-readable, one-line-per-problem message."""
+
+
+class Settings(BaseSettings):
+    """All settings, with their defaults. See the README's settings table."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="TOPICSTREAM_", env_file=".env", env_file_encoding="utf-8", extra="ignore", frozen=True
+    )
+
+    # Where things are.
+    kafka_bootstrap: str = Field("localhost:9092", description="Kafka bootstrap servers, host:port[,host:port]")
+    kafka_config: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra librdkafka settings as JSON, e.g. security.protocol (applied to every client)",
+    )
+    redis_url: str = Field("redis://localhost:6379/0", description="Redis for snapshots, redis://[:pw@]host:port/db")
+    input_topic: str = Field("articles", description="Topic the articles are read from")
+    output_topic: str = Field("article-topics", description="Topic the mixtures are written to")
+    dlq_topic: str = Field("articles.dlq", description="Dead-letter topic for bad input")
+    group_id: str | None = Field(
+        None, description="Consumer group; default topicstream-learner (run) or topicstream-replicas (replica)"
+    )
+
+    # The model.
+    algorithm: str = Field("scvb0", description="Kernel: scvb0 | ohdp | pf")
+    topics: int = Field(100, ge=1, le=10_000, description="Number of topics K (the truncation for ohdp)")
+    kernel_params: dict[str, Any] = Field(
+        default_factory=dict, description='Extra kernel hyperparameters as JSON, e.g. {"alpha": 0.05}'
+    )
+    vocab_size: int = Field(65_536, ge=16, le=5_000_000, description="Vocabulary capacity W (bounded)")
+    vocab_admit_count: float = Field(2.0, gt=0, description="Occurrences a new word needs before it gets a slot")
+    seed: int = Field(0, ge=0, description="Random seed of the kernel")
+
+    # Batching and snapshots.
+    batch_size: int = Field(500, ge=1, le=100_000, description="Most messages taken per consumer poll")
+    batch_timeout_s: float = Field(0.5, gt=0, description="Longest wait for a batch to fill, seconds")
+    snapshot_every_batches: int = Field(50, ge=1, description="Snapshot N^Φ to Redis every N batches ...")
+    snapshot_every_s: float = Field(30.0, gt=0, description="... or every T seconds, whichever comes first")
+    snapshot_keep: int = Field(3, ge=1, description="Snapshot versions kept in Redis")
+    snapshot_ttl_s: int = Field(7 * 24 * 3600, ge=60, description="Expiry of a superseded snapshot, seconds")
+    redis_prefix: str = Field("topicstream", description="Prefix of every Redis key")
+
+    # Input and output.
+    max_article_bytes: int = Field(1_000_000, ge=64, description="Larger messages are dead-lettered")
+    top_topics_threshold: float = Field(0.1, ge=0, le=1, description="Least weight for a topic in top_topics")
+    top_topics_max: int = Field(3, ge=1, description="Most entries in top_topics")
+
+    # Operations.
+    metrics_port: int = Field(9100, ge=0, le=65535, description="Port of /metrics (0 disables)")
+    max_poll_interval_ms: int = Field(300_000, ge=1000, description="Kafka max.poll.interval.ms")
+    session_timeout_ms: int = Field(45_000, ge=1000, description="Kafka session.timeout.ms")
+    log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
+
+    @field_validator("kafka_bootstrap")
+    @classmethod
+    def _check_bootstrap(cls, v: str) -> str:
+        for part in v.split(","):
+            host, sep, port = part.strip().rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"expected host:port[,host:port], got {v!r}")
+        return v
+
+    @field_validator("redis_url")
+    @classmethod
+    def _check_redis(cls, v: str) -> str:
+        if not v.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(f"expected redis://host:port/db, got {v!r}")
+        return v
+
+    @field_validator("algorithm")
+    @classmethod
+    def _check_algorithm(cls, v: str) -> str:
+        from kernels import ALGORITHMS
+
+        if v not in ALGORITHMS:
+            raise ValueError(f"unknown algorithm {v!r}; choose one of {', '.join(sorted(ALGORITHMS))}")
+        return v
+
+    @field_validator("log_level")
+    @classmethod
+    def _check_level(cls, v: str) -> str:
+        if v.upper() not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
+            raise ValueError(f"expected DEBUG, INFO, WARNING or ERROR, got {v!r}")
+        return v.upper()
+
+    @model_validator(mode="after")
+    def _check_topics_differ(self) -> Settings:
+        names = [self.input_topic, self.output_topic, self.dlq_topic]
+        if len(set(names)) != len(names):
+            raise ValueError(f"input, output and dead-letter topics must differ, got {names}")
+        return self
+
+    def learner_group(self) -> str:
+        return self.group_id or "topicstream-learner"
+
+    def replica_group(self) -> str:
+        return self.group_id or "topicstream-replicas"
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Settings from the environment (and ``.env``), with ``overrides`` (e.g. CLI flags) on top.
+
+    Raises :class:`SettingsError` listing every bad value as ``TOPICSTREAM_NAME: problem``.
+    """
+    try:
+        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as e:
+        lines = []
+        for err in e.errors():
+            name = "TOPICSTREAM_" + "_".join(str(p) for p in err["loc"]).upper() if err["loc"] else "settings"
+            lines.append(f"{name}: {err['msg']} (got {err.get('input')!r})")
+        raise SettingsError("invalid settings:\n  " + "\n  ".join(lines)) from None

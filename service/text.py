@@ -1,0 +1,271 @@
+"""From article text to word ids: a tokenizer and an open-but-bounded vocabulary.
+
+News never stops inventing words (names, places, typos, URLs). A vocabulary that admits every new word is a
+memory leak, and one frozen at start-up cannot follow the news. :class:`Vocabulary` keeps at most ``capacity``
+words, each in a fixed *slot* (the word id the kernels see), and recycles slots by frequency:
+
+* every slot carries an exponentially decayed count of its word (half-life ``half_life_tokens`` tokens);
+* a word not in the vocabulary is counted in a bounded candidate table (at most ``max_candidates`` entries,
+  decayed the same way; when it overflows, the weakest half is dropped — a lossy heavy-hitter sketch);
+* a candidate whose count reaches ``admit_count`` takes a free slot, or — when none is free — the slot of the
+  weakest word, provided the candidate's count is higher (LFU eviction with ageing). The evicted slots are
+  returned to the caller, who must reset the kernel's statistics for them (``TopicModel.reset_words``) so the
+  new word does not inherit the old one's topics.
+
+Memory is therefore ``O(capacity + max_candidates)`` strings and numbers, whatever the length of the stream, and
+every slot always holds a real word, so topics are shown as readable words. Tokens of words that are neither in
+the vocabulary nor admitted in this batch are out-of-vocabulary (dropped and counted).
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+from kernels import Batch
+
+__all__ = ["EncodedBatch", "Tokenizer", "Vocabulary"]
+
+# Runs of letters (any script), no digits or underscores: "split on non-letters" as in seed 003.
+_WORD = re.compile(r"[^\W\d_]+")
+
+
+class Tokenizer:
+    """Lower-cases, splits on non-letters, drops stop words and words outside ``[min_length, max_length]``.
+
+    This is seed 003's preprocessing (English stop words from scikit-learn).
+
+    >>> Tokenizer()("The Fed raised rates; the FED's chair spoke.")
+    ['fed', 'raised', 'rates', 'fed', 'chair', 'spoke']
+    """
+
+    def __init__(
+        self, stop_words: Iterable[str] | None = None, min_length: int = 3, max_length: int = 30
+    ) -> None:
+        if min_length < 1 or max_length < min_length:
+            raise ValueError(f"need 1 <= min_length <= max_length, got {min_length}, {max_length}")
+        self.stop_words = frozenset(ENGLISH_STOP_WORDS if stop_words is None else stop_words)
+        self.min_length = min_length
+        self.max_length = max_length
+
+    def __call__(self, text: str) -> list[str]:
+        stop, lo, hi = self.stop_words, self.min_length, self.max_length
+        return [w for w in _WORD.findall(text.lower()) if lo <= len(w) <= hi and w not in stop]
+
+    def count(self, text: str) -> Counter[str]:
+        """Word counts of ``text`` (the bag of words a kernel sees)."""
+        return Counter(self(text))
+
+
+@dataclass(frozen=True)
+class EncodedBatch:
+    """Output of :meth:`Vocabulary.encode`.
+
+    Attributes
+    ----------
+    batch : the documents as word ids (a document may end up empty).
+    recycled : slots given to new words in this call; reset them in the kernel *before* training on ``batch``.
+    oov_tokens : tokens dropped because their word has no slot.
+    """
+
+    batch: Batch
+    recycled: NDArray[np.int64]
+    oov_tokens: int
+
+
+class Vocabulary:
+    """Open but bounded word ↔ id map (see the module docstring for the policy).
+
+    Parameters
+    ----------
+    capacity : number of slots (the kernels' ``n_words``).
+    admit_count : occurrences (decayed) a new word needs before it gets a slot.
+    max_candidates : bound on the candidate table; default ``capacity // 2``.
+    half_life_tokens : tokens after which a count has halved; default ``20 * capacity``.
+
+    >>> v = Vocabulary(capacity=2, admit_count=1)
+    >>> enc = v.encode([Counter({"rates": 2, "bank": 1})])
+    >>> sorted(v.words()), enc.oov_tokens
+    (['bank', 'rates'], 0)
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        *,
+        admit_count: float = 2.0,
+        max_candidates: int | None = None,
+        half_life_tokens: float | None = None,
+    ) -> None:
+        if capacity < 1:
+            raise ValueError(f"vocabulary capacity must be >= 1, got {capacity}")
+        if admit_count <= 0:
+            raise ValueError(f"admit_count must be > 0, got {admit_count}")
+        self.capacity = int(capacity)
+        self.admit_count = float(admit_count)
+        self.max_candidates = int(max_candidates if max_candidates is not None else max(16, capacity // 2))
+        self.half_life_tokens = float(half_life_tokens if half_life_tokens is not None else 20 * capacity)
+        if self.max_candidates < 1 or self.half_life_tokens <= 0:
+            raise ValueError("max_candidates and half_life_tokens must be positive")
+        self._slots: list[str | None] = [None] * self.capacity
+        self._index: dict[str, int] = {}
+        self._counts = np.zeros(self.capacity, dtype=np.float64)
+        self._candidates: dict[str, float] = {}
+        # Free slots, smallest id first (a heap keeps admission order deterministic).
+        self._free = list(range(self.capacity))
+        self.n_recycled = 0
+
+    # ------------------------------------------------------------------ lookup
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def __contains__(self, word: object) -> bool:
+        return word in self._index
+
+    def id_of(self, word: str) -> int | None:
+        return self._index.get(word)
+
+    def word(self, slot: int) -> str | None:
+        return self._slots[slot]
+
+    def words(self) -> list[str]:
+        """The words currently held (slot order)."""
+        return [w for w in self._slots if w is not None]
+
+    def slot_words(self) -> list[str]:
+        """Slot → word, ``""`` for empty slots (length ``capacity``)."""
+        return [w or "" for w in self._slots]
+
+    @property
+    def n_candidates(self) -> int:
+        return len(self._candidates)
+
+    # ------------------------------------------------------------------ encoding
+    def encode(self, docs: Sequence[Counter[str]], *, learn: bool = True) -> EncodedBatch:
+        """Map bags of words to ids; with ``learn`` (the learner), update counts and admit new words first.
+
+        Replicas and evaluation use ``learn=False``: the vocabulary is then read-only.
+        """
+        recycled: list[int] = []
+        if learn:
+            n_tokens = sum(sum(d.values()) for d in docs)
+            self._decay(n_tokens)
+            unknown: Counter[str] = Counter()
+            index = self._index
+            for d in docs:
+                for w, c in d.items():
+                    if w not in index:
+                        unknown[w] += c
+            if unknown:
+                recycled = self._admit(unknown)
+        indptr = np.zeros(len(docs) + 1, dtype=np.int64)
+        ids: list[int] = []
+        counts: list[float] = []
+        oov = 0
+        get = self._index.get
+        for j, d in enumerate(docs):
+            for w, c in d.items():
+                i = get(w)
+                if i is None:
+                    oov += c
+                else:
+                    ids.append(i)
+                    counts.append(c)
+            indptr[j + 1] = len(ids)
+        id_arr = np.asarray(ids, dtype=np.int64)
+        cnt_arr = np.asarray(counts, dtype=np.float64)
+        if learn and id_arr.size:
+            np.add.at(self._counts, id_arr, cnt_arr)
+        return EncodedBatch(Batch(indptr, id_arr, cnt_arr), np.asarray(recycled, dtype=np.int64), int(oov))
+
+    def _decay(self, n_tokens: float) -> None:
+        if n_tokens <= 0:
+            return
+        factor = 0.5 ** (n_tokens / self.half_life_tokens)
+        self._counts *= factor
+        if self._candidates:
+            floor = 1e-3 * self.admit_count
+            self._candidates = {w: c * factor for w, c in self._candidates.items() if c * factor > floor}
+
+    def _admit(self, unknown: Counter[str]) -> list[int]:
+        """Count unknown words as candidates, give slots to those that qualify; return recycled slots."""
+        cand = self._candidates
+        for w, c in unknown.items():
+            cand[w] = cand.get(w, 0.0) + c
+        ready = sorted(
+            ((c, w) for w, c in cand.items() if c >= self.admit_count), key=lambda cw: (-cw[0], cw[1])
+        )
+        recycled: list[int] = []
+        if ready:
+            n_free = min(len(self._free), len(ready))
+            for c, w in ready[:n_free]:
+                self._assign(heapq.heappop(self._free), w, c)
+            rest = ready[n_free:]
+            if rest:
+                recycled = self._evict_for(rest)
+        if len(cand) > self.max_candidates:
+            keep = heapq.nlargest(self.max_candidates // 2, cand.items(), key=lambda wc: (wc[1], wc[0]))
+            self._candidates = dict(keep)
+        return recycled
+
+    def _evict_for(self, ready: list[tuple[float, str]]) -> list[int]:
+        """Give the weakest slots to the strongest candidates that beat them (both lists sorted)."""
+        n = min(len(ready), self.capacity)
+        weakest = np.argpartition(self._counts, n - 1)[:n] if n < self.capacity else np.arange(self.capacity)
+        weakest = weakest[np.lexsort((weakest, self._counts[weakest]))]
+        recycled: list[int] = []
+        for (c, w), slot in zip(ready, weakest.tolist(), strict=False):
+            if c <= self._counts[slot]:
+                break
+            old = self._slots[slot]
+            if old is not None:
+                del self._index[old]
+            self._assign(slot, w, c)
+            recycled.append(slot)
+        self.n_recycled += len(recycled)
+        return recycled
+
+    def _assign(self, slot: int, word: str, count: float) -> None:
+        self._slots[slot] = word
+        self._index[word] = slot
+        self._counts[slot] = count
+        self._candidates.pop(word, None)
+
+    # ------------------------------------------------------------------ persistence
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-compatible settings and lists plus the count array."""
+        return {
+            "params": {
+                "capacity": self.capacity,
+                "admit_count": self.admit_count,
+                "max_candidates": self.max_candidates,
+                "half_life_tokens": self.half_life_tokens,
+            },
+            "slots": list(self._slots),
+            "counts": self._counts.copy(),
+            "candidates": dict(self._candidates),
+            "n_recycled": self.n_recycled,
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Vocabulary:
+        v = cls(**state["params"])
+        slots = list(state["slots"])
+        if len(slots) != v.capacity:
+            raise ValueError(f"vocabulary state has {len(slots)} slots, capacity is {v.capacity}")
+        v._slots = [s if s else None for s in slots]
+        v._index = {w: i for i, w in enumerate(v._slots) if w is not None}
+        v._counts = np.asarray(state["counts"], dtype=np.float64).copy()
+        v._candidates = {str(k): float(c) for k, c in state["candidates"].items()}
+        v._free = [i for i, w in enumerate(v._slots) if w is None]
+        heapq.heapify(v._free)
+        v.n_recycled = int(state.get("n_recycled", 0))
+        return v
