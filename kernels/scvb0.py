@@ -546,9 +546,9 @@ class SCVB0(TopicModel):
     # ------------------------------------------------------------------ persistence
     def _get_state(self) -> dict[str, StateValue]:
         return {
-            "phi": self.phi_,
+            "phi": self.phi_.copy(),  # a snapshot: training goes on in place
             "scale": float(self.scale_),
-            "nz": self.nz_,
+            "nz": self.nz_.copy(),
             "n_updates": int(self.n_updates_),
         }
 

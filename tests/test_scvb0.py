@@ -1,0 +1,247 @@
+"""SCVB0: each update against the naive transcription of the seed, topic recovery, held-out likelihood."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.optimize import linear_sum_assignment
+
+from kernels import SCVB0, Batch, as_batch
+from kernels.scvb0 import _doc_pass
+from tests.naive import scvb0 as naive
+
+K, W = 4, 12
+
+
+def random_docs(rng: np.random.Generator, n_docs: int, n_words: int = W, max_len: int = 6) -> Batch:
+    """Documents of distinct word ids with counts in {1, 2, 3} and some fractional ones; a few empty."""
+    docs = []
+    for d in range(n_docs):
+        n = 0 if d % 5 == 4 else int(rng.integers(1, max_len + 1))
+        ids = np.sort(rng.choice(n_words, size=n, replace=False))
+        cnts = rng.integers(1, 4, size=n).astype(float)
+        if n and d % 3 == 0:
+            cnts[0] = 0.5
+        docs.append((ids, cnts))
+    return as_batch(docs, n_words)
+
+
+def docs_of(batch: Batch) -> list[tuple[np.ndarray, np.ndarray]]:
+    return [batch.doc(d) for d in range(batch.n_docs)]
+
+
+def theta_schedule(m: SCVB0) -> tuple[float, float, float]:
+    return (m.theta_scale, m.theta_tau, m.theta_kappa)
+
+
+# ---------------------------------------------------------------- the naive reference
+def test_naive_eq9_is_eq6_repeated_with_gamma_fixed() -> None:
+    rng = np.random.default_rng(0)
+    nt = rng.random(K) * 5
+    g = rng.dirichlet(np.ones(K))
+    rho, c_j, m = 0.3, 7.0, 4
+    repeated = nt.copy()
+    for _ in range(m):
+        repeated = naive.theta_update(repeated, g, c_j, rho)
+    np.testing.assert_allclose(naive.theta_update_clumped(nt, g, c_j, rho, m), repeated, rtol=1e-12)
+
+
+# ---------------------------------------------------------------- each update
+@pytest.mark.parametrize("burn_in", [0, 1, 2])
+def test_doc_pass_is_eq5_and_eq9(burn_in: int) -> None:
+    """One document, ``burn_in`` + 1 passes of the numba inner loop == naive Eq. 5 / Eq. 9 loop."""
+    rng = np.random.default_rng(1)
+    M = rng.random((W, K))
+    s = 0.37
+    n_phi = s * M
+    n_z = n_phi.sum(axis=0)
+    alpha, eta = 0.1, 0.01
+    ids = np.array([1, 4, 5, 9], dtype=np.int64)
+    cnts = np.array([1.0, 3.0, 0.5, 2.0])
+    nt0 = rng.random(K) * cnts.sum()
+    sched = (1.0, 10.0, 0.9)
+
+    inv = 1.0 / (n_z + W * eta)
+    sinv, einv = s * inv, eta * inv
+    nt = nt0.copy()
+    slot = np.full(W, -1, dtype=np.int64)
+    slot[ids] = np.arange(ids.size)
+    ghat = np.zeros((ids.size, K))
+    gam = np.empty(K)
+    t = 0.0
+    for p in range(burn_in + 1):
+        t = _doc_pass(
+            ids, cnts, M, sinv, einv, nt, alpha, cnts.sum(), t, *sched, ghat, slot, p == burn_in, gam
+        )
+    want_nt, want_contrib = naive.doc_passes(n_phi, n_z, (ids, cnts), nt0, alpha, eta, sched, burn_in)
+    np.testing.assert_allclose(nt, want_nt, rtol=1e-10)
+    np.testing.assert_allclose(ghat, want_contrib[ids], rtol=1e-10)
+    assert t == pytest.approx((burn_in + 1) * cnts.sum())
+
+
+@pytest.mark.parametrize("phi_tau", [1.0, 10.0])  # ρ^Φ_0 = 1 (reset) and ρ^Φ_0 < 1 (decay)
+def test_one_minibatch_is_eqs_7_8(phi_tau: float) -> None:
+    m = SCVB0(K, W, seed=3, phi_tau=phi_tau, batch_size=100, window=50.0)
+    batch = random_docs(np.random.default_rng(2), 9)
+    n_phi, n_z = m.phi_ * m.scale_, m.nz_.copy()
+    theta0 = copy.deepcopy(m)._theta_init(batch)
+    rho = naive.step_size(0, m.phi_scale, m.phi_tau, m.phi_kappa, m.phi_floor)
+    corpus = min(m.window, batch.n_tokens)
+    want_phi, want_z, want_theta = naive.minibatch_update(
+        n_phi, n_z, docs_of(batch), theta0, rho, corpus, m.alpha, m.eta, theta_schedule(m), m.burn_in
+    )
+    theta = m.partial_fit_transform(batch)
+    np.testing.assert_allclose(theta, want_theta, rtol=1e-9)
+    np.testing.assert_allclose(m.phi_ * m.scale_, want_phi, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(m.nz_, want_z, rtol=1e-9)
+    assert (rho == 1.0) == (phi_tau == 1.0)
+
+
+def test_many_minibatches_schedule_window_and_renormalisation() -> None:
+    """Several partial_fit calls, split into minibatches: ρ^Φ_t, C_t = min(window, seen), s·M rescaling."""
+    m = SCVB0(K, W, seed=4, batch_size=3, window=40.0, phi_floor=0.2, burn_in=2)
+    rng = np.random.default_rng(5)
+    n_phi, n_z = m.phi_ * m.scale_, m.nz_.copy()
+    t, seen = 0, 0.0
+    for call in range(4):
+        batch = random_docs(rng, 8)
+        if call == 2:  # same N^Φ, tiny scale: the next update must renormalise
+            m.phi_ /= 1.1e-30 / m.scale_
+            m.scale_ = 1.1e-30
+        theta0 = copy.deepcopy(m)._theta_init(batch)
+        thetas = []
+        for d0 in range(0, batch.n_docs, m.batch_size):
+            mb = batch.slice(d0, min(batch.n_docs, d0 + m.batch_size))
+            rho = naive.step_size(t, m.phi_scale, m.phi_tau, m.phi_kappa, m.phi_floor)
+            if mb.n_tokens:
+                seen += mb.n_tokens
+                t += 1
+            n_phi, n_z, th = naive.minibatch_update(
+                n_phi, n_z, docs_of(mb), theta0[d0 : d0 + mb.n_docs], rho, min(m.window, seen),
+                m.alpha, m.eta, theta_schedule(m), m.burn_in,
+            )  # fmt: skip
+            thetas.append(th)
+        theta = m.partial_fit_transform(batch)
+        np.testing.assert_allclose(theta, np.concatenate(thetas), rtol=1e-9)
+        np.testing.assert_allclose(m.phi_ * m.scale_, n_phi, rtol=1e-8, atol=1e-12)
+        np.testing.assert_allclose(m.nz_, n_z, rtol=1e-8)
+        if call == 2:
+            assert m.scale_ > 0.1  # renormalised (s was reset to 1, then decayed by the later minibatches)
+        np.testing.assert_allclose(m.nz_, (m.phi_ * m.scale_).sum(axis=0), rtol=1e-9)
+    assert m.n_updates_ == t
+    assert m.diagnostics()["rho_phi"] == pytest.approx(max(0.2, 1 / (1 + t) ** 0.7))
+
+
+def test_transform_is_cvb0_fold_in_and_changes_nothing() -> None:
+    m = SCVB0(K, W, seed=6, transform_passes=7)
+    m.partial_fit(random_docs(np.random.default_rng(7), 20))
+    batch = random_docs(np.random.default_rng(8), 6)
+    before = copy.deepcopy(m.state_dict())
+    theta = m.transform(batch)
+    n_phi = m.phi_ * m.scale_
+    for d in range(batch.n_docs):
+        want = naive.fold_in(n_phi, m.nz_, batch.doc(d), m.alpha, m.eta, m.transform_passes)
+        np.testing.assert_allclose(theta[d], want, rtol=1e-9)
+    after = m.state_dict()
+    np.testing.assert_array_equal(after["state"]["phi"], before["state"]["phi"])
+    assert after["state"]["rng"] == before["state"]["rng"]
+
+
+def test_sparse_update_touches_only_minibatch_rows() -> None:
+    m = SCVB0(K, 40, seed=9, batch_size=50)
+    rng = np.random.default_rng(10)
+    m.partial_fit(random_docs(rng, 10, n_words=40))  # first step (ρ = 1) rewrites everything
+    docs = [(np.array([3, 7]), np.array([2.0, 1.0])), (np.array([7, 21]), np.array([1.0, 1.0]))]
+    M0, s0 = m.phi_.copy(), m.scale_
+    m.partial_fit(docs)
+    touched = np.zeros(40, dtype=bool)
+    touched[[3, 7, 21]] = True
+    np.testing.assert_array_equal(m.phi_[~touched], M0[~touched])  # untouched rows: not even rewritten
+    assert np.all(np.any(m.phi_[touched] != M0[touched], axis=1))
+    assert m.scale_ < s0  # their decay lives in the scalar s
+    np.testing.assert_allclose(m.nz_, (m.phi_ * m.scale_).sum(axis=0), rtol=1e-12)
+
+
+def test_reset_words_keeps_nz_consistent() -> None:
+    m = SCVB0(K, W, seed=11)
+    m.partial_fit(random_docs(np.random.default_rng(12), 30))
+    m.reset_words([0, 5, 5])
+    assert not m.phi_[[0, 5]].any()
+    np.testing.assert_allclose(m.nz_, (m.phi_ * m.scale_).sum(axis=0), rtol=1e-12)
+    with pytest.raises(ValueError, match="word ids"):
+        m.reset_words([W])
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"alpha": 0.0},
+        {"eta": -1.0},
+        {"phi_kappa": 1.5},
+        {"phi_floor": 1.0},
+        {"theta_tau": -1.0},
+        {"burn_in": -1},
+        {"burn_in": 1.5},
+        {"batch_size": 0},
+        {"window": 0.0},
+        {"window": float("inf")},
+        {"transform_passes": 0},
+    ],
+)
+def test_bad_settings_name_the_setting(bad: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        SCVB0(K, W, **bad)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- learning
+def lda_corpus(
+    rng: np.random.Generator, topics: np.ndarray, n_docs: int, doc_len: int, alpha: float
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    docs = []
+    for _ in range(n_docs):
+        theta = rng.dirichlet(np.full(topics.shape[0], alpha))
+        words = rng.choice(topics.shape[1], size=doc_len, p=theta @ topics)
+        ids, cnts = np.unique(words, return_counts=True)
+        docs.append((ids, cnts.astype(float)))
+    return docs
+
+
+def matched_similarity(learned: np.ndarray, true: np.ndarray) -> float:
+    """Mean Bhattacharyya coefficient (1 - Hellinger²) of the best one-to-one matching."""
+    sim = np.sqrt(learned) @ np.sqrt(true).T
+    rows, cols = linear_sum_assignment(-sim)
+    return float(sim[rows, cols].mean())
+
+
+def test_planted_topics_are_recovered() -> None:
+    rng = np.random.default_rng(13)
+    n_topics, n_words = 6, 60
+    true = rng.dirichlet(np.full(n_words, 0.05), size=n_topics)
+    docs = lda_corpus(rng, true, n_docs=3000, doc_len=50, alpha=0.2)
+    m = SCVB0(n_topics, n_words, seed=0)
+    random_score = matched_similarity(m.topic_word(), true)  # the random start
+    m.partial_fit(docs)
+    score = matched_similarity(m.topic_word(), true)
+    # one pass can land in a local optimum (two topics merged): seeds 0-5 give 0.85-0.97, random starts ~0.4
+    assert random_score < 0.6
+    assert score > 0.8, f"planted topics not recovered: similarity {score:.3f}"
+
+
+@pytest.mark.data
+def test_bbc_heldout_likelihood_beats_uniform_and_first_minibatch(shared_data: Path) -> None:
+    from benchmarks._corpus import evaluate, load_corpus
+
+    path = shared_data / "bbc.jsonl.gz"
+    if not path.exists():
+        pytest.skip(f"{path} not found")
+    train, test, vocab, _ = load_corpus(path, seed=0)
+    m = SCVB0(20, len(vocab), seed=0)
+    m.partial_fit(train.slice(0, m.batch_size))
+    first = evaluate(m, test)
+    m.partial_fit(train.slice(m.batch_size, train.n_docs))
+    final = evaluate(m, test)
+    uniform = -np.log(len(vocab))
+    assert final > first + 0.3 and final > uniform + 1.0, (uniform, first, final)
