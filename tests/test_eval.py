@@ -1,0 +1,169 @@
+"""``topicstream eval`` end to end on a real corpus slice, and the scorers against hand-computed values."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from kernels import Batch
+from service.cli import app
+from service.evaluation import (
+    build_vocabulary,
+    document_completion,
+    encode,
+    fold_in,
+    heldout_loglik_per_word,
+    load_articles,
+    nmi,
+    npmi_coherence,
+    npmi_per_topic,
+    primary_label,
+    split_articles,
+    top_word_ids,
+)
+
+CONTRACT_KEYS = {
+    "algorithm",
+    "topics",
+    "train_docs",
+    "train_tokens",
+    "train_seconds",
+    "tokens_per_second",
+    "heldout_loglik_per_word",
+    "nmi",
+    "npmi_coherence",
+    "topics_used",
+    "peak_rss_mb",
+    "top_words",
+}
+
+
+def _docs(*docs: dict[int, int]) -> Batch:
+    return Batch.from_docs([(list(d), list(d.values())) for d in docs])
+
+
+# ------------------------------------------------------------------------------------------- end to end
+@pytest.mark.data
+def test_eval_json_on_real_corpus_slice(shared_data: Path) -> None:
+    path = shared_data / "news_stream_reuters21578.jsonl.gz"
+    if not path.exists():
+        pytest.skip(f"{path} not found")
+    args = ["eval", "--algorithm", "scvb0", "--train", str(path), "--max-docs", "600"]
+    args += ["--test-fraction", "0.25", "--topics", "10", "--batch-size", "50", "--seed", "1"]
+    args += ["--vocab-size", "2000", "--json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)  # exactly one JSON object on stdout: progress goes to stderr
+    assert set(out) >= CONTRACT_KEYS
+    assert out["algorithm"] == "scvb0" and out["topics"] == 10
+    assert out["train_docs"] == 450 and out["train_tokens"] > 0
+    floats = ("train_seconds", "tokens_per_second", "heldout_loglik_per_word", "npmi_coherence")
+    floats += ("peak_rss_mb",)
+    for key in floats:
+        assert isinstance(out[key], float) and math.isfinite(out[key]), key
+    assert out["train_seconds"] > 0 and out["peak_rss_mb"] > 0
+    assert out["heldout_loglik_per_word"] < 0
+    assert out["nmi"] is not None and 0.0 <= out["nmi"] <= 1.0
+    assert -1.0 <= out["npmi_coherence"] <= 1.0
+    assert 1 <= out["topics_used"] <= 10
+    assert len(out["top_words"]) == out["topics_used"]
+    assert all(len(ws) == 10 and all(isinstance(w, str) for w in ws) for ws in out["top_words"])
+
+
+@pytest.mark.data
+def test_eval_table_and_errors(shared_data: Path, tmp_path: Path) -> None:
+    path = shared_data / "bbc.jsonl.gz"
+    if not path.exists():
+        pytest.skip(f"{path} not found")
+    # A labelled test file apart from the training file; the human-readable table.
+    rows = load_articles(path, max_docs=300)
+    train, test = split_articles(rows, 0.3, seed=0)
+    for name, part in (("train.jsonl", train), ("test.jsonl", test)):
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in part))
+    args = ["eval", "--train", str(tmp_path / "train.jsonl"), "--test", str(tmp_path / "test.jsonl")]
+    result = CliRunner().invoke(app, [*args, "--topics", "5", "--param", "alpha=0.2"])
+    assert result.exit_code == 0, result.output
+    assert "heldout_loglik_per_word" in result.stdout and "top words" in result.stdout
+    bad = CliRunner().invoke(app, [*args, "--algorithm", "nope", "--json"])
+    assert bad.exit_code != 0
+    bad_param = CliRunner().invoke(app, [*args, "--param", "no_such_setting=1", "--json"])
+    assert bad_param.exit_code != 0 and bad_param.stdout == ""
+
+
+# ------------------------------------------------------------------------------------------- scorers
+def test_loglik_of_known_phi_and_theta() -> None:
+    phi = np.array([[0.5, 0.5, 0.0], [0.0, 0.5, 0.5]])
+    theta = np.array([[1.0, 0.0], [0.5, 0.5]])
+    held_out = _docs({0: 2}, {2: 1})  # doc 0: word 0 twice (p = .5), doc 1: word 2 once (p = .5·.5)
+    expected = (2 * math.log(0.5) + math.log(0.25)) / 3
+    assert heldout_loglik_per_word(theta, phi, held_out) == pytest.approx(expected, abs=1e-12)
+    with pytest.raises(ValueError):
+        heldout_loglik_per_word(theta[:1], phi, held_out)
+
+
+def test_npmi_hand_computed() -> None:
+    # 4 documents over 5 words.
+    ref = _docs({0: 1, 1: 3, 2: 1}, {0: 2, 1: 1, 3: 1}, {2: 1, 3: 1}, {4: 1})
+    # words 0 and 1 always together (p = 1/2 each and jointly): NPMI = 1
+    # words 0 and 4 never together: NPMI = −1 (the limit, no smoothing)
+    # words 2 and 3: p = 1/2 each, jointly 1/4: independent, NPMI = 0
+    # words 0 and 2: p = 1/2 each, jointly 1/4 → 0 as well
+    assert npmi_per_topic([[0, 1], [0, 4], [2, 3]], ref, 5) == pytest.approx([1.0, -1.0, 0.0], abs=1e-12)
+    # a 3-word topic averages its 3 pairs: (1 + 0 + 0) / 3
+    assert npmi_coherence([[0, 1, 2]], ref, 5) == pytest.approx(1 / 3, abs=1e-12)
+    # p_i = 1/4, p_j = 1/2, p_ij = 1/4: log(2) / log(4) = 1/2
+    ref2 = _docs({0: 1, 1: 1}, {1: 1}, {2: 1}, {2: 1})
+    assert npmi_per_topic([[0, 1]], ref2, 3) == pytest.approx([0.5], abs=1e-12)
+
+
+def test_nmi_and_labels() -> None:
+    theta = np.array([[0.9, 0.1], [0.8, 0.2], [0.1, 0.9], [0.3, 0.7], [0.5, 0.5]])
+    assert nmi(["a", "a", "b", "b", None], theta) == pytest.approx(1.0)
+    assert nmi([None] * 5, theta) is None
+    assert nmi(["a", "b", "a", "b", None], theta) == pytest.approx(0.0, abs=1e-12)
+    assert primary_label("grain;wheat") == "grain"
+    assert primary_label(None) is None and primary_label("") is None
+
+
+def test_document_completion_split() -> None:
+    test = _docs({0: 3, 5: 2}, {1: 1}, {2: 1, 3: 1, 4: 2})
+    obs, held, kept = document_completion(test, seed=3)
+    assert kept.tolist() == [0, 2]  # the one-token document is skipped
+    for row, d in enumerate(kept):
+        ids, cnts = test.doc(int(d))
+        total = dict(zip(ids.tolist(), cnts.tolist(), strict=True))
+        merged: dict[int, float] = {}
+        for part in (obs, held):
+            for w, c in zip(*part.doc(row), strict=True):
+                merged[int(w)] = merged.get(int(w), 0.0) + float(c)
+        assert merged == total
+        assert obs.doc(row)[1].sum() == sum(total.values()) // 2
+    again = document_completion(test, seed=3)
+    assert np.array_equal(again[0].word_ids, obs.word_ids) and np.array_equal(again[0].counts, obs.counts)
+
+
+def test_vocabulary_encode_and_top_words() -> None:
+    toks = [["b", "a", "a", "c"], ["a", "b", "d"], ["b", "e", "e", "e"]]
+    vocab = build_vocabulary(toks, vocab_size=10)
+    assert vocab == ["a", "b"]  # c, d, e have doc. freq. 1; a and b have 3 tokens each: ties by the word
+    assert build_vocabulary([*toks, ["e"]], vocab_size=1) == ["e"]  # now e: doc. freq. 2, 4 tokens
+    batch = encode([["b", "a", "zzz", "b"]], {w: i for i, w in enumerate(vocab)})
+    assert batch.word_ids.tolist() == [0, 1] and batch.counts.tolist() == [1.0, 2.0]
+    phi = np.array([[0.1, 0.6, 0.3], [0.5, 0.2, 0.3]])
+    assert top_word_ids(phi, 2).tolist() == [[1, 2], [0, 2]]
+
+
+def test_fold_in_recovers_the_generating_topic() -> None:
+    phi = np.array([[0.5, 0.5, 0.0, 0.0], [0.0, 0.0, 0.5, 0.5]]) + 1e-6
+    phi /= phi.sum(axis=1, keepdims=True)
+    theta = fold_in(phi, _docs({0: 5, 1: 5}, {2: 3, 3: 1, 0: 4}, {}), alpha=0.1)
+    assert theta.shape == (3, 2)
+    assert np.allclose(theta.sum(axis=1), 1.0)
+    assert theta[0, 0] > 0.98
+    assert theta[1, 0] == pytest.approx(theta[1, 1], abs=0.05)
+    assert theta[2].tolist() == [0.5, 0.5]
