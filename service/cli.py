@@ -1,8 +1,220 @@
-"""The ``topicstream`` command line."""
+"""The ``topicstream`` command line.
+
+Every command reads the ``TOPICSTREAM_*`` settings (environment, ``.env``); the flags shown override them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
+from rich.console import Console
+from rich.table import Table
 
-app = typer.Typer(help="Streaming topic models over Kafka.", no_args_is_help=True)
+from .settings import Settings, SettingsError, load_settings
+
+app = typer.Typer(help="Streaming topic models over Kafka.", no_args_is_help=True, add_completion=False)
+err = Console(stderr=True)
+
+Bootstrap = Annotated[str | None, typer.Option("--bootstrap", help="Kafka bootstrap servers (host:port)")]
+RedisUrl = Annotated[str | None, typer.Option("--redis-url", help="Redis URL for snapshots")]
+Algorithm = Annotated[str | None, typer.Option("--algorithm", "-a", help="scvb0 | ohdp | pf")]
+Topics = Annotated[int | None, typer.Option("--topics", "-k", help="Number of topics K")]
+MetricsPort = Annotated[int | None, typer.Option("--metrics-port", help="Port of /metrics (0 disables)")]
+
+
+def _settings(**overrides: Any) -> Settings:
+    try:
+        settings = load_settings(**overrides)
+    except SettingsError as e:
+        err.print(f"[red]{e}[/red]")
+        raise typer.Exit(2) from None
+    logging.basicConfig(
+        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    return settings
+
+
+def _stop_on_signals() -> threading.Event:
+    """An event set by SIGTERM/SIGINT: the loop finishes its batch, snapshots, commits and exits."""
+    stop = threading.Event()
+
+    def handler(signum: int, _frame: object) -> None:
+        logging.getLogger("topicstream").info("%s: finishing the batch and stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return stop
+
+
+@app.command()
+def run(
+    bootstrap: Bootstrap = None,
+    redis_url: RedisUrl = None,
+    algorithm: Algorithm = None,
+    topics: Topics = None,
+    metrics_port: MetricsPort = None,
+    create_topics: Annotated[bool, typer.Option(help="Create missing topics first")] = True,
+) -> None:
+    """The learner: consume articles, learn topics, publish mixtures, snapshot to Redis."""
+    from .kafka import ensure_topics
+    from .learner import Learner, StateMismatch
+
+    s = _settings(kafka_bootstrap=bootstrap, redis_url=redis_url, algorithm=algorithm, topics=topics,
+                  metrics_port=metrics_port)  # fmt: skip
+    if create_topics:
+        ensure_topics(s, {s.input_topic: 1, s.output_topic: 1, s.dlq_topic: 1})
+    try:
+        learner = Learner(s)
+    except StateMismatch as e:
+        err.print(f"[red]{e}[/red]")
+        raise typer.Exit(2) from None
+    learner.metrics.serve(s.metrics_port)
+    learner.run(_stop_on_signals())
+
+
+@app.command()
+def replica(
+    bootstrap: Bootstrap = None,
+    redis_url: RedisUrl = None,
+    metrics_port: MetricsPort = None,
+) -> None:
+    """A read replica: serve mixtures from the learner's newest snapshot (inference only)."""
+    from .replica import Replica
+
+    s = _settings(kafka_bootstrap=bootstrap, redis_url=redis_url, metrics_port=metrics_port)
+    rep = Replica(s)
+    rep.metrics.serve(s.metrics_port)
+    rep.run(_stop_on_signals())
+
+
+@app.command()
+def produce(
+    file: Annotated[
+        str | None, typer.Argument(help="JSONL(.gz) file of articles, or - for standard input; none = generate")
+    ] = None,
+    rate: Annotated[float, typer.Option(help="Articles per second (0 = as fast as possible)")] = 0.0,
+    limit: Annotated[int | None, typer.Option(help="Stop after this many articles")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the generated articles")] = 0,
+    bootstrap: Bootstrap = None,
+) -> None:
+    """Replay a JSONL file or a live feed into the input topic, or generate articles offline."""
+    from .kafka import ensure_topics
+    from .source import generated_lines, iter_lines, produce_lines
+
+    s = _settings(kafka_bootstrap=bootstrap)
+    ensure_topics(s, {s.input_topic: 1})
+    lines = iter_lines(file) if file else generated_lines(limit, seed)
+    t0 = time.monotonic()
+    try:
+        n = produce_lines(s, lines, rate=rate, limit=limit)
+    except FileNotFoundError as e:
+        err.print(f"[red]{e}[/red]")
+        raise typer.Exit(2) from None
+    dt = time.monotonic() - t0
+    err.print(f"produced {n} articles to {s.input_topic} in {dt:.1f}s ({n / max(dt, 1e-9):.0f}/s)")
+
+
+def topics_table(summary: dict[str, Any], n_words: int = 8, limit: int | None = None) -> Table:
+    """The topics of a snapshot summary as a rich table, most prevalent first."""
+    table = Table(
+        title=f"{summary['algorithm']} · snapshot v{summary['version']} · "
+        f"{summary['articles_learned']:,} articles · {summary['topics_used']} topics used · "
+        f"drift {summary['model_drift']:.3f}",
+        title_justify="left",
+    )
+    table.add_column("topic", justify="right")
+    table.add_column("prevalence", justify="right")
+    table.add_column("drift", justify="right")
+    table.add_column("top words")
+    rows = sorted(summary["topics"], key=lambda t: -t["prevalence"])
+    for t in rows[:limit]:
+        table.add_row(str(t["topic"]), f"{t['prevalence']:.3f}", f"{t['drift']:.3f}", " ".join(t["top_words"][:n_words]))
+    return table
+
+
+@app.command("topics")
+def show_topics(
+    redis_url: RedisUrl = None,
+    limit: Annotated[int | None, typer.Option(help="Show only the N most prevalent topics")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON")] = False,
+) -> None:
+    """Print the current topics (top words, prevalence, drift) from the newest snapshot in Redis."""
+    from .snapshot import SnapshotStore
+
+    s = _settings(redis_url=redis_url)
+    summary = SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix).summary()
+    if summary is None:
+        err.print(f"no snapshot under Redis prefix {s.redis_prefix!r} yet: is the learner running?")
+        raise typer.Exit(1)
+    if as_json:
+        print(json.dumps(summary))
+    else:
+        Console().print(topics_table(summary, limit=limit))
+
+
+@app.command()
+def subscribe(
+    topic: Annotated[int, typer.Argument(help="Topic id to follow")],
+    min_weight: Annotated[float, typer.Option(help="Least weight of the topic in the article")] = 0.0,
+    from_beginning: Annotated[bool, typer.Option(help="Start from the oldest output")] = False,
+    limit: Annotated[int | None, typer.Option(help="Stop after N matching articles")] = None,
+    bootstrap: Bootstrap = None,
+) -> None:
+    """Follow the articles tagged with a topic (filters on headers; prints one JSON line per article)."""
+    import uuid
+
+    from .kafka import make_consumer
+    from .pipeline import H_TOPICS
+
+    s = _settings(kafka_bootstrap=bootstrap)
+    consumer = make_consumer(s, f"topicstream-subscribe-{uuid.uuid4().hex[:8]}",
+                             **{"auto.offset.reset": "earliest" if from_beginning else "latest"})  # fmt: skip
+    consumer.subscribe([s.output_topic])
+    stop = _stop_on_signals()
+    wanted, seen = str(topic).encode(), 0
+    try:
+        while not stop.is_set() and (limit is None or seen < limit):
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            tags = dict(msg.headers() or []).get(H_TOPICS) or b""
+            if wanted not in tags.split(b","):
+                continue
+            event = json.loads(msg.value())
+            weight = event["mixture"][topic]
+            if weight < min_weight:
+                continue
+            print(json.dumps({"id": event["id"], "title": event.get("title"), "weight": weight,
+                              "model_version": event["model"]["version"]}), flush=True)  # fmt: skip
+            seen += 1
+    finally:
+        consumer.close()
+
+
+@app.command()
+def demo(
+    articles: Annotated[
+        Path | None, typer.Option(help="JSONL(.gz) file of articles to replay; default: generated articles")
+    ] = None,
+    rate: Annotated[float, typer.Option(help="Articles per second")] = 500.0,
+    algorithm: Algorithm = None,
+    topics: Topics = None,
+    duration: Annotated[float | None, typer.Option(help="Stop after this many seconds")] = None,
+) -> None:
+    """`make run`: start a local broker + Redis (unless configured), stream articles, show live topics."""
+    from .demo import run_demo
+
+    s = _settings(algorithm=algorithm, topics=topics)
+    run_demo(s, articles=articles, rate=rate, duration=duration)
 
 
 from service.evaluation import eval_command  # noqa: E402

@@ -1,0 +1,5 @@
+"""``python -m service`` is the ``topicstream`` command."""
+
+from .cli import app
+
+app()

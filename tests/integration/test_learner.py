@@ -1,0 +1,144 @@
+"""The learner end to end against a real broker and a real Redis, for every kernel."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from kernels import ALGORITHMS
+from service.generator import generate_articles
+from service.learner import Learner
+from service.metrics import Metrics
+from service.pipeline import H_REASON, H_SRC_OFFSET, H_SRC_PARTITION, H_SRC_TOPIC, H_TOPIC, H_TOPICS
+from service.schemas import TopicEvent
+from service.settings import Settings
+from service.snapshot import SnapshotStore
+
+from .conftest import committed, produce, read_all
+
+pytestmark = pytest.mark.integration
+
+BAD = {
+    b"not json at all": "not_json",
+    b"\xff\xfe garbage": "not_utf8",
+    b"[1, 2, 3]": "not_object",
+    b'{"text": "no id here"}': "invalid",
+    b'{"id": 42, "text": "id is not a string"}': "invalid",
+    b'{"id": "x", "text": "", "title": ""}': "invalid",
+    b'{"id": "big", "text": "' + b"a" * 5000 + b'"}': "oversize",
+}
+
+
+def good_articles(n: int, seed: int = 0) -> list[bytes]:
+    return [json.dumps(a).encode() for a in generate_articles(n, seed=seed)]
+
+
+def run_until(learner: Learner, consumed: int, timeout: float = 90.0) -> None:
+    """Run the learner in a thread until it has consumed ``consumed`` messages, then stop it (SIGTERM path)."""
+    stop = threading.Event()
+    thread = threading.Thread(target=learner.run, args=(stop,), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    while learner.metrics.consumed._value.get() < consumed and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stop.set()
+    thread.join(60)
+    assert not thread.is_alive(), "learner did not stop"
+    assert learner.metrics.consumed._value.get() == consumed
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_good_bad_outputs_dead_letters_offsets_snapshot(settings: Settings, algorithm: str) -> None:
+    s = settings.model_copy(update={"algorithm": algorithm, "max_article_bytes": 4096})
+    good = good_articles(120)
+    bad = list(BAD)
+    values = good[:60] + bad + good[60:]
+    last = produce(s, values)
+
+    learner = Learner(s)
+    run_until(learner, len(values))
+
+    outputs = read_all(s, s.output_topic, len(good))
+    ids = [json.loads(v)["id"] for v in good]
+    assert sorted(m.key().decode() for m in outputs) == sorted(ids)
+    for m in outputs:
+        event = TopicEvent.model_validate_json(m.value())
+        assert event.id == m.key().decode()
+        assert event.model.algorithm == algorithm and event.model.topics == s.topics
+        assert len(event.mixture) == s.topics and abs(sum(event.mixture) - 1) < 1e-4
+        headers = dict(m.headers())
+        dominant = max(range(s.topics), key=lambda k: event.mixture[k])
+        assert int(headers[H_TOPIC]) == dominant
+        assert [t.topic for t in event.top_topics] == [int(x) for x in headers[H_TOPICS].split(b",") if x]
+
+    dead = read_all(s, s.dlq_topic, len(bad))
+    assert len(dead) == len(bad)
+    for m in dead:
+        h = dict(m.headers())
+        assert h[H_REASON].decode() == BAD[m.value()]
+        assert h[H_SRC_TOPIC].decode() == s.input_topic
+        assert int(h[H_SRC_PARTITION]) in (0, 1) and int(h[H_SRC_OFFSET]) >= 0
+    counted = {r: 0 for r in BAD.values()}
+    for r in BAD.values():
+        counted[r] += 1
+    for reason, n in counted.items():
+        assert learner.metrics.dead_lettered.labels(reason=reason)._value.get() == n
+
+    # Offsets committed up to the last message of each partition (from the producer's delivery reports).
+    assert committed(s, s.learner_group(), 2) == {p: off + 1 for p, off in last.items()}
+
+    # The final snapshot holds the model, the vocabulary and exactly those offsets.
+    meta, payload = SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix).load()
+    assert {(t, p): o for t, p, o in payload["offsets"]} == {(s.input_topic, p): o + 1 for p, o in last.items()}
+    assert payload["kernel"]["state"]["n_docs_seen"] == len(good)
+    assert payload["articles_learned"] == len(good)
+
+
+def test_restart_after_crash_learns_every_article_exactly_once(settings: Settings) -> None:
+    s = settings.model_copy(update={"batch_size": 20, "snapshot_every_batches": 3, "snapshot_every_s": 3600})
+    values = good_articles(200, seed=1)
+    produce(s, values)
+
+    first = Learner(s)
+    first.consumer.subscribe([s.input_topic], on_assign=first._on_assign, on_revoke=first._on_revoke)
+    done = 0
+    deadline = time.monotonic() + 60
+    while done < 130 and time.monotonic() < deadline:
+        msgs = [m for m in first.consumer.consume(s.batch_size, 0.5) if m.error() is None]
+        if msgs:
+            first.process(msgs)
+            done += len(msgs)
+    assert done >= 130
+    # Crash: no final snapshot. Kafka's committed offsets are ahead of the last snapshot's.
+    first.consumer.close()
+    store = SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix)
+    meta, payload = store.load()
+    in_snapshot = payload["articles_learned"]
+    assert 0 < in_snapshot < done
+
+    second = Learner(s, metrics=Metrics())
+    assert second.model.n_docs_seen_ == in_snapshot
+    run_until(second, len(values) - in_snapshot)
+    # Every article learned once: the restored count plus what the second learner read equals the stream.
+    assert second.model.n_docs_seen_ == len(values)
+    meta, payload = store.load()
+    assert payload["kernel"]["state"]["n_docs_seen"] == len(values)
+
+
+def test_snapshots_are_versioned_and_old_ones_expire(settings: Settings) -> None:
+    s = settings.model_copy(update={"batch_size": 10, "snapshot_every_batches": 1, "snapshot_keep": 2})
+    produce(s, good_articles(50, seed=2))
+    learner = Learner(s)
+    run_until(learner, 50)
+    store = SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix, keep=2)
+    latest = store.latest_version()
+    assert latest is not None and latest >= 4
+    # Versions older than `keep` have a TTL; the newest `keep` do not.
+    ttl = {v: store.r.ttl(f"{s.redis_prefix}:snapshot:{v}:data") for v in range(1, latest + 1)}
+    assert all(ttl[v] == -1 for v in range(latest - 1, latest + 1))
+    assert all(0 < ttl[v] <= s.snapshot_ttl_s for v in range(1, latest - 1))
+    summary = store.summary()
+    assert summary["version"] == latest and len(summary["topics"]) == s.topics
