@@ -1,0 +1,116 @@
+"""``topicstream demo`` (what ``make run`` starts): the whole pipeline on one machine, with live topics.
+
+1. Start a local Kafka-protocol broker and Redis from pip-installed binaries, unless
+   ``TOPICSTREAM_KAFKA_BOOTSTRAP`` / ``TOPICSTREAM_REDIS_URL`` point at real ones.
+2. Create the topics; start the learner (``topicstream run``) as a child process.
+3. Stream articles in (``topicstream produce``): a JSONL file, or generated articles by default.
+4. Show the live topics from the learner's snapshots in Redis, with throughput; Ctrl-C stops everything that
+   was started here (the learner gets SIGTERM and leaves a final snapshot).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.text import Text
+
+from .kafka import ensure_topics
+from .localstack import LocalStack, free_port
+from .settings import Settings
+from .snapshot import SnapshotStore
+
+__all__ = ["run_demo"]
+
+
+def _child(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "service", *args], env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def _stop(proc: subprocess.Popen[bytes] | None, timeout: float = 30.0) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def run_demo(settings: Settings, articles: Path | None, rate: float, duration: float | None = None) -> None:
+    console = Console()
+    if articles is not None and not articles.exists():
+        console.print(f"[red]no such file: {articles}[/red]")
+        raise SystemExit(2)
+    use_local = "TOPICSTREAM_KAFKA_BOOTSTRAP" not in os.environ and "TOPICSTREAM_REDIS_URL" not in os.environ
+    stack = LocalStack() if use_local else None
+    workdir = Path(".topicstream")
+    workdir.mkdir(exist_ok=True)
+    learner = producer = None
+    try:
+        env = dict(os.environ)
+        if stack is not None:
+            stack.log_dir = workdir
+            stack.start()
+            env["TOPICSTREAM_KAFKA_BOOTSTRAP"] = stack.kafka_bootstrap
+            env["TOPICSTREAM_REDIS_URL"] = stack.redis_url
+            # A fresh in-memory broker: a fresh model too (old snapshots would point at offsets that are gone).
+            env.setdefault("TOPICSTREAM_REDIS_PREFIX", f"demo-{int(time.time())}")
+            # Tansu makes a group join wait for max.poll.interval.ms: keep it short locally.
+            env.setdefault("TOPICSTREAM_MAX_POLL_INTERVAL_MS", "6000")
+            env.setdefault("TOPICSTREAM_SESSION_TIMEOUT_MS", "6000")
+            console.print(f"local broker [bold]{stack.kafka_bootstrap}[/bold], Redis [bold]{stack.redis_url}[/bold]")
+        env.setdefault("TOPICSTREAM_TOPICS", str(settings.topics if "TOPICSTREAM_TOPICS" in os.environ else 20))
+        env.setdefault("TOPICSTREAM_SNAPSHOT_EVERY_S", "2")
+        env.setdefault("TOPICSTREAM_METRICS_PORT", str(free_port()))
+        s = settings.model_copy(update={
+            "kafka_bootstrap": env["TOPICSTREAM_KAFKA_BOOTSTRAP"] if stack else settings.kafka_bootstrap,
+            "redis_url": env["TOPICSTREAM_REDIS_URL"] if stack else settings.redis_url,
+            "redis_prefix": env.get("TOPICSTREAM_REDIS_PREFIX", settings.redis_prefix),
+        })  # fmt: skip
+        ensure_topics(s, {s.input_topic: 2, s.output_topic: 1, s.dlq_topic: 1})
+        learner = _child(["run"], env, workdir / "learner.log")
+        source = [str(articles)] if articles else []
+        producer = _child(["produce", *source, "--rate", str(rate)], env, workdir / "producer.log")
+        console.print(
+            f"learner metrics on http://localhost:{env['TOPICSTREAM_METRICS_PORT']}/metrics · logs in {workdir}/ "
+            "· Ctrl-C to stop"
+        )
+        _watch(console, SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix), learner, duration)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        console.print("stopping: the learner finishes its batch and writes a final snapshot ...")
+        _stop(producer)
+        _stop(learner)
+        if stack is not None:
+            stack.stop()
+        console.print(f"stopped. Logs are in {workdir}/")
+
+
+def _watch(
+    console: Console, store: SnapshotStore, learner: subprocess.Popen[bytes], duration: float | None
+) -> None:
+    from .cli import topics_table
+
+    start = time.monotonic()
+    first: tuple[int, float] | None = None  # (articles learned, snapshot time) of the first snapshot seen
+    with Live(Text("waiting for the first snapshot ..."), console=console, refresh_per_second=2) as live:
+        while duration is None or time.monotonic() - start < duration:
+            if learner.poll() is not None:
+                raise RuntimeError(f"the learner exited with code {learner.returncode}; see .topicstream/learner.log")
+            summary = store.summary()
+            if summary is not None:
+                n, t = summary["articles_learned"], summary["created_at"]
+                first = first or (n, t)
+                speed = (n - first[0]) / (t - first[1]) if t > first[1] else 0.0
+                line = f"{n:,} articles learned · {speed:,.0f} articles/s since the first snapshot"
+                live.update(Group(topics_table(summary, limit=15), Text(line)))
+            time.sleep(1.0)
