@@ -1,0 +1,321 @@
+"""Tests of the reservoir particle filter (``kernels.particle_filter``, ``kernels._pf_numba``).
+
+Brute-force references are in ``tests/naive/pf.py``. Exactness checks use tiny vocabularies and a handful of
+tokens, so that every topic assignment can be enumerated.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from kernels import ALGORITHMS, Batch, ParticleFilterLDA
+from kernels import _pf_numba as nb
+from tests.naive import pf as naive
+
+
+def _batch(docs: list[list[int]]) -> Batch:
+    """Documents given as token lists (one count per token, repeats allowed)."""
+    return Batch.from_docs([(np.asarray(d, dtype=np.int64), np.ones(len(d))) for d in docs])
+
+
+def _single_token_docs(first: int, n: int) -> Batch:
+    return Batch(np.arange(n + 1, dtype=np.int64), np.arange(first, first + n, dtype=np.int64), np.ones(n))
+
+
+def _random_stream(n_docs: int, doc_len: int, W: int, seed: int) -> Batch:
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, W, n_docs * doc_len).astype(np.int64)
+    return Batch(np.arange(0, n_docs * doc_len + 1, doc_len, dtype=np.int64), ids, np.ones(n_docs * doc_len))
+
+
+def _reservoir_tokens(m: ParticleFilterLDA, p: int) -> tuple[list[int], list[int], list[int]]:
+    fill = int(m.ctr_[nb.FILL])
+    return (
+        m.res_w_[:fill].tolist(),
+        m.res_slot_[:fill].tolist(),
+        m.res_z_[p, :fill].astype(int).tolist(),
+    )
+
+
+def _check_invariants(m: ParticleFilterLDA) -> None:
+    """Copy-on-write bookkeeping: reference counts = pointers, free stack + used rows = pool, counts ≥ 0,
+    n_k = Σ_w n_kw for every particle."""
+    C = m.rows_.shape[0]
+    used = np.bincount(m.ptr_.ravel(), minlength=C)
+    used[0] = 0
+    np.testing.assert_array_equal(m.refcnt_[1:], used[1:])
+    n_free = int(m.ctr_[nb.N_FREE])
+    free = m.free_[:n_free]
+    assert len(set(free.tolist())) == n_free and 0 not in free
+    assert np.all(used[free] == 0)
+    assert n_free + int(np.count_nonzero(used[1:])) == C - 1
+    assert np.all(m.rows_[0] == 0)
+    for p in range(m.n_particles):
+        rows = m.rows_[m.ptr_[p]]  # (W, K)
+        assert np.all(rows >= 0)
+        np.testing.assert_array_equal(rows.sum(axis=0), m.nk_[p])
+    assert np.all(m.ndk_ >= 0)
+
+
+# ------------------------------------------------------------------------------------------ exactness
+@pytest.mark.parametrize("seed", [0, 1])
+def test_proposal_and_counts_match_brute_force(seed: int) -> None:
+    """Step 1–2: the kernel's proposal and incremental weight equal the ratios of full collapsed joints, for
+    counts that the filter itself produced (with resampling and rejuvenation)."""
+    K, W, alpha, beta = 3, 4, 0.3, 0.2
+    m = ParticleFilterLDA(
+        K, W, seed, n_particles=3, ess_threshold=0.99, rejuvenation="history", n_rejuvenate=4,
+        history_tokens=64, history_docs=8, alpha=alpha, beta=beta, init_docs=0, pool_factor=3.0,
+    )  # fmt: skip
+    m.partial_fit(_batch([[0, 1, 1, 2], [3, 3, 0, 2, 1], [2, 0]]))
+    assert m.ctr_[nb.FILL] == 11 and m.ctr_[nb.RESAMPLES] > 0 and m.ctr_[nb.REJUVENATIONS] > 0
+    q = np.empty(K)
+    for p in range(3):
+        words, slots, z = _reservoir_tokens(m, p)
+        # The counts are exactly those implied by the particle's assignments.
+        nkw = np.zeros((K, W), dtype=np.int64)
+        np.add.at(nkw, (z, words), 1)
+        np.testing.assert_array_equal(m.rows_[m.ptr_[p]].T, nkw)
+        for s in set(slots):
+            zs = [k for k, t in zip(z, slots, strict=True) if t == s]
+            np.testing.assert_array_equal(m.ndk_[p, s], np.bincount(zs, minlength=K))
+        for w_new in range(W):
+            for s in [slots[-1], 7]:  # an existing document, and a new one (slot 7 unused: empty counts)
+                nd = float(m.slot_len_[s]) if s in slots else 0.0
+                ndk = m.ndk_[p, s] if s in slots else np.zeros(K, dtype=np.int32)
+                total = nb.proposal(
+                    m.rows_, int(m.ptr_[p, w_new]), m.nk_[p], ndk, nd, alpha, beta, W * beta, q
+                )
+                ref_q, ref_w = naive.proposal(words, slots, z, w_new, s, K, W, alpha, beta)
+                np.testing.assert_allclose(q / total, ref_q, rtol=1e-12)
+                assert total == pytest.approx(ref_w, rel=1e-12)
+
+
+def test_weight_estimate_matches_exact_marginal() -> None:
+    """The filter's evidence estimate Π_i Σ_p ω^(p) Σ_k q_k^(p) is unbiased for P(w_1..w_n): its mean over
+    many seeded runs (with resampling and reservoir rejuvenation active) matches the enumerated marginal."""
+    K, W, alpha, beta = 2, 3, 0.5, 0.3
+    docs = [[0, 0, 1], [2, 1, 2, 0], [1, 1]]
+    words = [w for d in docs for w in d]
+    doc_of = [i for i, d in enumerate(docs) for _ in d]
+    exact = naive.exact_log_marginal(words, doc_of, K, W, alpha, beta)
+    batch = _batch(docs)
+    ratios, rejuvenations = [], 0
+    for seed in range(2000):
+        m = ParticleFilterLDA(
+            K, W, seed, n_particles=8, ess_threshold=0.99, n_rejuvenate=3, reservoir_size=4, alpha=alpha,
+            beta=beta, init_docs=0,
+        )  # fmt: skip
+        m.partial_fit(batch)
+        ratios.append(math.exp(m.log_evidence_ - exact))
+        rejuvenations += int(m.ctr_[nb.REJUVENATIONS])
+    assert rejuvenations > 2000  # resampling and rejuvenation were exercised
+    r = np.asarray(ratios)
+    se = r.std(ddof=1) / math.sqrt(r.size)
+    assert se < 0.01
+    assert abs(r.mean() - 1.0) < 4 * se, (r.mean(), se)
+    # One run with many particles is close too (consistency).
+    m = ParticleFilterLDA(K, W, 0, n_particles=2000, alpha=alpha, beta=beta, init_docs=0)
+    m.partial_fit(batch)
+    assert m.log_evidence_ == pytest.approx(exact, abs=0.01)
+
+
+# ------------------------------------------------------------------------------------------ reservoir
+def _chi2_uniform(hits: np.ndarray, expected: float) -> float:
+    return float(stats.chisquare(hits, np.full(hits.size, expected)).pvalue)
+
+
+def test_reservoir_keeps_every_token_with_probability_R_over_i() -> None:
+    """Algorithm R through the whole kernel: after i tokens each is in the reservoir with probability R/i
+    (chi-square over many runs, at i = 100 and i = 300), like an independent numpy implementation."""
+    n1, n, R, runs = 100, 300, 30, 400
+    hits1 = np.zeros(n1, dtype=np.int64)
+    hits = np.zeros(n, dtype=np.int64)
+    first, rest = _single_token_docs(0, n1), _single_token_docs(n1, n - n1)
+    for seed in range(runs):
+        m = ParticleFilterLDA(
+            2, n, seed, n_particles=1, n_rejuvenate=0, reservoir_size=R, init_docs=0, pool_factor=1.0
+        )
+        m.partial_fit(first)
+        assert m.ctr_[nb.FILL] == R
+        hits1[m.res_w_] += 1
+        m.partial_fit(rest)
+        assert m.ctr_[nb.FILL] == R and len(set(m.res_w_.tolist())) == R
+        # Every reservoir token keeps a document slot of its own (never the scratch slot).
+        assert np.all(m.res_slot_ < m.ndk_.shape[1] - 1)
+        hits[m.res_w_] += 1
+    assert _chi2_uniform(hits1, runs * R / n1) > 1e-3
+    assert _chi2_uniform(hits, runs * R / n) > 1e-3
+    ref = naive.reservoir_inclusion(n, R, runs, seed=1)
+    assert _chi2_uniform(ref, runs * R / n) > 1e-3
+    assert stats.chi2_contingency(np.vstack([hits, ref])).pvalue > 1e-3
+    # The test has power: a recency-biased reservoir (keep-the-newest with probability 2R/i) is rejected.
+    biased = hits.copy()
+    biased[: n // 2] = (hits[: n // 2] * 0.8).astype(np.int64)
+    biased[n // 2 :] += (hits[: n // 2] - biased[: n // 2]).sum() // (n - n // 2)
+    assert _chi2_uniform(biased, biased.sum() / n) < 1e-3
+
+
+def test_memory_constant_over_stream() -> None:
+    """State size and every array's size are the same after 10,000 and 100,000 documents (within 5%: exactly),
+    and the count-row pool never needs more rows than it has."""
+    m = ParticleFilterLDA(
+        3, 200, 0, n_particles=4, ess_threshold=0.6, n_rejuvenate=5, reservoir_size=100, init_docs=20
+    )
+
+    def nbytes() -> tuple[int, int]:
+        state = m.state_dict()["state"]
+        s = sum(v.nbytes for v in state.values() if isinstance(v, np.ndarray))
+        a = sum(v.nbytes for v in vars(m).values() if isinstance(v, np.ndarray))
+        return s, a
+
+    for b in range(10):
+        m.partial_fit(_random_stream(1000, 3, 200, b))
+    at_10k = nbytes()
+    for b in range(10, 100):
+        m.partial_fit(_random_stream(1000, 3, 200, b))
+    at_100k = nbytes()
+    assert m.n_docs_seen_ == 100_000 and m.diagnostics()["resamples"] > 100
+    assert abs(at_100k[0] - at_10k[0]) <= 0.05 * at_10k[0]
+    assert abs(at_100k[1] - at_10k[1]) <= 0.05 * at_10k[1]
+    assert at_10k[1] == m.memory_bytes()
+    assert m.diagnostics()["pool_peak_fill"] <= 1.0
+    _check_invariants(m)
+
+
+def test_resampling_shares_rows_copy_on_write() -> None:
+    """Copy on write: after many resamplings the pool holds far fewer rows than P × (words seen), a resampling
+    copies pointers, not K·W counts, and the bookkeeping stays consistent, also through pool-full
+    collapses."""
+    P, K, W, R = 8, 20, 5000, 200
+    m = ParticleFilterLDA(
+        K, W, 3, n_particles=P, ess_threshold=0.5, n_rejuvenate=10, reservoir_size=R, init_docs=10
+    )
+    for b in range(20):
+        m.partial_fit(_random_stream(50, 20, W, b))
+    d = m.diagnostics()
+    assert d["resamples"] > 50
+    rows_used = d["pool_fill"] * (m.rows_.shape[0] - 1)
+    seen = np.count_nonzero(m.ptr_.max(axis=0))
+    assert rows_used < 0.5 * P * seen
+    # Copying whole particles (the notes' P·(K·W + R + R·K) layout) writes (P - 1)·(K·W + R + R·K) numbers.
+    dense_bytes_per_resample = (P - 1) * (K * W + R + R * K) * 4
+    assert d["resample_copied_mb"] * 1e6 / d["resamples"] < 0.2 * dense_bytes_per_resample
+    _check_invariants(m)
+    tight = ParticleFilterLDA(4, 60, 1, n_particles=6, ess_threshold=0.9, n_rejuvenate=5, init_docs=0)
+    for b in range(30):
+        tight.partial_fit(_random_stream(20, 10, 60, 100 + b))
+        _check_invariants(tight)
+    assert tight.diagnostics()["collapses"] > 0
+    theta = tight.transform(_random_stream(5, 10, 60, 7))
+    np.testing.assert_allclose(theta.sum(axis=1), 1.0)
+
+
+# ------------------------------------------------------------------------------------------ behaviour
+def test_initialisation_buffer_and_mixtures() -> None:
+    """Before initialisation documents get the prior mean; the batch that fills the buffer gets Gibbs mixtures
+    for its buffered documents and filtered mixtures for the rest; the sample's tokens are in the counts."""
+    K = 3
+    m = ParticleFilterLDA(
+        K, 30, 0, n_particles=4, init_docs=5, init_sweeps=20, init_restarts=3, reservoir_size=20
+    )
+    th = m.partial_fit_transform(_random_stream(3, 6, 30, 0))
+    np.testing.assert_allclose(th, 1.0 / K)
+    assert m.diagnostics()["initialized"] == 0.0 and m.nk_.sum() == 0
+    th = m.partial_fit_transform(_random_stream(4, 6, 30, 1))
+    assert m.diagnostics()["initialized"] == 1.0
+    np.testing.assert_allclose(th.sum(axis=1), 1.0)
+    assert not np.allclose(th, 1.0 / K)
+    assert np.all(m.nk_.sum(axis=1) == 7 * 6)  # 5 initial documents + 2 filtered, 6 tokens each
+    assert m.ctr_[nb.FILL] == 20 and m.ctr_[nb.TOKENS] == 42
+    _check_invariants(m)
+    # The token cap ends buffering early.
+    capped = ParticleFilterLDA(K, 30, 0, n_particles=2, init_docs=100, init_max_tokens=10, init_sweeps=5)
+    capped.partial_fit(_random_stream(4, 4, 30, 2))
+    assert capped.initialized_ and capped.nk_[0].sum() == 16
+
+
+def test_recovers_planted_topics() -> None:
+    """Two topics with disjoint vocabularies, no Gibbs initialisation: the filter separates them."""
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, 300)
+    docs = [rng.integers(0, 10, 15) + 10 * lab for lab in labels]
+    m = ParticleFilterLDA(2, 20, 0, n_particles=8, init_docs=0)
+    theta = m.partial_fit_transform(_batch([d.tolist() for d in docs]))
+    pred = theta[100:].argmax(axis=1)
+    acc = max(np.mean(pred == labels[100:]), np.mean(pred != labels[100:]))
+    assert acc > 0.95
+    phi = m.topic_word()
+    np.testing.assert_allclose(phi.sum(axis=1), 1.0)
+    assert max(phi[0, :10].sum(), phi[0, 10:].sum()) > 0.9
+
+
+def test_reproducible_and_state_round_trip() -> None:
+    """Same seed → identical state; from_state(state_dict()) continues bit-identically, also mid-buffer."""
+    params = ParticleFilterLDA._unit_test_params()
+    batches = [_random_stream(2, 5, 40, 0), _random_stream(6, 5, 40, 1), _random_stream(8, 7, 40, 2)]
+    a = ParticleFilterLDA(4, 40, 11, **params)
+    b = ParticleFilterLDA(4, 40, 11, **params)
+    c = ParticleFilterLDA(4, 40, 12, **params)
+    for x in batches:
+        a.partial_fit(x)
+        b.partial_fit(x)
+        c.partial_fit(x)
+    sa, sb = a.state_dict()["state"], b.state_dict()["state"]
+    for key, v in sa.items():
+        if isinstance(v, np.ndarray):
+            np.testing.assert_array_equal(v, sb[key])
+        else:
+            assert v == sb[key]
+    assert not np.array_equal(sa["res_z"], c.state_dict()["state"]["res_z"])
+    for cut in (1, 2):  # restore mid-buffer (after batch 0) and after initialisation (after batch 1)
+        m = ParticleFilterLDA(4, 40, 5, **params)
+        for x in batches[:cut]:
+            m.partial_fit(x)
+        r = ParticleFilterLDA.from_state(m.state_dict())
+        for x in batches[cut:]:
+            np.testing.assert_array_equal(m.partial_fit_transform(x), r.partial_fit_transform(x))
+        np.testing.assert_array_equal(m.ptr_, r.ptr_)
+        np.testing.assert_array_equal(m.prng_, r.prng_)
+
+
+def test_reset_words_forgets() -> None:
+    m = ParticleFilterLDA(3, 30, 0, n_particles=4, init_docs=4, init_sweeps=10, reservoir_size=40)
+    m.partial_fit(_random_stream(30, 8, 10, 0))  # words 0..9 only
+    before = m.topic_word()[:, 4].sum()
+    m.reset_words([4])
+    after = m.topic_word()[:, 4].sum()
+    assert after * 10 <= before
+    assert 4 not in m.res_w_[: m.ctr_[nb.FILL]].tolist()
+    _check_invariants(m)
+    m.partial_fit(_random_stream(10, 8, 10, 1))
+    _check_invariants(m)
+
+
+def test_registered_and_validates() -> None:
+    assert ALGORITHMS["pf"] is ParticleFilterLDA
+    for bad in (
+        {"n_particles": 0},
+        {"ess_threshold": 0.0},
+        {"rejuvenation": "all"},
+        {"n_rejuvenate": -1},
+        {"reservoir_size": 0},
+        {"alpha": 0.0},
+        {"beta": float("nan")},
+        {"init_docs": 1.5},
+        {"init_holdout": 1.0},
+        {"pool_factor": 0.5},
+        {"n_particles": 2, "pool_factor": 3.0},
+    ):
+        with pytest.raises(ValueError):
+            ParticleFilterLDA(3, 10, 0, **bad)
+    m = ParticleFilterLDA(3, 10, 0, init_docs=0)
+    with pytest.raises(ValueError):
+        m.partial_fit([([10], [1.0])])
+    assert m.partial_fit_transform([]).shape == (0, 3)
+    th = m.partial_fit_transform([(np.zeros(0, dtype=np.int64), np.zeros(0))])
+    np.testing.assert_allclose(th, 1.0 / 3)
