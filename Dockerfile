@@ -1,0 +1,44 @@
+# topicstream: one image for every process (learner, replicas, producer, CLI tools).
+#   docker build -t topicstream .
+#   docker run --rm -e TOPICSTREAM_KAFKA_BOOTSTRAP=kafka:9092 -e TOPICSTREAM_REDIS_URL=redis://redis:6379/0 topicstream run
+# Configuration is by TOPICSTREAM_* environment variables (see service/settings.py); /metrics is on port 9100.
+
+ARG PYTHON_IMAGE=python:3.11-slim
+
+# ---- build: install the package and its dependencies (all binary wheels) into a virtual environment
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH
+WORKDIR /src
+# Dependencies first, so that editing the code does not reinstall them.
+COPY pyproject.toml README.md ./
+RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+        > /tmp/requirements.txt \
+ && pip install --upgrade pip \
+ && pip install -r /tmp/requirements.txt
+COPY kernels ./kernels
+COPY service ./service
+RUN pip install --no-deps . \
+ && python -c "import kernels, service.cli"
+
+# ---- runtime
+FROM ${PYTHON_IMAGE}
+LABEL org.opencontainers.image.title="topicstream" \
+      org.opencontainers.image.description="Single-pass, constant-memory topic models over a live Kafka stream" \
+      org.opencontainers.image.licenses="Apache-2.0"
+COPY --from=build /opt/venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    NUMBA_CACHE_DIR=/tmp/numba-cache \
+    TOPICSTREAM_METRICS_PORT=9100
+RUN groupadd --system --gid 10001 topicstream \
+ && useradd --system --uid 10001 --gid topicstream --create-home --home-dir /home/topicstream topicstream
+USER 10001:10001
+WORKDIR /home/topicstream
+EXPOSE 9100
+# No HEALTHCHECK here: only `run` and `replica` serve /metrics (docker-compose.yml and the k8s probes check it).
+ENTRYPOINT ["topicstream"]
+CMD ["--help"]

@@ -1,0 +1,346 @@
+"""Deployment files: dashboard and alerts use real metric names; compose, k8s, Prometheus, Grafana agree.
+
+No Docker engine or cluster is needed: the files are parsed and cross-checked. When ``promtool`` is installed
+(Debian package ``prometheus``), the Prometheus config, the alert rules (with their unit tests in
+``deploy/prometheus/alerts_test.yml``) and every dashboard expression are also checked by it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from service.metrics import Metrics
+from service.settings import Settings
+
+yaml = pytest.importorskip("yaml")
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy"
+DASHBOARD = DEPLOY / "grafana" / "dashboards" / "topicstream.json"
+ALERTS = DEPLOY / "prometheus" / "alerts.yml"
+PROMETHEUS = DEPLOY / "prometheus" / "prometheus.yml"
+COMPOSE = ROOT / "docker-compose.yml"
+
+_NAME = re.compile(r"\btopicstream_[A-Za-z0-9_]+")
+_SELECTOR = re.compile(r"\b(topicstream_[A-Za-z0-9_]+)\s*\{([^}]*)\}")
+_MATCHER = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)")
+# Labels Prometheus adds at scrape time.
+_TARGET_LABELS = {"job", "instance"}
+# Series that need not be on the dashboard.
+_NOT_ON_DASHBOARD = {"topicstream_snapshot_timestamp_seconds", "topicstream_model_info"}
+
+
+def _exposed() -> dict[str, set[str]]:
+    """Every series name a :class:`Metrics` can expose (with suffixes) -> its label names."""
+    m = Metrics(role="learner")
+    m.describe_model("scvb0", 10, 100)
+    for wrapper in vars(m).values():
+        labelnames = getattr(wrapper, "_labelnames", ())
+        if labelnames and hasattr(wrapper, "labels"):
+            child = wrapper.labels(**{name: "x" for name in labelnames})
+            if hasattr(child, "observe"):
+                child.observe(0.01)
+            elif hasattr(child, "inc"):
+                child.inc()
+    names: dict[str, set[str]] = {}
+    for family in m.registry.collect():
+        for sample in family.samples:
+            names.setdefault(sample.name, set()).update(k for k in sample.labels if k != "le")
+            if sample.name.endswith("_bucket"):
+                names[sample.name].add("le")
+    return names
+
+
+def _dashboard() -> dict[str, Any]:
+    return json.loads(DASHBOARD.read_text(encoding="utf-8"))
+
+
+def _walk(obj: Any) -> list[Any]:
+    out = [obj]
+    if isinstance(obj, dict):
+        for v in obj.values():
+            out += _walk(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            out += _walk(v)
+    return out
+
+
+def _dashboard_exprs() -> list[str]:
+    exprs = []
+    for node in _walk(_dashboard()):
+        if isinstance(node, dict):
+            for key in ("expr", "definition"):
+                if isinstance(node.get(key), str):
+                    exprs.append(node[key])
+            if isinstance(node.get("query"), dict) and isinstance(node["query"].get("query"), str):
+                exprs.append(node["query"]["query"])
+    return exprs
+
+
+def _alert_rules() -> list[dict[str, Any]]:
+    return [rule for group in yaml.safe_load(ALERTS.read_text())["groups"] for rule in group["rules"]]
+
+
+def _check_promql_names(exprs: list[str], exposed: dict[str, set[str]], where: str) -> set[str]:
+    used: set[str] = set()
+    for expr in exprs:
+        for name in _NAME.findall(expr):
+            assert name in exposed, f"{where}: {name!r} is not a series of service.metrics.Metrics ({expr})"
+            used.add(name)
+        for name, matchers in _SELECTOR.findall(expr):
+            for label in _MATCHER.findall(matchers):
+                assert label in exposed.get(name, set()) | _TARGET_LABELS, (
+                    f"{where}: {name} has no label {label!r}"
+                )
+    return used
+
+
+# ------------------------------------------------------------------------------------------------- dashboard
+def test_dashboard_uses_only_real_metric_names() -> None:
+    exposed = _exposed()
+    exprs = _dashboard_exprs()
+    assert len(exprs) > 30
+    used = _check_promql_names(exprs, exposed, "dashboard")
+    # ... and shows every series (by base name).
+    bases = {re.sub(r"_(total|bucket|count|sum|created|info)$", "", n) for n in exposed}
+    used_bases = {re.sub(r"_(total|bucket|count|sum|created|info)$", "", n) for n in used}
+    missing = bases - used_bases - {re.sub(r"_info$", "", n) for n in _NOT_ON_DASHBOARD} - _NOT_ON_DASHBOARD
+    assert not missing, f"series not on the dashboard: {sorted(missing)}"
+
+
+def test_dashboard_structure() -> None:
+    d = _dashboard()
+    assert d["uid"] == "topicstream"
+    panels = d["panels"]
+    ids = [p["id"] for p in panels]
+    assert len(ids) == len(set(ids)), "panel ids are unique"
+    titles = " | ".join(p["title"].lower() for p in panels)
+    needed_panels = [
+        *("articles per second", "dead-lettered by reason", "lag by partition", "end-to-end latency"),
+        *("batch duration", "snapshot age", "snapshot version", "snapshot size", "snapshot duration"),
+        *("vocabulary", "out-of-vocabulary", "prevalence", "drift", "topics used", "kernel", "errors"),
+    ]
+    for needed in needed_panels:
+        assert needed in titles, f"no panel about {needed!r}"
+    for p in panels:
+        g = p["gridPos"]
+        assert g["x"] >= 0 and g["x"] + g["w"] <= 24
+        if p["type"] == "row":
+            continue
+        assert p["datasource"]["uid"] == "${datasource}"
+        assert p["targets"], p["title"]
+        for t in p["targets"]:
+            assert t["datasource"]["uid"] == "${datasource}"
+            assert t["expr"].strip()
+    latency = [t["expr"] for p in panels if p["title"] == "End-to-end latency" for t in p["targets"]]
+    assert {q for e in latency for q in re.findall(r"histogram_quantile\((0\.\d+)", e)} == {
+        "0.5",
+        "0.95",
+        "0.99",
+    }
+    variables = {v["name"]: v for v in d["templating"]["list"]}
+    assert variables["datasource"]["query"] == "prometheus"
+    assert "job" in variables
+
+
+# ---------------------------------------------------------------------------------------------- prometheus
+def test_alerts_use_real_metric_names_and_cover_the_brief() -> None:
+    rules = _alert_rules()
+    _check_promql_names([r["expr"] for r in rules], _exposed(), "alerts.yml")
+    names = {r["alert"] for r in rules}
+    needed_alerts = [
+        *("TopicstreamLearnerDown", "TopicstreamConsumerLagGrowing", "TopicstreamNoOutput"),
+        *("TopicstreamSnapshotStale", "TopicstreamDeadLetterSpike", "TopicstreamModelDriftSpike"),
+    ]
+    for needed in needed_alerts:
+        assert needed in names
+    for r in rules:
+        assert r["labels"]["severity"] in {"critical", "warning", "info"}
+        assert r["annotations"]["summary"] and r["annotations"]["description"]
+    lag = next(r for r in rules if r["alert"] == "TopicstreamConsumerLagGrowing")
+    assert lag["for"] == "10m"
+
+
+def test_prometheus_scrapes_learner_and_replicas() -> None:
+    cfg = yaml.safe_load(PROMETHEUS.read_text())
+    jobs = {j["job_name"]: j for j in cfg["scrape_configs"]}
+    for job in ("learner", "replica"):
+        sd = jobs[job]["dns_sd_configs"][0]
+        assert sd["names"] == [job] and sd["port"] == 9100
+    assert [Path(f).name for f in cfg["rule_files"]] == ["alerts.yml"]
+
+
+def _promtool() -> str:
+    path = shutil.which("promtool")
+    if path is None:
+        pytest.skip("promtool not installed (apt-get install prometheus)")
+    return path
+
+
+def _run(cmd: list[str], cwd: Path) -> None:
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_promtool_checks_config_rules_and_alert_unit_tests(tmp_path: Path) -> None:
+    promtool = _promtool()
+    _run([promtool, "check", "rules", str(ALERTS)], ROOT)
+    _run([promtool, "test", "rules", "alerts_test.yml"], ALERTS.parent)
+    # The config names the rule file at its path in the container; check a copy that points at the file here.
+    cfg = PROMETHEUS.read_text().replace("/etc/prometheus/alerts.yml", str(ALERTS))
+    (tmp_path / "prometheus.yml").write_text(cfg)
+    _run([promtool, "check", "config", str(tmp_path / "prometheus.yml")], tmp_path)
+
+
+def test_promtool_parses_every_dashboard_expression(tmp_path: Path) -> None:
+    promtool = _promtool()
+    rules = []
+    for i, expr in enumerate(_dashboard_exprs()):
+        if expr.startswith("label_values("):
+            continue  # a Grafana function, not PromQL
+        promql = expr.replace("$__rate_interval", "1m").replace("$job", ".*")
+        rules.append({"record": f"dashboard:expr_{i}", "expr": promql})
+    (tmp_path / "dashboard_rules.yml").write_text(yaml.safe_dump({"groups": [{"name": "d", "rules": rules}]}))
+    _run([promtool, "check", "rules", "dashboard_rules.yml"], tmp_path)
+
+
+# ------------------------------------------------------------------------------------------------- grafana
+def test_grafana_provisioning_matches_compose() -> None:
+    ds = yaml.safe_load((DEPLOY / "grafana/provisioning/datasources/prometheus.yml").read_text())[
+        "datasources"
+    ]
+    assert ds[0]["uid"] == "prometheus" and ds[0]["type"] == "prometheus"
+    assert ds[0]["url"] == "http://prometheus:9090"
+    provider = yaml.safe_load((DEPLOY / "grafana/provisioning/dashboards/topicstream.yml").read_text())
+    path = provider["providers"][0]["options"]["path"]
+    grafana = yaml.safe_load(COMPOSE.read_text())["services"]["grafana"]
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in grafana["volumes"] if v.startswith("./")}
+    assert mounts[path] == "./deploy/grafana/dashboards"
+    assert mounts["/etc/grafana/provisioning"] == "./deploy/grafana/provisioning"
+    assert grafana["environment"]["GF_AUTH_ANONYMOUS_ENABLED"] == "true"
+    assert grafana["environment"]["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer"
+
+
+# ------------------------------------------------------------------------------------------------- compose
+def _settings_vars() -> set[str]:
+    return {"TOPICSTREAM_" + name.upper() for name in Settings.model_fields}
+
+
+def test_compose_defines_the_services_and_start_order() -> None:
+    compose = yaml.safe_load(COMPOSE.read_text())
+    services = compose["services"]
+    for name in ("kafka", "kafka-init", "redis", "learner", "replica", "producer", "prometheus", "grafana"):
+        assert name in services, name
+    for name in ("kafka", "redis", "learner", "replica", "prometheus", "grafana"):
+        assert "test" in services[name]["healthcheck"], f"{name} has a healthcheck"
+    assert services["learner"]["depends_on"] == {
+        "kafka-init": {"condition": "service_completed_successfully"},
+        "redis": {"condition": "service_healthy"},
+    }
+    assert services["kafka-init"]["depends_on"]["kafka"]["condition"] == "service_healthy"
+    assert services["replica"]["depends_on"]["learner"]["condition"] == "service_healthy"
+    assert services["grafana"]["depends_on"]["prometheus"]["condition"] == "service_healthy"
+    # --scale replica=N: no fixed name, no host port.
+    assert "container_name" not in services["replica"] and "ports" not in services["replica"]
+    assert services["learner"]["command"] == ["run"] and services["replica"]["command"] == ["replica"]
+    assert services["producer"]["entrypoint"] == ["topicstream", "produce"]
+    # Bind mounts exist in the repository.
+    for svc in services.values():
+        for vol in svc.get("volumes", []):
+            src = vol.split(":")[0]
+            if src.startswith("./deploy"):
+                assert (ROOT / src).exists(), src
+
+
+def test_compose_kafka_is_single_node_kraft_with_the_topics() -> None:
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    env = services["kafka"]["environment"]
+    assert services["kafka"]["image"].startswith("apache/kafka:")
+    assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
+    assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"] == "1@kafka:9093"
+    assert env["KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR"] == 1
+    listeners = dict(p.split(":", 1) for p in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(","))
+    assert set(listeners) >= {env["KAFKA_CONTROLLER_LISTENER_NAMES"], env["KAFKA_INTER_BROKER_LISTENER_NAME"]}
+    bootstrap = services["learner"]["environment"]["TOPICSTREAM_KAFKA_BOOTSTRAP"]
+    assert f"//{bootstrap}" in env["KAFKA_ADVERTISED_LISTENERS"]
+    script = " ".join(services["kafka-init"]["command"])
+    fields = Settings.model_fields
+    default = {name: fields[name].default for name in ("input_topic", "output_topic", "dlq_topic")}
+    assert re.search(rf"--topic {re.escape(default['input_topic'])} --partitions 6\b", script)
+    for topic in (default["output_topic"], default["dlq_topic"]):
+        assert f"--topic {topic} " in script
+
+
+def test_compose_and_k8s_configure_only_known_settings() -> None:
+    known = _settings_vars()
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    for name in ("learner", "replica", "producer"):
+        env = services[name]["environment"]
+        unknown = {k for k in env if k.startswith("TOPICSTREAM_")} - known
+        assert not unknown, f"{name}: {unknown}"
+        assert env["TOPICSTREAM_METRICS_PORT"] == "9100"
+    cm = yaml.safe_load((DEPLOY / "k8s/configmap.yaml").read_text())
+    assert set(cm["data"]) <= known, set(cm["data"]) - known
+    # The values are valid settings.
+    values = {k.removeprefix("TOPICSTREAM_").lower(): v for k, v in cm["data"].items()}
+    Settings(**values)
+
+
+# ----------------------------------------------------------------------------------------------------- k8s
+def _k8s() -> dict[tuple[str, str], dict[str, Any]]:
+    docs = {}
+    for f in sorted((DEPLOY / "k8s").glob("*.yaml")):
+        for doc in yaml.safe_load_all(f.read_text()):
+            if doc and doc.get("kind") != "Kustomization":
+                assert doc["apiVersion"] and doc["metadata"]["name"], f
+                docs[(doc["kind"], doc["metadata"]["name"])] = doc
+    return docs
+
+
+def test_k8s_manifests() -> None:
+    docs = _k8s()
+    assert ("Namespace", "topicstream") in docs
+    assert ("ConfigMap", "topicstream-config") in docs
+    learner = docs[("Deployment", "topicstream-learner")]
+    assert learner["spec"]["replicas"] == 1
+    assert learner["spec"]["strategy"]["type"] == "Recreate"
+    replica = docs[("Deployment", "topicstream-replica")]
+    hpa = docs[("HorizontalPodAutoscaler", "topicstream-replica")]
+    assert hpa["spec"]["scaleTargetRef"]["name"] == "topicstream-replica"
+    for dep, arg in ((learner, "run"), (replica, "replica")):
+        pod = dep["spec"]["template"]
+        assert dep["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+        (c,) = pod["spec"]["containers"]
+        assert c["args"] == [arg]
+        assert c["ports"][0]["containerPort"] == 9100
+        for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+            assert c[probe]["httpGet"]["path"] == "/metrics" and c[probe]["httpGet"]["port"] == "metrics"
+        assert {"cpu", "memory"} <= set(c["resources"]["requests"]) and "memory" in c["resources"]["limits"]
+        assert c["envFrom"][0]["configMapRef"]["name"] == "topicstream-config"
+        assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    for kind, name in docs:
+        if kind == "Service":
+            svc = docs[(kind, name)]
+            assert svc["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
+            assert svc["metadata"]["annotations"]["prometheus.io/port"] == "9100"
+    kustomization = yaml.safe_load((DEPLOY / "k8s/kustomization.yaml").read_text())
+    for res in kustomization["resources"]:
+        assert (DEPLOY / "k8s" / res).exists()
+
+
+def test_dockerfile_is_non_root_with_topicstream_entrypoint() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    assert "python:3.11-slim" in text
+    assert 'ENTRYPOINT ["topicstream"]' in text
+    users = re.findall(r"^USER\s+(\S+)", text, flags=re.M)
+    assert users and users[-1].split(":")[0] not in {"root", "0"}
+    ignore = (ROOT / ".dockerignore").read_text().split()
+    assert ".venv" in ignore and ".git" in ignore
