@@ -9,13 +9,24 @@
 from ._base import TopicModel
 from ._batch import Batch, as_batch
 from ._schedule import StepSize
+from .ohdp import OnlineHDP
 from .particle_filter import ParticleFilterLDA
 from .scvb0 import SCVB0
 
 #: Every kernel by its ``algorithm`` name, as chosen by ``TOPICSTREAM_ALGORITHM``.
 ALGORITHMS: dict[str, type[TopicModel]] = {
     SCVB0.algorithm: SCVB0,
+    OnlineHDP.algorithm: OnlineHDP,
     ParticleFilterLDA.algorithm: ParticleFilterLDA,
 }
 
-__all__ = ["ALGORITHMS", "SCVB0", "Batch", "ParticleFilterLDA", "StepSize", "TopicModel", "as_batch"]
+__all__ = [
+    "ALGORITHMS",
+    "SCVB0",
+    "Batch",
+    "OnlineHDP",
+    "ParticleFilterLDA",
+    "StepSize",
+    "TopicModel",
+    "as_batch",
+]

@@ -1,0 +1,113 @@
+"""Slow, literal NumPy transcriptions of the online HDP updates, to test ``kernels.ohdp`` against.
+
+Token level (a word occurring c times is c separate tokens), SciPy's special functions, no clumping, no sparse
+scaling trick: each function is the seed's equation as printed (Wang, Paisley & Blei 2011,
+``shared/seeds/004``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.special import digamma, gammaln, logsumexp
+
+
+def expect_log_sticks(a: NDArray[np.float64], b: NDArray[np.float64]) -> NDArray[np.float64]:
+    """E[log π_t] = E[log π'_t] + Σ_{s<t} E[log(1 − π'_s)], last break = 1 (below Eq. 21)."""
+    e1 = digamma(a) - digamma(a + b)
+    e0 = digamma(b) - digamma(a + b)
+    out = np.zeros(len(a) + 1)
+    out[:-1] = e1
+    out[1:] += np.cumsum(e0)
+    return out
+
+
+def doc_objective(
+    words: NDArray[np.int64], elog: NDArray[np.float64], elogbeta: NDArray[np.float64], alpha: float,
+    zeta: NDArray[np.float64], phi: NDArray[np.float64], a: NDArray[np.float64], b: NDArray[np.float64],
+) -> float:
+    """L_j of the seed (Eq. 14 restricted to document j, corpus terms left out), token level.
+
+    E[log p(w|c,z,φ)] + E[log p(c|β')] + H(q(c)) + E[log p(z|π')] + H(q(z)) + E[log p(π'|α0)] + H(q(π')).
+    ``elog`` is K×W: E[log φ_kw]; ``zeta`` N×T; ``phi`` T×K; (a, b) T−1.
+    """
+    el = elog[:, words].T  # N×K
+    elogpi = expect_log_sticks(a, b)
+    lik = float(np.sum(zeta * (el @ phi.T)))
+    lc = float(np.sum(phi * elogbeta[None, :]) - np.sum(phi * np.log(phi)))
+    lz = float(np.sum(zeta * elogpi[None, :]) - np.sum(zeta * np.log(zeta)))
+    e1 = digamma(a) - digamma(a + b)
+    e0 = digamma(b) - digamma(a + b)
+    lp = float(np.sum(np.log(alpha) + (alpha - 1.0) * e0))
+    hq = float(-np.sum(gammaln(a + b) - gammaln(a) - gammaln(b) + (a - 1.0) * e1 + (b - 1.0) * e0))
+    return lik + lc + lz + lp + hq
+
+
+def doc_step(
+    words: NDArray[np.int64], elog: NDArray[np.float64], elogbeta: NDArray[np.float64], T: int, alpha: float,
+    n_iter: int,
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], list[float]]:
+    """``n_iter`` rounds of Eq. 17, Eq. 18, Eqs. 15–16 (in that order) from ζ uniform, (a, b) = (1, α0).
+
+    ``words``: the document's tokens (length N, repeats allowed). Returns ζ (N×T), φ (T×K), a, b, and the
+    objective after each round.
+    """
+    N = len(words)
+    el = elog[:, words].T  # N×K: E[log p(w_n | φ_k)]
+    zeta = np.full((N, T), 1.0 / T)
+    a = np.ones(T - 1)
+    b = np.full(T - 1, alpha)
+    trace = []
+    for _ in range(n_iter):
+        # Eq. 17: φ_jtk ∝ exp(Σ_n ζ_jnt E[log p(w_jn|φ_k)] + E[log β_k])
+        logits = zeta.T @ el + elogbeta[None, :]
+        phi = np.exp(logits - logsumexp(logits, axis=1, keepdims=True))
+        # Eq. 18: ζ_jnt ∝ exp(Σ_k φ_jtk E[log p(w_jn|φ_k)] + E[log π_jt])
+        logits = el @ phi.T + expect_log_sticks(a, b)[None, :]
+        zeta = np.exp(logits - logsumexp(logits, axis=1, keepdims=True))
+        # Eq. 15: a_jt = 1 + Σ_n ζ_jnt ; Eq. 16: b_jt = α0 + Σ_n Σ_{s>t} ζ_jns
+        a = 1.0 + zeta[:, : T - 1].sum(axis=0)
+        b = alpha + np.array([zeta[:, t + 1 :].sum() for t in range(T - 1)])
+        trace.append(doc_objective(words, elog, elogbeta, alpha, zeta, phi, a, b))
+    return zeta, phi, a, b, trace
+
+
+def corpus_step(
+    lam: NDArray[np.float64], u: NDArray[np.float64], v: NDArray[np.float64],
+    docs: list[NDArray[np.int64]], zetas: list[NDArray[np.float64]], phis: list[NDArray[np.float64]],
+    eta: float, gamma: float, D: float, rho: float,
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    """Eqs. 22–27 with a minibatch of S documents (the gradient of (D/S) Σ_j L_j), dense over K×W."""
+    K, W = lam.shape
+    S = len(docs)
+    ss_lam = np.zeros((K, W))
+    ss_u = np.zeros(K)
+    ss_v = np.zeros(K)
+    for words, zeta, phi in zip(docs, zetas, phis, strict=True):
+        T = phi.shape[0]
+        for t in range(T):
+            for n, w in enumerate(words):
+                ss_lam[:, w] += phi[t] * zeta[n, t]  # Σ_t φ_jtk (Σ_n ζ_jnt I[w_jn = w])
+            ss_u += phi[t]  # Σ_t φ_jtk
+            ss_v += np.array([phi[t, k + 1 :].sum() for k in range(K)])  # Σ_t Σ_{l>k} φ_jtl
+    d_lam = -lam + eta + (D / S) * ss_lam  # Eq. 22
+    d_u = -u + 1.0 + (D / S) * ss_u[: K - 1]  # Eq. 23
+    d_v = -v + gamma + (D / S) * ss_v[: K - 1]  # Eq. 24
+    return lam + rho * d_lam, u + rho * d_u, v + rho * d_v  # Eqs. 25–27
+
+
+def cvb0_doc_step(
+    cnts: NDArray[np.float64], phat: NDArray[np.float64], prior: NDArray[np.float64], n_sweeps: int
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Collapsed zero-order document update with fixed topics (Sato et al. 2012 / SCVB0 Eq. 5), clumped:
+    γ_n ∝ φ̂_n ⊙ (N_j − min(c_n, 1)·γ_n + α0β), Gauss–Seidel over the distinct words, ``n_sweeps`` sweeps."""
+    gam = phat * prior[None, :]
+    gam /= gam.sum(axis=1, keepdims=True)
+    nj = cnts @ gam
+    for _ in range(n_sweeps):
+        for n in range(len(cnts)):
+            g = phat[n] * (np.maximum(nj - min(cnts[n], 1.0) * gam[n], 0.0) + prior)
+            g /= g.sum()
+            nj += cnts[n] * (g - gam[n])
+            gam[n] = g
+    return gam, nj
