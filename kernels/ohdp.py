@@ -83,12 +83,19 @@ def _stick_means(a: NDArray[np.float64], b: NDArray[np.float64]) -> NDArray[np.f
 
 
 @njit(cache=True, nogil=True)
-def _beta_from_tables(m: NDArray[np.float64], gamma: float) -> NDArray[np.float64]:
-    """E[β] given expected table counts m_k: sticks taken in decreasing m_k (ties by id, a stable sort),
+def _beta_from_tables(m: NDArray[np.float64], rank: NDArray[np.int64], gamma: float) -> NDArray[np.float64]:
+    """E[β] given expected table counts m_k: sticks taken in decreasing m_k, ties (empty topics) in the order
+    ``rank`` (a permutation of the ids drawn at start: which free id the next new topic takes),
     β'_(i) = (1 + m_(i)) / (1 + γ + m_(i) + Σ_{l>i} m_(l)) (the posterior mean of Beta(1 + m_(i), γ + Σ_{l>i}
     m_(l)): Eqs. 19–20 with tables counted instead of document atoms; Sato et al. 2012), last break 1."""
     K = m.shape[0]
-    order = np.argsort(-m, kind="mergesort")
+    by_rank = np.empty(K, dtype=np.int64)
+    for k in range(K):
+        by_rank[rank[k]] = k
+    neg = np.empty(K)
+    for i in range(K):
+        neg[i] = -m[by_rank[i]]
+    order = by_rank[np.argsort(neg, kind="mergesort")]
     beta = np.empty(K)
     tail = 0.0
     for i in range(K):
@@ -389,6 +396,7 @@ def _cvb_batch(
     eta: float,
     n_words: int,
     base_tables: NDArray[np.float64],
+    rank: NDArray[np.int64],
     alpha: float,
     gamma: float,
     tol: float,
@@ -419,7 +427,7 @@ def _cvb_batch(
     total_it = 0
     for d in range(n_docs):
         if d == 0 or sequential:
-            beta = _beta_from_tables(cur, gamma)
+            beta = _beta_from_tables(cur, rank, gamma)
             ptot = 0.0
             for k in range(K):
                 prior[k] = max(alpha * beta[k], 1e-100)
@@ -662,6 +670,9 @@ class OnlineHDP(TopicModel):
         else:
             self.stick_u_ = np.zeros(K)
             self.stick_v_ = np.zeros(0)
+        # collapsed: the order in which free topic ids are handed to new topics (the seed's only use there)
+        self.topic_rank_ = (self.rng_.permutation(K) if self.inference == "collapsed"
+                            else np.arange(K)).astype(np.int64)
         self.n_updates_ = 0
         self.last_doc_iters_ = 0.0
 
@@ -676,7 +687,7 @@ class OnlineHDP(TopicModel):
         return self._collapsed_beta()
 
     def _collapsed_beta(self) -> NDArray[np.float64]:
-        return _beta_from_tables(self.stick_u_, float(self.gamma))
+        return _beta_from_tables(self.stick_u_, self.topic_rank_, float(self.gamma))
 
     def _elogbeta(self) -> NDArray[np.float64]:
         return _expect_log_sticks(self.stick_u_, self.stick_v_)
@@ -716,7 +727,8 @@ class OnlineHDP(TopicModel):
             base_tot = self.topic_total_ * self.scale_
             tables = np.zeros(K)
             iters = _cvb_batch(mb.indptr, slots, mb.counts, base, base_tot, float(self.eta),
-                               int(self.n_words), self.stick_u_, float(self.alpha), float(self.gamma),
+                               int(self.n_words), self.stick_u_, self.topic_rank_, float(self.alpha),
+                               float(self.gamma),
                                float(self.tol), int(self.max_iter), bool(self.sequential) and update, stat,
                                tables, theta)
         if not update:
@@ -775,6 +787,7 @@ class OnlineHDP(TopicModel):
             "scale": float(self.scale_),
             "stick_u": self.stick_u_.copy(),
             "stick_v": self.stick_v_.copy(),
+            "topic_rank": self.topic_rank_.copy(),
             "n_updates": int(self.n_updates_),
             "last_doc_iters": float(self.last_doc_iters_),
         }
@@ -789,6 +802,10 @@ class OnlineHDP(TopicModel):
         self.scale_ = float(state["scale"])  # type: ignore[arg-type]
         self.stick_u_ = np.array(state["stick_u"], dtype=np.float64, copy=True)
         self.stick_v_ = np.array(state["stick_v"], dtype=np.float64, copy=True)
+        rank = np.array(state["topic_rank"], dtype=np.int64, copy=True)
+        if sorted(rank.tolist()) != list(range(K)):
+            raise ValueError("topic_rank must be a permutation of the topic ids")
+        self.topic_rank_ = rank
         self.n_updates_ = int(state["n_updates"])  # type: ignore[arg-type]
         self.last_doc_iters_ = float(state["last_doc_iters"])  # type: ignore[arg-type]
 
