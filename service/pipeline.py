@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import numpy as np
-from confluent_kafka import Message, Producer
+from confluent_kafka import KafkaError, Message, Producer
 from numpy.typing import NDArray
 
 from .kafka import DeliveryTracker
@@ -83,21 +84,31 @@ class Publisher:
         self.producer = producer
         self.settings = settings
         self.metrics = metrics
-        self.tracker = DeliveryTracker(on_ack=self._on_ack)
+        self.tracker = DeliveryTracker()
 
-    def _on_ack(self, msg: Message) -> None:
-        if msg.topic() != self.settings.output_topic:
-            return
-        self.metrics.published.inc()
-        for k, v in msg.headers() or []:
-            if k == "topicstream-input-ts" and v:
-                self.metrics.latency.observe(max(0.0, time.time() - int(v) / 1000.0))
-                break
+    def _output_delivered(self, input_ts: float) -> Callable[[KafkaError | None, Message], None]:
+        """Delivery callback of one output: track it, and on success count it and observe its latency."""
 
-    def _produce(self, topic: str, key: bytes | str | None, value: bytes, headers: list[tuple[str, bytes]]) -> None:
+        def callback(err: KafkaError | None, msg: Message) -> None:
+            self.tracker.callback(err, msg)
+            if err is None:
+                self.metrics.published.inc()
+                self.metrics.latency.observe(max(0.0, time.time() - input_ts))
+
+        return callback
+
+    def _produce(
+        self,
+        topic: str,
+        key: bytes | str | None,
+        value: bytes,
+        headers: list[tuple[str, bytes]],
+        on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+    ) -> None:
+        callback = on_delivery or self.tracker.callback
         while True:
             try:
-                self.producer.produce(topic, value=value, key=key, headers=headers, on_delivery=self.tracker.callback)
+                self.producer.produce(topic, value=value, key=key, headers=headers, on_delivery=callback)
                 return
             except BufferError:  # local queue full: let deliveries drain, then retry
                 self.producer.poll(0.1)
@@ -128,6 +139,7 @@ class Publisher:
         n_topics = theta.shape[1]
         model = {"algorithm": algorithm, "version": version, "topics": n_topics}
         now = datetime.now(timezone.utc).isoformat()
+        consumed_at = time.time()
         order = np.argsort(-theta, axis=1)[:, : s.top_topics_max]
         mixtures = np.round(theta, 6).tolist()
         version_b, algorithm_b = str(version).encode(), algorithm.encode()
@@ -149,12 +161,13 @@ class Publisher:
                 "url": article.url,
                 "tokens": int(tokens[j]),
             }
-            _, ts = msg.timestamp()
             headers = [
                 (H_TOPIC, str(int(order[j, 0])).encode()),
                 (H_TOPICS, ",".join(str(t["topic"]) for t in top).encode()),
                 (H_VERSION, version_b),
                 (H_ALGORITHM, algorithm_b),
-                ("topicstream-input-ts", str(ts if ts > 0 else int(time.time() * 1000)).encode()),
             ]
-            self._produce(s.output_topic, article.id, json.dumps(event).encode(), headers)
+            _, ts_ms = msg.timestamp()
+            input_ts = ts_ms / 1000.0 if ts_ms > 0 else consumed_at
+            self._produce(s.output_topic, article.id, json.dumps(event).encode(), headers,
+                          self._output_delivered(input_ts))  # fmt: skip

@@ -110,7 +110,7 @@ class Replica:
     def run(self, stop: threading.Event | None = None, max_batches: int | None = None) -> None:
         stop = stop or threading.Event()
         s = self.settings
-        while not self.reload():
+        while self.model is None and not self.reload():
             if stop.wait(1.0):
                 return
             log.info("waiting for the learner's first snapshot under prefix %r", s.redis_prefix)

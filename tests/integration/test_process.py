@@ -1,0 +1,109 @@
+"""``topicstream run`` as a real process: /metrics after a run, and SIGTERM leaves a final snapshot + commits."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from service.localstack import free_port
+from service.settings import Settings
+from service.snapshot import SnapshotStore
+
+from .conftest import committed, produce
+from .test_learner import BAD, good_articles
+
+pytestmark = pytest.mark.integration
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def value(samples: dict, name: str, **labels: str) -> float:
+    return samples[(name, tuple(sorted(labels.items())))]
+
+
+def total(samples: dict, name: str) -> float:
+    return sum(v for (n, _), v in samples.items() if n == name)
+
+
+def test_metrics_and_sigterm(settings: Settings) -> None:
+    s = settings
+    port = free_port()
+    env = {**os.environ}
+    for field in ("kafka_bootstrap", "redis_url", "input_topic", "output_topic", "dlq_topic", "group_id",
+                  "redis_prefix", "topics", "vocab_size", "batch_size", "batch_timeout_s",
+                  "max_poll_interval_ms", "session_timeout_ms"):  # fmt: skip
+        env[f"TOPICSTREAM_{field.upper()}"] = str(getattr(s, field))
+    env["TOPICSTREAM_METRICS_PORT"] = str(port)
+    env["TOPICSTREAM_MAX_ARTICLE_BYTES"] = "4096"
+    env["TOPICSTREAM_SNAPSHOT_EVERY_S"] = "3600"
+    env["TOPICSTREAM_SNAPSHOT_EVERY_BATCHES"] = "1000"  # only the SIGTERM snapshot
+    good = good_articles(300, seed=3)
+    last = produce(s, good + list(BAD))
+    n_all = len(good) + len(BAD)
+
+    proc = subprocess.Popen([sys.executable, "-m", "service", "run"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        samples: dict = {}
+        while time.monotonic() < deadline:
+            try:
+                samples = scrape(port)
+                if total(samples, "topicstream_articles_consumed_total") >= n_all:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.3)
+        assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
+        time.sleep(1.0)  # let the batch's acknowledgements land in the counters
+        samples = scrape(port)
+
+        assert value(samples, "topicstream_articles_consumed_total") == n_all
+        assert value(samples, "topicstream_articles_published_total") == len(good)
+        assert total(samples, "topicstream_articles_dead_lettered_total") == len(BAD)
+        assert value(samples, "topicstream_articles_dead_lettered_total", reason="oversize") == 1
+        assert value(samples, "topicstream_tokens_total") > 10 * len(good)
+        assert value(samples, "topicstream_batches_total") >= 1
+        for stage in ("decode", "tokenize", "kernel", "publish", "commit"):
+            assert value(samples, "topicstream_batch_duration_seconds_count", stage=stage) >= 1
+        assert value(samples, "topicstream_end_to_end_latency_seconds_count") == len(good)
+        assert 0 < value(samples, "topicstream_end_to_end_latency_seconds_sum") / len(good) < 120
+        words = value(samples, "topicstream_vocabulary_words")
+        assert 0 < words <= value(samples, "topicstream_vocabulary_capacity_words") == s.vocab_size
+        prevalence = [v for (n, _), v in samples.items() if n == "topicstream_topic_prevalence"]
+        assert len(prevalence) == s.topics and abs(sum(prevalence) - 1) < 1e-6
+        assert 1 <= value(samples, "topicstream_topics_used") <= s.topics
+        lags = [v for (n, _), v in samples.items() if n == "topicstream_consumer_lag_messages"]
+        assert lags and all(v >= 0 for v in lags)
+        assert value(samples, "topicstream_model_info", algorithm=s.algorithm, topics=str(s.topics), role="learner") == 1
+
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    # SIGTERM left a final snapshot of everything learned, with the offsets, and committed offsets.
+    expected = {p: off + 1 for p, off in last.items()}
+    meta, payload = SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix).load()
+    assert {p: o for _, p, o in payload["offsets"]} == expected
+    assert payload["kernel"]["state"]["n_docs_seen"] == len(good)
+    assert committed(s, s.learner_group(), 2) == expected
+    assert json.loads(json.dumps(meta))["articles_learned"] == len(good)
