@@ -7,7 +7,7 @@ particle filter of Canini, Shi & Griffiths (2009) with the rejuvenation sequence
 Algorithm-R reservoir, as studied in seed 003 (``../shared/seeds/003_a7c52d8f7fc270fa.txt``).
 
 Storage of the topic–word counts n_kw^(p) (the part that would be P·K·W numbers): a pool of K-long count rows
-shared copy-on-write between particles. ``ptr[p, w]`` is the pool row holding particle p's counts of word w;
+shared copy-on-write between particles. ``ptr[w, p]`` is the pool row holding particle p's counts of word w;
 row 0 is the all-zero row shared by every unseen word and is never written; ``refcnt[r]`` counts the particles
 pointing to row r ≥ 1; ``free[:ctr[N_FREE]]`` is a stack of free rows. A particle writes a row only after
 making it private (:func:`own_row`), so resampling copies a particle by copying its W row pointers, not its
@@ -147,7 +147,7 @@ def own_row(
 
     The caller guarantees a free row (``ctr[N_FREE] ≥ 1``) when the row is shared or the zero row.
     """
-    r = ptr[p, w]
+    r = ptr[w, p]
     if r != 0 and refcnt[r] == 1:
         return r
     ctr[N_FREE] -= 1
@@ -162,7 +162,7 @@ def own_row(
         refcnt[r] -= 1
         ctr[COW_ROWS] += 1
     refcnt[new] = 1
-    ptr[p, w] = new
+    ptr[w, p] = new
     used = rows.shape[0] - 1 - ctr[N_FREE]
     if used > ctr[PEAK_ROWS]:
         ctr[PEAK_ROWS] = used
@@ -170,9 +170,10 @@ def own_row(
 
 
 @njit(cache=True, nogil=True)
-def copy_particle(
-    src: int,
-    dst: int,
+def copy_pairs(
+    src: NDArray[np.int64],
+    dst: NDArray[np.int64],
+    n_pairs: int,
     refcnt: NDArray[np.int64],
     free: NDArray[np.int64],
     ctr: NDArray[np.int64],
@@ -182,40 +183,47 @@ def copy_particle(
     slot_refs: NDArray[np.int64],
     res_z: NDArray[np.int16],
 ) -> None:
-    """Make particle ``dst`` a copy of ``src`` (step 4), copying only what differs or is needed.
+    """Make particle ``dst[i]`` a copy of ``src[i]`` for every pair i (step 4), copying only what differs.
 
-    Topic–word counts: only the row pointers that differ are rewritten (reference counts adjusted, rows nobody
-    points to any more go back to the free stack); n_k is copied; n_d· only for document slots in use; the
-    reservoir's z only for filled slots.
+    One sequential pass over each table serves all pairs (the tables are laid out word-, slot- and
+    token-major, so a token step reads P contiguous entries). Topic–word counts: only row pointers that differ
+    are rewritten (reference counts adjusted, rows nobody points to any more go back to the free stack), never
+    the K-long rows; n_k is copied; n_d· only for document slots in use; the reservoir's z only for filled
+    slots. No source is a destination.
     """
-    W = ptr.shape[1]
+    W = ptr.shape[0]
     K = nk.shape[1]
     copied = 0
     for w in range(W):
-        rs = ptr[src, w]
-        rd = ptr[dst, w]
-        if rs != rd:
-            if rd != 0:
-                refcnt[rd] -= 1
-                if refcnt[rd] == 0:
-                    free[ctr[N_FREE]] = rd
-                    ctr[N_FREE] += 1
-            if rs != 0:
-                refcnt[rs] += 1
-            ptr[dst, w] = rs
-            copied += 1
-    for k in range(K):
-        nk[dst, k] = nk[src, k]
-    copied += K
-    for s in range(ndk.shape[1]):
+        pw = ptr[w]
+        for i in range(n_pairs):
+            rs = pw[src[i]]
+            rd = pw[dst[i]]
+            if rs != rd:
+                if rd != 0:
+                    refcnt[rd] -= 1
+                    if refcnt[rd] == 0:
+                        free[ctr[N_FREE]] = rd
+                        ctr[N_FREE] += 1
+                if rs != 0:
+                    refcnt[rs] += 1
+                pw[dst[i]] = rs
+                copied += 1
+    for i in range(n_pairs):
+        for k in range(K):
+            nk[dst[i], k] = nk[src[i], k]
+    copied += K * n_pairs
+    for s in range(ndk.shape[0]):
         if slot_refs[s] > 0:
-            for k in range(K):
-                ndk[dst, s, k] = ndk[src, s, k]
-            copied += K
+            for i in range(n_pairs):
+                for k in range(K):
+                    ndk[s, dst[i], k] = ndk[s, src[i], k]
+            copied += K * n_pairs
     fill = ctr[FILL]
     for j in range(fill):
-        res_z[dst, j] = res_z[src, j]
-    copied += fill
+        for i in range(n_pairs):
+            res_z[j, dst[i]] = res_z[j, src[i]]
+    copied += fill * n_pairs
     ctr[COPIED] += copied
 
 
@@ -254,15 +262,21 @@ def resample(
                 a = p
                 break
         offspring[a] += 1
+    src = np.empty(P, dtype=np.int64)
+    dst = np.empty(P, dtype=np.int64)
+    n_pairs = 0
     dead = 0
     for a in range(P):
         while offspring[a] > 1:
             while offspring[dead] != 0:
                 dead += 1
-            copy_particle(a, dead, refcnt, free, ctr, ptr, nk, ndk, slot_refs, res_z)
+            src[n_pairs] = a
+            dst[n_pairs] = dead
+            n_pairs += 1
             zcur[dead] = zcur[a]
             offspring[dead] = -1  # filled
             offspring[a] -= 1
+    copy_pairs(src, dst, n_pairs, refcnt, free, ctr, ptr, nk, ndk, slot_refs, res_z)
     for p in range(P):
         weights[p] = 1.0 / P
 
@@ -299,10 +313,15 @@ def collapse(
         if u < acc:
             a = p
             break
+    src = np.full(P - 1, a, dtype=np.int64)
+    dst = np.empty(P - 1, dtype=np.int64)
+    n_pairs = 0
     for b in range(P):
         if b != a:
-            copy_particle(a, b, refcnt, free, ctr, ptr, nk, ndk, slot_refs, res_z)
+            dst[n_pairs] = b
+            n_pairs += 1
             zcur[b] = zcur[a]
+    copy_pairs(src, dst, n_pairs, refcnt, free, ctr, ptr, nk, ndk, slot_refs, res_z)
     for p in range(P):
         weights[p] = 1.0 / P
     ctr[COLLAPSES] += 1
@@ -330,7 +349,7 @@ def rejuvenate(
     """Step 5: draw r reservoir tokens uniformly (with replacement); for every particle and every drawn token
     j, remove z_j from the counts and redraw it from P(z_j = k | rest) ∝ (n_kw¬j + β)/(n_k¬j + Wβ)·(n_dk¬j +
     α) (one collapsed Gibbs step), then add it back. Needs up to r free pool rows per particle."""
-    P, W = ptr.shape
+    W, P = ptr.shape
     K = nk.shape[1]
     wbeta = W * beta
     fill = ctr[FILL]
@@ -343,21 +362,21 @@ def rejuvenate(
             j = idx[t]
             w = res_w[j]
             s = res_slot[j]
-            k_old = res_z[p, j]
+            k_old = res_z[j, p]
             r = own_row(rows, refcnt, free, ctr, ptr, p, w)
             rows[r, k_old] -= 1
             nk[p, k_old] -= 1
-            ndk[p, s, k_old] -= 1
+            ndk[s, p, k_old] -= 1
             total = 0.0
             for k in range(K):
-                v = (rows[r, k] + beta) / (nk[p, k] + wbeta) * (ndk[p, s, k] + alpha)
+                v = (rows[r, k] + beta) / (nk[p, k] + wbeta) * (ndk[s, p, k] + alpha)
                 q[k] = v
                 total += v
             k_new = sample_cat(q, K, total, rng)
             rows[r, k_new] += 1
             nk[p, k_new] += 1
-            ndk[p, s, k_new] += 1
-            res_z[p, j] = k_new
+            ndk[s, p, k_new] += 1
+            res_z[j, p] = k_new
     ctr[REJUVENATIONS] += 1
 
 
@@ -395,7 +414,7 @@ def store_token(
 
     An evicted token releases its document slot when no other reservoir token (and no open document) uses it.
     """
-    P = res_z.shape[0]
+    P = res_z.shape[1]
     if pos == ctr[FILL]:
         ctr[FILL] += 1
     else:
@@ -407,7 +426,7 @@ def store_token(
     res_w[pos] = w
     res_slot[pos] = s
     for p in range(P):
-        res_z[p, pos] = zcur[p]
+        res_z[pos, p] = zcur[p]
     slot_refs[s] += 1
 
 
@@ -421,7 +440,7 @@ def open_slot(
 ) -> int:
     """Give the next document a slot for its n_d· (the scratch slot, last, when none is free: its tokens then
     stay out of the reservoir). The open document holds one reference to its slot."""
-    scratch = ndk.shape[1] - 1
+    scratch = ndk.shape[0] - 1
     if ctr[SLOT_TOP] > 0:
         ctr[SLOT_TOP] -= 1
         s = slot_free[ctr[SLOT_TOP]]
@@ -429,11 +448,11 @@ def open_slot(
         s = scratch
     slot_refs[s] = 1
     slot_len[s] = 0
-    P = ndk.shape[0]
+    P = ndk.shape[1]
     K = ndk.shape[2]
     for p in range(P):
         for k in range(K):
-            ndk[p, s, k] = 0
+            ndk[s, p, k] = 0
     return s
 
 
@@ -486,10 +505,10 @@ def filter_docs(
     for an empty document). Returns 0, or -1 if the pool ran out of rows even after a collapse (cannot happen
     with the validated pool size).
     """
-    P, W = ptr.shape
+    W, P = ptr.shape
     K = nk.shape[1]
     R = res_w.shape[0]
-    scratch = ndk.shape[1] - 1
+    scratch = ndk.shape[0] - 1
     wbeta = W * beta
     kalpha = K * alpha
     q = np.empty(K, dtype=np.float64)
@@ -522,13 +541,13 @@ def filter_docs(
             nd = float(slot_len[s])
             total = 0.0
             for p in range(P):
-                inc = proposal(rows, ptr[p, w], nk[p], ndk[p, s], nd, alpha, beta, wbeta, q)  # step 1
+                inc = proposal(rows, ptr[w, p], nk[p], ndk[s, p], nd, alpha, beta, wbeta, q)  # step 1
                 k = sample_cat(q, K, inc, rng)  # step 3
                 zcur[p] = k
                 r = own_row(rows, refcnt, free, ctr, ptr, p, w)
                 rows[r, k] += 1
                 nk[p, k] += 1
-                ndk[p, s, k] += 1
+                ndk[s, p, k] += 1
                 weights[p] *= inc  # step 2
                 total += weights[p]
             slot_len[s] += 1
@@ -574,7 +593,7 @@ def filter_docs(
         for k in range(K):
             acc = 0.0
             for p in range(P):
-                acc += weights[p] * (ndk[p, s, k] + alpha)
+                acc += weights[p] * (ndk[s, p, k] + alpha)
             theta[d, k] = acc / (nd_final + kalpha)
         close_slot(s, ctr, slot_free, slot_refs)
     return 0
@@ -609,15 +628,15 @@ def install_init(
     the reservoir in order like any other tokens (notes, "Initialisation"), and θ_d of each initial document
     is (n_dk + α)/(n_d + Kα). Returns 0, or -1 if the pool is too small.
     """
-    P = ptr.shape[0]
+    P = ptr.shape[1]
     K = nk.shape[1]
     R = res_w.shape[0]
-    scratch = ndk.shape[1] - 1
+    scratch = ndk.shape[0] - 1
     zcur = np.zeros(P, dtype=np.int64)
     for i in range(words.shape[0]):
         w = words[i]
         k = z[i]
-        r = ptr[0, w]
+        r = ptr[w, 0]
         if r == 0:
             if ctr[N_FREE] < 1:
                 return -1
@@ -627,7 +646,7 @@ def install_init(
                 rows[r, kk] = 0
             refcnt[r] = P
             for p in range(P):
-                ptr[p, w] = r
+                ptr[w, p] = r
         rows[r, k] += 1
         for p in range(P):
             nk[p, k] += 1
@@ -641,10 +660,10 @@ def install_init(
         s = open_slot(ctr, slot_free, slot_refs, slot_len, ndk)
         for i in range(lo, hi):
             for p in range(P):
-                ndk[p, s, z[i]] += 1
+                ndk[s, p, z[i]] += 1
         slot_len[s] = hi - lo
         for kk in range(K):
-            theta[d, kk] = (ndk[0, s, kk] + alpha) / ((hi - lo) + K * alpha)
+            theta[d, kk] = (ndk[s, 0, kk] + alpha) / ((hi - lo) + K * alpha)
         for i in range(lo, hi):
             ctr[TOKENS] += 1
             if s != scratch:
@@ -848,16 +867,20 @@ def mean_phi_columns(
     beta: float,
 ) -> NDArray[np.float64]:
     """Columns ``cols`` of φ = Σ_p ω^(p) (n_kw^(p) + β)/(n_k^(p) + Wβ), shape (K, len(cols))."""
-    P, W = ptr.shape
+    W, P = ptr.shape
     K = nk.shape[1]
     wbeta = W * beta
-    out = np.zeros((K, cols.shape[0]), dtype=np.float64)
+    inv = np.empty((P, K), dtype=np.float64)
     for p in range(P):
-        wp = weights[p]
         for k in range(K):
-            inv = wp / (nk[p, k] + wbeta)
-            for c in range(cols.shape[0]):
-                out[k, c] += (rows[ptr[p, cols[c]], k] + beta) * inv
+            inv[p, k] = weights[p] / (nk[p, k] + wbeta)
+    out = np.zeros((K, cols.shape[0]), dtype=np.float64)
+    for c in range(cols.shape[0]):
+        pw = ptr[cols[c]]
+        for p in range(P):
+            r = pw[p]
+            for k in range(K):
+                out[k, c] += (rows[r, k] + beta) * inv[p, k]
     return out
 
 
@@ -921,13 +944,13 @@ def forget_words(
 ) -> None:
     """reset_words: point every particle's rows of these words at the zero row (n_k reduced accordingly, rows
     nobody uses go back to the pool) and drop the words' tokens from the reservoir (compacted)."""
-    P = ptr.shape[0]
+    P = ptr.shape[1]
     K = nk.shape[1]
     scratch = slot_refs.shape[0] - 1
     for p in range(P):
         for a in range(ids.shape[0]):
             w = ids[a]
-            r = ptr[p, w]
+            r = ptr[w, p]
             if r != 0:
                 for k in range(K):
                     nk[p, k] -= rows[r, k]
@@ -935,7 +958,7 @@ def forget_words(
                 if refcnt[r] == 0:
                     free[ctr[N_FREE]] = r
                     ctr[N_FREE] += 1
-                ptr[p, w] = 0
+                ptr[w, p] = 0
     j = 0
     while j < ctr[FILL]:
         if mask[res_w[j]]:
@@ -948,7 +971,7 @@ def forget_words(
             res_w[j] = res_w[last]
             res_slot[j] = res_slot[last]
             for p in range(P):
-                res_z[p, j] = res_z[p, last]
+                res_z[j, p] = res_z[last, p]
             ctr[FILL] -= 1
         else:
             j += 1

@@ -206,13 +206,13 @@ class ParticleFilterLDA(TopicModel):
         self.refcnt_ = np.zeros(C, dtype=np.int64)
         self.free_ = np.zeros(C, dtype=np.int64)
         self.free_[: C - 1] = np.arange(C - 1, 0, -1)  # rows 1..C-1; row 0 is the shared zero row
-        self.ptr_ = np.zeros((P, W), dtype=np.int32)
+        self.ptr_ = np.zeros((W, P), dtype=np.int32)  # word-major: a token reads P neighbours
         self.nk_ = np.zeros((P, K), dtype=np.int64)
         self.weights_ = np.full(P, 1.0 / P)
         self.res_w_ = np.zeros(R, dtype=np.int32)
         self.res_slot_ = np.zeros(R, dtype=np.int32)
-        self.res_z_ = np.zeros((P, R), dtype=np.int16)
-        self.ndk_ = np.zeros((P, D, K), dtype=np.int32)
+        self.res_z_ = np.zeros((R, P), dtype=np.int16)
+        self.ndk_ = np.zeros((D, P, K), dtype=np.int32)
         self.slot_len_ = np.zeros(D, dtype=np.int64)
         self.slot_refs_ = np.zeros(D, dtype=np.int64)
         self.slot_free_ = np.zeros(D, dtype=np.int64)

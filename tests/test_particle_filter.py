@@ -37,7 +37,7 @@ def _reservoir_tokens(m: ParticleFilterLDA, p: int) -> tuple[list[int], list[int
     return (
         m.res_w_[:fill].tolist(),
         m.res_slot_[:fill].tolist(),
-        m.res_z_[p, :fill].astype(int).tolist(),
+        m.res_z_[:fill, p].astype(int).tolist(),
     )
 
 
@@ -55,7 +55,7 @@ def _check_invariants(m: ParticleFilterLDA) -> None:
     assert n_free + int(np.count_nonzero(used[1:])) == C - 1
     assert np.all(m.rows_[0] == 0)
     for p in range(m.n_particles):
-        rows = m.rows_[m.ptr_[p]]  # (W, K)
+        rows = m.rows_[m.ptr_[:, p]]  # (W, K)
         assert np.all(rows >= 0)
         np.testing.assert_array_equal(rows.sum(axis=0), m.nk_[p])
     assert np.all(m.ndk_ >= 0)
@@ -79,16 +79,16 @@ def test_proposal_and_counts_match_brute_force(seed: int) -> None:
         # The counts are exactly those implied by the particle's assignments.
         nkw = np.zeros((K, W), dtype=np.int64)
         np.add.at(nkw, (z, words), 1)
-        np.testing.assert_array_equal(m.rows_[m.ptr_[p]].T, nkw)
+        np.testing.assert_array_equal(m.rows_[m.ptr_[:, p]].T, nkw)
         for s in set(slots):
             zs = [k for k, t in zip(z, slots, strict=True) if t == s]
-            np.testing.assert_array_equal(m.ndk_[p, s], np.bincount(zs, minlength=K))
+            np.testing.assert_array_equal(m.ndk_[s, p], np.bincount(zs, minlength=K))
         for w_new in range(W):
             for s in [slots[-1], 7]:  # an existing document, and a new one (slot 7 unused: empty counts)
                 nd = float(m.slot_len_[s]) if s in slots else 0.0
-                ndk = m.ndk_[p, s] if s in slots else np.zeros(K, dtype=np.int32)
+                ndk = m.ndk_[s, p] if s in slots else np.zeros(K, dtype=np.int32)
                 total = nb.proposal(
-                    m.rows_, int(m.ptr_[p, w_new]), m.nk_[p], ndk, nd, alpha, beta, W * beta, q
+                    m.rows_, int(m.ptr_[w_new, p]), m.nk_[p], ndk, nd, alpha, beta, W * beta, q
                 )
                 ref_q, ref_w = naive.proposal(words, slots, z, w_new, s, K, W, alpha, beta)
                 np.testing.assert_allclose(q / total, ref_q, rtol=1e-12)
@@ -146,7 +146,7 @@ def test_reservoir_keeps_every_token_with_probability_R_over_i() -> None:
         m.partial_fit(rest)
         assert m.ctr_[nb.FILL] == R and len(set(m.res_w_.tolist())) == R
         # Every reservoir token keeps a document slot of its own (never the scratch slot).
-        assert np.all(m.res_slot_ < m.ndk_.shape[1] - 1)
+        assert np.all(m.res_slot_ < m.ndk_.shape[0] - 1)
         hits[m.res_w_] += 1
     assert _chi2_uniform(hits1, runs * R / n1) > 1e-3
     assert _chi2_uniform(hits, runs * R / n) > 1e-3
@@ -200,7 +200,7 @@ def test_resampling_shares_rows_copy_on_write() -> None:
     d = m.diagnostics()
     assert d["resamples"] > 50
     rows_used = d["pool_fill"] * (m.rows_.shape[0] - 1)
-    seen = np.count_nonzero(m.ptr_.max(axis=0))
+    seen = np.count_nonzero(m.ptr_.max(axis=1))
     assert rows_used < 0.5 * P * seen
     # Copying whole particles (the notes' P·(K·W + R + R·K) layout) writes (P - 1)·(K·W + R + R·K) numbers.
     dense_bytes_per_resample = (P - 1) * (K * W + R + R * K) * 4
