@@ -82,7 +82,6 @@ class Learner:
             self.producer, self.publisher.tracker, self.consumer, self._snapshot, s, self.metrics
         )
         self._assigned: set[tuple[str, int]] = set()
-        self._last_lag = 0.0
 
     # ------------------------------------------------------------------ state
     def _new_model(self) -> TopicModel:
@@ -181,18 +180,18 @@ class Learner:
         consumer.incremental_unassign(partitions)
 
     def _update_lag(self) -> None:
-        now = time.monotonic()
-        if now - self._last_lag < 5.0 or not self._assigned:
-            return
-        self._last_lag = now
+        """Lag per assigned partition: the high watermark (cached from fetch responses, no broker round trip)
+        minus our position. (Tansu reports a wrong high watermark; real Kafka is right.)"""
         for topic, part in list(self._assigned):
+            pos = self.offsets.get((topic, part))
+            if pos is None:
+                continue
             try:
-                _, high = self.consumer.get_watermark_offsets(TopicPartition(topic, part), timeout=1.0)
+                _, high = self.consumer.get_watermark_offsets(TopicPartition(topic, part), cached=True)
             except Exception:  # a transient metadata error must not stop learning
                 self.metrics.errors.labels(kind="watermarks").inc()
                 continue
-            pos = self.offsets.get((topic, part))
-            if pos is not None and high >= 0:
+            if high >= 0:
                 self.metrics.lag.labels(topic=topic, partition=str(part)).set(max(0, high - pos))
 
     # ------------------------------------------------------------------ the loop
@@ -256,10 +255,10 @@ class Learner:
                         log.warning("consumer error: %s", err)
                 if good_msgs:
                     self.process(good_msgs)
+                    self._update_lag()
                     batches += 1
                 else:
                     self.checkpointer.maybe_snapshot()
-                self._update_lag()
         finally:
             self.close()
 

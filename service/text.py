@@ -5,8 +5,9 @@ memory leak, and one frozen at start-up cannot follow the news. :class:`Vocabula
 words, each in a fixed *slot* (the word id the kernels see), and recycles slots by frequency:
 
 * every slot carries an exponentially decayed count of its word (half-life ``half_life_tokens`` tokens);
-* a word not in the vocabulary is counted in a bounded candidate table (at most ``max_candidates`` entries,
-  decayed the same way; when it overflows, the weakest half is dropped — a lossy heavy-hitter sketch);
+* a word not in the vocabulary is counted in a bounded candidate table (at most ``max_candidates`` entries;
+  when it overflows, the weaker half is dropped, so one-off words are forgotten and recurring ones survive —
+  a lossy heavy-hitter sketch);
 * a candidate whose count reaches ``admit_count`` takes a free slot, or — when none is free — the slot of the
   weakest word, provided the candidate's count is higher (LFU eviction with ageing). The evicted slots are
   returned to the caller, who must reset the kernel's statistics for them (``TopicModel.reset_words``) so the
@@ -191,9 +192,6 @@ class Vocabulary:
             return
         factor = 0.5 ** (n_tokens / self.half_life_tokens)
         self._counts *= factor
-        if self._candidates:
-            floor = 1e-3 * self.admit_count
-            self._candidates = {w: c * factor for w, c in self._candidates.items() if c * factor > floor}
 
     def _admit(self, unknown: Counter[str]) -> list[int]:
         """Count unknown words as candidates, give slots to those that qualify; return recycled slots."""

@@ -127,7 +127,7 @@ def committed(settings: Settings, group: str, partitions: int) -> dict[int, int]
     consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": group})
     try:
         tps = consumer.committed([TopicPartition(settings.input_topic, p) for p in range(partitions)], timeout=10)
-        return {tp.partition: tp.offset for tp in tps}
+        return {tp.partition: tp.offset for tp in tps if tp.offset >= 0}  # partitions never committed are left out
     finally:
         consumer.close()
 

@@ -1,0 +1,56 @@
+"""Input validation: every way an article can be bad gets a reason; good ones pass untouched."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from service.schemas import Article, Rejection, decode_article
+from service.snapshot import SnapshotCorrupt, pack, unpack
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (None, "invalid"),
+        (b"x" * 200, "oversize"),
+        (b"\xff\xfe", "not_utf8"),
+        (b"{not json", "not_json"),
+        (b'"a string"', "not_object"),
+        (b'{"text": "x"}', "invalid"),
+        (b'{"id": "", "text": "x"}', "invalid"),
+        (b'{"id": "' + b"i" * 257 + b'", "text": "x"}', "invalid"),
+        (b'{"id": 5, "text": "x"}', "invalid"),
+        (b'{"id": "a"}', "invalid"),
+        (b'{"id": "a", "text": ""}', "invalid"),
+        (b'{"id": "a", "text": "x", "published_at": "not a date"}', "invalid"),
+    ],
+)
+def test_bad_input_is_rejected_with_a_reason(value: bytes | None, reason: str) -> None:
+    result = decode_article(value, max_bytes=150 if value and len(value) == 200 else 10_000)
+    assert isinstance(result, Rejection)
+    assert result.reason == reason and result.detail
+
+
+def test_good_article_keeps_its_fields_and_ignores_unknown_ones() -> None:
+    raw = {"id": "a1", "title": "Rates", "text": "The bank cut rates.", "published_at": "2026-11-22T10:00:00Z",
+           "label": "economy", "extra": {"nested": True}}  # fmt: skip
+    a = decode_article(json.dumps(raw).encode(), 10_000)
+    assert isinstance(a, Article)
+    assert a.id == "a1" and a.label == "economy" and a.published_at is not None
+    assert a.content() == "Rates\nThe bank cut rates."
+    title_only = decode_article(b'{"id": "b", "text": "", "title": "Headline"}', 10_000)
+    assert isinstance(title_only, Article)
+
+
+def test_snapshot_payload_round_trip_without_pickle() -> None:
+    payload = {"kernel": {"state": {"m": np.arange(6.0).reshape(2, 3), "rng": {"s": [1, 2]}}},
+               "offsets": [["t", 0, 5]], "words": ["a", None]}  # fmt: skip
+    out = unpack(pack(payload))
+    np.testing.assert_array_equal(out["kernel"]["state"]["m"], payload["kernel"]["state"]["m"])
+    assert out["kernel"]["state"]["rng"] == {"s": [1, 2]} and out["offsets"] == [["t", 0, 5]]
+    assert out["words"] == ["a", None]
+    with pytest.raises(SnapshotCorrupt):
+        unpack(b"garbage")

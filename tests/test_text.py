@@ -1,0 +1,99 @@
+"""Tokenizer and the open-but-bounded vocabulary."""
+
+from __future__ import annotations
+
+import tracemalloc
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from service.text import Tokenizer, Vocabulary
+
+
+def test_tokenizer_is_seed_003_preprocessing() -> None:
+    tok = Tokenizer()
+    assert tok("The ECB's Lagarde: rates UP 0.25% — Zürich markets re-open!") == [
+        "ecb", "lagarde", "rates", "zürich", "markets", "open",
+    ]  # fmt: skip
+    assert tok.count("bank bank banks") == Counter({"bank": 2, "banks": 1})
+    assert Tokenizer(stop_words=[], min_length=1)("a b") == ["a", "b"]
+    with pytest.raises(ValueError):
+        Tokenizer(min_length=5, max_length=2)
+
+
+def test_words_get_stable_slots_and_unknown_words_are_oov_until_admitted() -> None:
+    v = Vocabulary(capacity=4, admit_count=2, half_life_tokens=1e9)
+    e1 = v.encode([Counter({"fed": 1, "rates": 3})])
+    assert "rates" in v and "fed" not in v  # fed seen once: a candidate only
+    assert e1.oov_tokens == 1 and e1.batch.counts.tolist() == [3.0]
+    slot = v.id_of("rates")
+    e2 = v.encode([Counter({"fed": 1, "rates": 1})])
+    assert v.id_of("rates") == slot and "fed" in v and e2.oov_tokens == 0
+    ro = v.encode([Counter({"brand_new": 5})], learn=False)
+    assert ro.oov_tokens == 5 and "brand_new" not in v
+
+
+def test_full_vocabulary_recycles_the_weakest_slot_for_a_stronger_word() -> None:
+    v = Vocabulary(capacity=3, admit_count=1, half_life_tokens=1e9)
+    v.encode([Counter({"a": 5, "b": 5, "c": 1})])
+    weak = v.id_of("c")
+    enc = v.encode([Counter({"d": 3})])
+    assert enc.recycled.tolist() == [weak]
+    assert v.word(weak) == "d" and "c" not in v and len(v) == 3
+    assert enc.batch.word_ids.tolist() == [weak]
+    # A newcomer weaker than every held word is not admitted.
+    enc = v.encode([Counter({"e": 1})])
+    assert enc.recycled.size == 0 and "e" not in v
+
+
+def test_memory_stays_bounded_when_ten_times_capacity_distinct_words_stream_through() -> None:
+    capacity = 500
+    v = Vocabulary(capacity=capacity, admit_count=2)
+    rng = np.random.default_rng(0)
+    common = [f"common{i}" for i in range(50)]
+
+    def batch(start: int) -> list[Counter[str]]:
+        docs = []
+        for d in range(20):
+            words = Counter({w: 2 for w in rng.choice(common, 10)})
+            for i in range(25):  # 500 never-seen-before words per batch, each twice (admissible)
+                words[f"new{start + d * 25 + i}"] = 2
+            docs.append(words)
+        return docs
+
+    v.encode(batch(0))
+    tracemalloc.start()
+    v.encode(batch(10**7))
+    base, _ = tracemalloc.get_traced_memory()
+    seen = 0
+    for b in range(1, 11):  # 10 × 500 × ... = 10× capacity distinct new words
+        v.encode(batch(b * 100_000))
+        seen += 500
+        assert len(v) <= capacity and v.n_candidates <= v.max_candidates
+    end, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert seen >= 10 * capacity
+    assert end - base < 0.1 * 1e6, f"vocabulary memory grew by {(end - base) / 1e6:.2f} MB"
+    assert all(f"common{i}" in v for i in range(50)), "frequent words must survive the churn"
+    assert v.n_recycled > 0
+
+
+def test_state_round_trip_is_exact() -> None:
+    v = Vocabulary(capacity=8, admit_count=1)
+    v.encode([Counter({"x": 2, "y": 1}), Counter({"z": 4})])
+    v.encode([Counter({f"w{i}": i + 1 for i in range(12)})])
+    w = Vocabulary.from_state(v.state_dict())
+    assert w.slot_words() == v.slot_words()
+    docs = [Counter({"x": 1, "w11": 2, "fresh": 3, "fresh2": 3})]
+    a, b = v.encode(docs), w.encode(docs)
+    assert a.recycled.tolist() == b.recycled.tolist()
+    assert a.batch.word_ids.tolist() == b.batch.word_ids.tolist()
+    assert v.slot_words() == w.slot_words()
+
+
+def test_bad_settings_are_rejected() -> None:
+    with pytest.raises(ValueError, match="capacity"):
+        Vocabulary(capacity=0)
+    with pytest.raises(ValueError, match="admit_count"):
+        Vocabulary(capacity=10, admit_count=0)
