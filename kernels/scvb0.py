@@ -27,6 +27,8 @@ __all__ = ["SCVB0"]
 # N^Φ is stored as s·M. When s falls below this, M is multiplied by s and s reset to 1 (an O(W·K) pass that
 # happens once every log(1e-30)/log(1-ρ_min) minibatches, i.e. every ~6,900 minibatches at ρ_min = 0.01).
 _RENORM_BELOW = 1e-30
+# ρ^Θ_t is tabulated for t < this (token iterations within one document, burn-in passes included).
+_RHO_THETA_TABLE = 4096
 
 
 # -------------------------------------------------------------------------------------------- numba kernels
@@ -41,6 +43,7 @@ def _doc_pass(
     alpha: float,
     c_doc: float,
     t0: float,
+    rho_table: NDArray[np.float64],
     th_scale: float,
     th_tau: float,
     th_kappa: float,
@@ -57,7 +60,8 @@ def _doc_pass(
       per-minibatch constants ``sinv_k = s/(N^Z_k + Wη)``, ``einv_k = η/(N^Z_k + Wη)``;
     * Eq. 9 (Eq. 6 applied ``m`` times with γ fixed):
       N^Θ_j := (1-ρ^Θ_t)^m N^Θ_j + C_j γ (1 - (1-ρ^Θ_t)^m), with ρ^Θ_t = min(1, s_Θ/(τ_Θ + t)^κ_Θ) and ``t``
-      the token iteration within the document (advanced by ``m``);
+      the token iteration within the document (advanced by ``m``); ``rho_table[t]`` holds ρ^Θ_t for whole
+      t below its length (from :class:`kernels.StepSize`), other t use the formula;
     * if ``accumulate`` (the last pass): Ĝ_w += m·γ (the C/|M| factor of Eqs. 7–8 is applied once, later).
 
     ``nt`` holds N^Θ_j and is updated in place. Returns the token iteration after the pass.
@@ -73,9 +77,20 @@ def _doc_pass(
             g = (row[k] * sinv[k] + einv[k]) * (nt[k] + alpha)
             gam[k] = g
             norm += g
-        base = th_tau + t
-        rho = 1.0 if base <= 0.0 else min(1.0, th_scale / base**th_kappa)
-        decay = 1.0 - rho if m == 1.0 else (1.0 - rho) ** m
+        ti = int(t)
+        if ti == t and ti < rho_table.shape[0]:
+            rho = rho_table[ti]
+        else:
+            base = th_tau + t
+            rho = 1.0 if base <= 0.0 else min(1.0, th_scale / base**th_kappa)
+        decay = 1.0 - rho
+        if m != 1.0:
+            if m == 2.0:
+                decay = decay * decay
+            elif m == 3.0:
+                decay = decay * decay * decay
+            else:
+                decay = decay**m
         add = c_doc * (1.0 - decay) / norm
         for k in range(K):
             nt[k] = decay * nt[k] + add * gam[k]
@@ -102,6 +117,7 @@ def _fit(
     corpus: NDArray[np.float64],
     alpha: float,
     eta: float,
+    rho_table: NDArray[np.float64],
     th_scale: float,
     th_tau: float,
     th_kappa: float,
@@ -177,6 +193,7 @@ def _fit(
                     alpha,
                     c_doc,
                     t,
+                    rho_table,
                     th_scale,
                     th_tau,
                     th_kappa,
@@ -195,6 +212,7 @@ def _fit(
                 alpha,
                 c_doc,
                 t,
+                rho_table,
                 th_scale,
                 th_tau,
                 th_kappa,
@@ -382,7 +400,7 @@ class SCVB0(TopicModel):
         batch_size: int = 64,
         burn_in: int = 1,
         window: float = 1_000_000.0,
-        transform_passes: int = 10,
+        transform_passes: int = 5,
     ) -> None:
         self.n_topics = n_topics
         self.n_words = n_words
@@ -428,6 +446,11 @@ class SCVB0(TopicModel):
             kappa=float(self.phi_kappa),
             floor=float(self.phi_floor),
         )
+        rho_theta = StepSize(
+            scale=float(self.theta_scale), tau=float(self.theta_tau), kappa=float(self.theta_kappa)
+        )
+        # ρ^Θ_t for whole token iterations t (a pow per word and pass is a noticeable share of the time)
+        self._rho_theta_table = np.array([rho_theta(t) for t in range(_RHO_THETA_TABLE)])
 
     def _init_state(self) -> None:
         K, W = int(self.n_topics), int(self.n_words)
@@ -485,6 +508,7 @@ class SCVB0(TopicModel):
                 corpus,
                 float(self.alpha),
                 float(self.eta),
+                self._rho_theta_table,
                 float(self.theta_scale),
                 float(self.theta_tau),
                 float(self.theta_kappa),

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.optimize import linear_sum_assignment
 
-from kernels import SCVB0, Batch, as_batch
+from kernels import SCVB0, Batch, StepSize, as_batch
 from kernels.scvb0 import _doc_pass
 from tests.naive import scvb0 as naive
 
@@ -50,8 +50,9 @@ def test_naive_eq9_is_eq6_repeated_with_gamma_fixed() -> None:
 
 
 # ---------------------------------------------------------------- each update
+@pytest.mark.parametrize("table_len", [0, 3, 100])  # ρ^Θ from the formula, partly, or all from the table
 @pytest.mark.parametrize("burn_in", [0, 1, 2])
-def test_doc_pass_is_eq5_and_eq9(burn_in: int) -> None:
+def test_doc_pass_is_eq5_and_eq9(burn_in: int, table_len: int) -> None:
     """One document, ``burn_in`` + 1 passes of the numba inner loop == naive Eq. 5 / Eq. 9 loop."""
     rng = np.random.default_rng(1)
     M = rng.random((W, K))
@@ -59,10 +60,11 @@ def test_doc_pass_is_eq5_and_eq9(burn_in: int) -> None:
     n_phi = s * M
     n_z = n_phi.sum(axis=0)
     alpha, eta = 0.1, 0.01
-    ids = np.array([1, 4, 5, 9], dtype=np.int64)
-    cnts = np.array([1.0, 3.0, 0.5, 2.0])
+    ids = np.array([1, 4, 5, 9, 11], dtype=np.int64)
+    cnts = np.array([1.0, 3.0, 0.5, 2.0, 7.0])
     nt0 = rng.random(K) * cnts.sum()
     sched = (1.0, 10.0, 0.9)
+    table = np.array([StepSize(*sched)(t) for t in range(table_len)])
 
     inv = 1.0 / (n_z + W * eta)
     sinv, einv = s * inv, eta * inv
@@ -74,7 +76,7 @@ def test_doc_pass_is_eq5_and_eq9(burn_in: int) -> None:
     t = 0.0
     for p in range(burn_in + 1):
         t = _doc_pass(
-            ids, cnts, M, sinv, einv, nt, alpha, cnts.sum(), t, *sched, ghat, slot, p == burn_in, gam
+            ids, cnts, M, sinv, einv, nt, alpha, cnts.sum(), t, table, *sched, ghat, slot, p == burn_in, gam
         )
     want_nt, want_contrib = naive.doc_passes(n_phi, n_z, (ids, cnts), nt0, alpha, eta, sched, burn_in)
     np.testing.assert_allclose(nt, want_nt, rtol=1e-10)
