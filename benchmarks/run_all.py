@@ -1,0 +1,331 @@
+"""All benchmarks, one command: ``python -m benchmarks.run_all`` (``make bench``).
+
+For each corpus the documents are tokenised once (``service.text.Tokenizer``) into one fixed vocabulary and
+stored as ``benchmarks/results/cache/<corpus>.npz``; every method then runs in its own process
+(``python -m benchmarks.peers``) with every thread pool pinned to one thread, one after the other, so that
+speed and peak memory are comparable. Per corpus and K:
+
+1. the batch reference (tomotopy collapsed Gibbs, ``--gibbs-iterations`` sweeps); its training time is T_ref;
+2. every method once over the training stream in minibatches of ``--batch-size`` documents (single pass);
+3. every online method cycling over the training stream for T_ref seconds of training (equal time).
+
+Records go to ``benchmarks/results/results.jsonl`` (one JSON object per run); ``docs/benchmarks.md`` and
+``docs/img/*.png`` are regenerated from them (``--docs-only`` regenerates without running anything).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.peers import FLOOR, REFERENCE
+from service.evaluation import load_articles, prepare_corpus, split_articles
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+
+PINNED_THREADS = {
+    name: "1"
+    for name in (
+        "OMP_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "NUMBA_NUM_THREADS",
+        "VECLIB_MAXIMUM_THREADS",
+        "NUMEXPR_NUM_THREADS",
+        "BLIS_NUM_THREADS",
+    )
+}
+
+# name → (train file, test file or None, test fraction, shuffle the training stream)
+CORPORA: dict[str, tuple[str, str | None, float, bool]] = {
+    "bbc": ("bbc.jsonl.gz", None, 0.2, True),
+    "20ng": ("20ng_all_train.jsonl.gz", "20ng_all_test.jsonl.gz", 0.0, True),
+    # a dated stream: trained in publication order, a random 10 % held out
+    "reuters": ("news_stream_reuters21578.jsonl.gz", None, 0.1, False),
+}
+HDP_METHODS = {"ohdp", "gensim-hdp"}
+
+
+def shared_data_dir() -> Path:
+    env = os.environ.get("TOPICSTREAM_SHARED_DATA")
+    return Path(env) if env else ROOT.parent / "shared" / "data"
+
+
+def our_kernels() -> list[str]:
+    from kernels import ALGORITHMS
+
+    return list(ALGORITHMS)
+
+
+def available_peers() -> tuple[list[str], dict[str, str]]:
+    """Peers whose library imports here, and why the others are missing."""
+    needs = {
+        "gensim-lda": "gensim",
+        "gensim-hdp": "gensim",
+        "sklearn-lda": "sklearn",
+        "vw-lda": "vowpalwabbit",
+        REFERENCE: "tomotopy",
+        FLOOR: "numpy",
+    }
+    ok, missing = [], {}
+    for name, module in needs.items():
+        try:
+            __import__(module)
+            ok.append(name)
+        except ImportError as e:
+            missing[name] = f"{module} not installed ({e})"
+    return ok, missing
+
+
+def prepare(
+    name: str, data: Path, *, vocab_size: int, seed: int, max_train: int | None, max_test: int | None
+) -> tuple[Path, dict[str, Any]]:
+    """Tokenise a corpus once (cached by its settings); returns the ``.npz`` path and a description."""
+    train_file, test_file, fraction, shuffle = CORPORA[name]
+    tag = f"{name}-v{vocab_size}-s{seed}-tr{max_train or 'all'}-te{max_test or 'all'}"
+    path = RESULTS / "cache" / f"{tag}.npz"
+    desc_path = path.with_suffix(".json")
+    if path.exists() and desc_path.exists():
+        return path, json.loads(desc_path.read_text())
+    rng = np.random.default_rng(seed)
+    rows = load_articles(data / train_file)
+    if test_file is None:
+        train, test = split_articles(rows, fraction, seed)
+    else:
+        train, test = rows, load_articles(data / test_file)
+    n_train_all, n_test_all = len(train), len(test)
+    if max_train is not None and len(train) > max_train:
+        keep = np.sort(rng.choice(len(train), max_train, replace=False))
+        train = [train[i] for i in keep]
+    if max_test is not None and len(test) > max_test:
+        keep = np.sort(rng.choice(len(test), max_test, replace=False))
+        test = [test[i] for i in keep]
+    corpus = prepare_corpus(train, test, vocab_size=vocab_size, seed=seed, shuffle=shuffle)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    corpus.save(path)
+    desc = {
+        "corpus": name,
+        "files": [train_file] + ([test_file] if test_file else []),
+        "train_docs": corpus.train.n_docs,
+        "train_docs_available": n_train_all,
+        "train_tokens": int(corpus.train.n_tokens),
+        "test_docs": corpus.test.n_docs,
+        "test_docs_available": n_test_all,
+        "heldout_docs": corpus.held_out.n_docs,
+        "heldout_tokens": int(corpus.held_out.n_tokens),
+        "vocab_size": corpus.n_words,
+        "order": "shuffled (seeded)" if shuffle else "file order (publication date)",
+        "split": f"random {fraction:.0%} of the file" if test_file is None else "the official test file",
+        "tokenize_seconds": corpus.tokenize_seconds,
+    }
+    desc_path.write_text(json.dumps(desc, indent=1))
+    return path, desc
+
+
+def run_one(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """Run one method in a fresh process (threads pinned); an error record on failure or timeout."""
+    work = RESULTS / "runs"
+    work.mkdir(parents=True, exist_ok=True)
+    stem = f"{spec['corpus']}-K{spec['topics']}-{spec['method']}-{spec['mode']}"
+    spec_path, out_path = work / f"{stem}.spec.json", work / f"{stem}.json"
+    spec_path.write_text(json.dumps(spec))
+    out_path.unlink(missing_ok=True)
+    env = {**os.environ, **PINNED_THREADS, "PYTHONHASHSEED": "0"}
+    cmd = [sys.executable, "-m", "benchmarks.peers", str(spec_path), str(out_path)]
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        ok = proc.returncode == 0 and out_path.exists()
+        error = None if ok else (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+    except subprocess.TimeoutExpired:
+        ok, error = False, f"timed out after {timeout:.0f} s"
+    wall = time.perf_counter() - t0
+    if ok:
+        result = json.loads(out_path.read_text())
+    else:
+        result = {k: spec[k] for k in ("corpus", "method", "mode", "topics", "batch_size", "seed")}
+        result["error"] = error
+    result["process_seconds"] = wall
+    return result
+
+
+def _log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--corpora", default="bbc,20ng,reuters", help="comma-separated: " + ",".join(CORPORA))
+    p.add_argument("--methods", default="all", help="comma-separated method names, or 'all'")
+    p.add_argument("--topics", default="50,100", help="comma-separated K values")
+    p.add_argument(
+        "--corpus-topics", default="20ng=50,reuters=50", help="per-corpus K override, e.g. 20ng=50;reuters=50"
+    )
+    p.add_argument("--checkpoints", type=int, default=8, help="points on each log-likelihood curve")
+    p.add_argument("--modes", default="single,time", help="single (one pass) and/or time (equal wall clock)")
+    p.add_argument("--batch-size", type=int, default=100)
+    p.add_argument("--vocab-size", type=int, default=10_000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--gibbs-iterations", type=int, default=100, help="tomotopy sweeps (sets T_ref)")
+    p.add_argument("--hdp-truncation", type=int, default=150, help="T of ohdp and gensim HDP")
+    p.add_argument(
+        "--max-train-docs", default="20ng=6000", help="per corpus cap, e.g. 20ng=6000,reuters=10000"
+    )
+    p.add_argument("--max-test-docs", type=int, default=2000, help="random test subset per corpus")
+    p.add_argument("--max-time-seconds", type=float, default=60.0, help="cap on the equal-time budget")
+    p.add_argument("--curve-docs", type=int, default=500, help="test documents scored at each checkpoint")
+    p.add_argument("--timeout", type=float, default=300.0, help="per run, seconds")
+    p.add_argument("--docs-only", action="store_true", help="regenerate docs from the existing results")
+    p.add_argument("--no-docs", action="store_true", help="do not regenerate docs/benchmarks.md")
+    p.add_argument("--append", action="store_true", help="keep earlier records in results.jsonl")
+    args = p.parse_args(argv)
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    results_path = RESULTS / "results.jsonl"
+    if args.docs_only:
+        from benchmarks._plots import write_docs
+
+        write_docs(RESULTS, ROOT / "docs")
+        return 0
+
+    data = shared_data_dir()
+    if not data.is_dir():
+        print(f"corpora not found at {data} (set TOPICSTREAM_SHARED_DATA)", file=sys.stderr)
+        return 2
+    peers, missing = available_peers()
+    kernels = our_kernels()
+    everything = kernels + peers
+    chosen = (
+        everything if args.methods == "all" else [m.strip() for m in args.methods.split(",") if m.strip()]
+    )
+    unknown = [m for m in chosen if m not in everything and m not in missing]
+    if unknown:
+        print(f"unknown methods {unknown}; available: {everything}", file=sys.stderr)
+        return 2
+    skipped = {m: missing[m] for m in chosen if m in missing}
+    chosen = [m for m in chosen if m in everything]
+    caps = {}
+    for item in filter(None, args.max_train_docs.split(",")):
+        k, _, v = item.partition("=")
+        caps[k.strip()] = int(v)
+    topics = [int(k) for k in args.topics.split(",")]
+    corpus_topics: dict[str, list[int]] = {}
+    for item in filter(None, args.corpus_topics.replace(";", ",").split(",")):
+        k, _, v = item.partition("=")
+        corpus_topics.setdefault(k.strip(), []).append(int(v))
+    modes = [m.strip() for m in args.modes.split(",")]
+
+    meta: dict[str, Any] = {
+        "command": "python -m benchmarks.run_all " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "machine": {
+            "cpu": _cpu_name(),
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "threads_per_method": 1,
+        },
+        "versions": _versions(),
+        "settings": vars(args),
+        "skipped_methods": skipped,
+        "corpora": {},
+    }
+    if not args.append:
+        results_path.write_text("")
+    started = time.perf_counter()
+    for name in [c.strip() for c in args.corpora.split(",")]:
+        _log(f"preparing {name}")
+        path, desc = prepare(
+            name, data, vocab_size=args.vocab_size, seed=args.seed, max_train=caps.get(name),
+            max_test=args.max_test_docs,
+        )  # fmt: skip
+        meta["corpora"][name] = desc
+        for k_index, K in enumerate(corpus_topics.get(name, topics)):
+            base = {
+                "corpus": name,
+                "corpus_path": str(path),
+                "batch_size": args.batch_size,
+                "seed": args.seed,
+            }
+            base.update(
+                curve_docs=args.curve_docs, iterations=args.gibbs_iterations, checkpoints=args.checkpoints
+            )
+            t_ref = None
+            order = [m for m in chosen if m == REFERENCE] + [m for m in chosen if m != REFERENCE]
+            for method in order:
+                hdp = method in HDP_METHODS
+                if hdp and k_index > 0:
+                    continue  # nonparametric: one run per corpus, at the truncation
+                k_eff = args.hdp_truncation if hdp else K
+                for mode in modes:
+                    if method in (REFERENCE, FLOOR) and mode != "single":
+                        continue
+                    if mode == "time" and t_ref is None:
+                        continue
+                    spec = {**base, "method": method, "topics": k_eff, "mode": mode}
+                    if mode == "time":
+                        spec["seconds"] = t_ref
+                    _log(
+                        f"{name} K={k_eff} {method} {mode}" + (f" ({t_ref:.1f} s)" if mode == "time" else "")
+                    )
+                    res = run_one(spec, args.timeout)
+                    res["k_block"] = K
+                    if method == REFERENCE and "error" not in res:
+                        t_ref = min(res["train_seconds"], args.max_time_seconds)
+                    _log(
+                        "  -> "
+                        + (
+                            f"error: {res['error']}"
+                            if "error" in res
+                            else f"ll {res['heldout_loglik_per_word']:.3f}  "
+                            f"{res['tokens_per_second']:,.0f} tok/s  {res['train_seconds']:.1f} s  "
+                            f"rss {res['peak_rss_mb']:.0f} MB"
+                        )
+                    )
+                    with results_path.open("a") as f:
+                        f.write(json.dumps(res) + "\n")
+    meta["wall_seconds"] = time.perf_counter() - started
+    (RESULTS / "meta.json").write_text(json.dumps(meta, indent=1))
+    _log(f"done in {meta['wall_seconds']:.0f} s")
+    if not args.no_docs:
+        from benchmarks._plots import write_docs
+
+        write_docs(RESULTS, ROOT / "docs")
+    return 0
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for dist in ("numpy", "numba", "scikit-learn", "gensim", "tomotopy", "vowpalwabbit", "topicstream"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            out[dist] = "not installed"
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
