@@ -59,9 +59,7 @@ class Checkpointer:
             raise
         nxt = next_offsets(msgs)
         offsets.update(nxt)
-        self.consumer.commit(
-            offsets=[TopicPartition(t, p, o) for (t, p), o in sorted(nxt.items())], asynchronous=False
-        )
+        self.consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in sorted(nxt.items())], asynchronous=False)
         self.batches_since_snapshot += 1
         self.maybe_snapshot()
 

@@ -68,8 +68,13 @@ def run(
     from .kafka import ensure_topics
     from .learner import Learner, StateMismatch
 
-    s = _settings(kafka_bootstrap=bootstrap, redis_url=redis_url, algorithm=algorithm, topics=topics,
-                  metrics_port=metrics_port)  # fmt: skip
+    s = _settings(
+        kafka_bootstrap=bootstrap,
+        redis_url=redis_url,
+        algorithm=algorithm,
+        topics=topics,
+        metrics_port=metrics_port,
+    )
     if create_topics:
         ensure_topics(s, {s.input_topic: 1, s.output_topic: 1, s.dlq_topic: 1})
     try:
@@ -99,7 +104,8 @@ def replica(
 @app.command()
 def produce(
     file: Annotated[
-        str | None, typer.Argument(help="JSONL(.gz) file of articles, or - for standard input; none = generate")
+        str | None,
+        typer.Argument(help="JSONL(.gz) file of articles, or - for standard input; none = generate"),
     ] = None,
     rate: Annotated[float, typer.Option(help="Articles per second (0 = as fast as possible)")] = 0.0,
     limit: Annotated[int | None, typer.Option(help="Stop after this many articles")] = None,
@@ -137,7 +143,9 @@ def topics_table(summary: dict[str, Any], n_words: int = 8, limit: int | None = 
     table.add_column("top words")
     rows = sorted(summary["topics"], key=lambda t: -t["prevalence"])
     for t in rows[:limit]:
-        table.add_row(str(t["topic"]), f"{t['prevalence']:.3f}", f"{t['drift']:.3f}", " ".join(t["top_words"][:n_words]))
+        table.add_row(
+            str(t["topic"]), f"{t['prevalence']:.3f}", f"{t['drift']:.3f}", " ".join(t["top_words"][:n_words])
+        )
     return table
 
 
@@ -176,8 +184,11 @@ def subscribe(
     from .pipeline import H_TOPICS
 
     s = _settings(kafka_bootstrap=bootstrap)
-    consumer = make_consumer(s, f"topicstream-subscribe-{uuid.uuid4().hex[:8]}",
-                             **{"auto.offset.reset": "earliest" if from_beginning else "latest"})  # fmt: skip
+    consumer = make_consumer(
+        s,
+        f"topicstream-subscribe-{uuid.uuid4().hex[:8]}",
+        **{"auto.offset.reset": "earliest" if from_beginning else "latest"},
+    )
     consumer.subscribe([s.output_topic])
     stop = _stop_on_signals()
     wanted, seen = str(topic).encode(), 0
@@ -187,14 +198,23 @@ def subscribe(
             if msg is None or msg.error():
                 continue
             tags = dict(msg.headers() or []).get(H_TOPICS) or b""
-            if wanted not in tags.split(b","):
+            if wanted not in (tags if isinstance(tags, bytes) else tags.encode()).split(b","):
                 continue
-            event = json.loads(msg.value())
+            event = json.loads(msg.value() or b"{}")
             weight = event["mixture"][topic]
             if weight < min_weight:
                 continue
-            print(json.dumps({"id": event["id"], "title": event.get("title"), "weight": weight,
-                              "model_version": event["model"]["version"]}), flush=True)  # fmt: skip
+            print(
+                json.dumps(
+                    {
+                        "id": event["id"],
+                        "title": event.get("title"),
+                        "weight": weight,
+                        "model_version": event["model"]["version"],
+                    }
+                ),
+                flush=True,
+            )
             seen += 1
     finally:
         consumer.close()

@@ -70,11 +70,13 @@ def run_demo(settings: Settings, articles: Path | None, rate: float, duration: f
         env.setdefault("TOPICSTREAM_TOPICS", str(settings.topics if "TOPICSTREAM_TOPICS" in os.environ else 20))
         env.setdefault("TOPICSTREAM_SNAPSHOT_EVERY_S", "2")
         env.setdefault("TOPICSTREAM_METRICS_PORT", str(free_port()))
-        s = settings.model_copy(update={
-            "kafka_bootstrap": env["TOPICSTREAM_KAFKA_BOOTSTRAP"] if stack else settings.kafka_bootstrap,
-            "redis_url": env["TOPICSTREAM_REDIS_URL"] if stack else settings.redis_url,
-            "redis_prefix": env.get("TOPICSTREAM_REDIS_PREFIX", settings.redis_prefix),
-        })  # fmt: skip
+        s = settings.model_copy(
+            update={
+                "kafka_bootstrap": env["TOPICSTREAM_KAFKA_BOOTSTRAP"] if stack else settings.kafka_bootstrap,
+                "redis_url": env["TOPICSTREAM_REDIS_URL"] if stack else settings.redis_url,
+                "redis_prefix": env.get("TOPICSTREAM_REDIS_PREFIX", settings.redis_prefix),
+            }
+        )
         ensure_topics(s, {s.input_topic: 2, s.output_topic: 1, s.dlq_topic: 1})
         learner = _child(["run"], env, workdir / "learner.log")
         source = [str(articles)] if articles else []
@@ -95,9 +97,7 @@ def run_demo(settings: Settings, articles: Path | None, rate: float, duration: f
         console.print(f"stopped. Logs are in {workdir}/")
 
 
-def _watch(
-    console: Console, store: SnapshotStore, learner: subprocess.Popen[bytes], duration: float | None
-) -> None:
+def _watch(console: Console, store: SnapshotStore, learner: subprocess.Popen[bytes], duration: float | None) -> None:
     from .cli import topics_table
 
     start = time.monotonic()

@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka import Consumer as _Consumer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from .settings import Settings
@@ -22,7 +22,6 @@ __all__ = [
     "DeliveryTracker",
     "ensure_topics",
     "flush_all",
-    "headers_of",
     "make_consumer",
     "make_producer",
     "next_offsets",
@@ -75,7 +74,9 @@ def ensure_topics(settings: Settings, topics: dict[str, int], timeout: float = 3
     """Create the topics that do not exist yet (name → partitions); existing ones are left alone."""
     admin = AdminClient({**_base(settings), **settings.kafka_config})
     existing = set(admin.list_topics(timeout=timeout).topics)
-    new = [NewTopic(name, num_partitions=n, replication_factor=-1) for name, n in topics.items() if name not in existing]
+    new = [
+        NewTopic(name, num_partitions=n, replication_factor=-1) for name, n in topics.items() if name not in existing
+    ]
     if not new:
         return
     for name, fut in admin.create_topics(new, operation_timeout=timeout).items():
@@ -132,17 +133,14 @@ def flush_all(producer: Producer, tracker: DeliveryTracker, timeout: float = 60.
     tracker.raise_on_failure()
 
 
-def headers_of(msg: Message) -> dict[str, bytes]:
-    """Message headers as a dict (last value wins)."""
-    return {k: v for k, v in (msg.headers() or []) if v is not None}
-
-
 def next_offsets(msgs: Iterable[Message]) -> dict[tuple[str, int], int]:
     """Next offset to read for each (topic, partition) in ``msgs``: the highest offset seen plus one."""
     nxt: dict[tuple[str, int], int] = {}
     for m in msgs:
-        key = (m.topic(), m.partition())
-        off = m.offset() + 1
+        topic, partition, offset = m.topic(), m.partition(), m.offset()
+        assert topic is not None and partition is not None and offset is not None, "not a consumed message"
+        key = (topic, partition)
+        off = offset + 1
         if off > nxt.get(key, -1):
             nxt[key] = off
     return nxt

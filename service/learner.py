@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -86,7 +87,8 @@ class Learner:
     # ------------------------------------------------------------------ state
     def _new_model(self) -> TopicModel:
         s = self.settings
-        return ALGORITHMS[s.algorithm](n_topics=s.topics, n_words=s.vocab_size, seed=s.seed, **s.kernel_params)
+        factory: Callable[..., TopicModel] = ALGORITHMS[s.algorithm]
+        return factory(n_topics=s.topics, n_words=s.vocab_size, seed=s.seed, **s.kernel_params)
 
     def _restore_or_create(self) -> tuple[TopicModel, Vocabulary]:
         s = self.settings
@@ -105,7 +107,8 @@ class Learner:
             problems.append(f"vocabulary of {kstate['params']['n_words']} (settings say {s.vocab_size})")
         if problems:
             raise StateMismatch(
-                f"the snapshot under Redis prefix {s.redis_prefix!r} has " + ", ".join(problems)
+                f"the snapshot under Redis prefix {s.redis_prefix!r} has "
+                + ", ".join(problems)
                 + "; use another TOPICSTREAM_REDIS_PREFIX to start a new model, or restore the old settings"
             )
         model = ALGORITHMS[s.algorithm].from_state(kstate)
@@ -116,8 +119,12 @@ class Learner:
         self._prev_phi = model.topic_word().astype(np.float32)
         self.metrics.snapshot_version.set(self.version)
         self.metrics.snapshot_timestamp.set(float(meta["created_at"]))
-        log.info("restored snapshot %d (%d articles learned); offsets %s", self.version, self.articles_learned,
-                 self.offsets)  # fmt: skip
+        log.info(
+            "restored snapshot %d (%d articles learned); offsets %s",
+            self.version,
+            self.articles_learned,
+            self.offsets,
+        )
         return model, vocab
 
     def _snapshot(self) -> None:
@@ -134,24 +141,33 @@ class Learner:
             "offsets": [[t, p, o] for (t, p), o in sorted(self.offsets.items())],
             "articles_learned": self.articles_learned,
         }
-        meta = {"algorithm": self.settings.algorithm, "topics": self.settings.topics,
-                "articles_learned": self.articles_learned}  # fmt: skip
+        meta = {
+            "algorithm": self.settings.algorithm,
+            "topics": self.settings.topics,
+            "articles_learned": self.articles_learned,
+        }
         info = self.store.save(payload, meta)
         self.version = info.version
         model_drift = float(np.dot(weights, drift))
-        self.store.put_summary({
-            "version": info.version,
-            "algorithm": self.settings.algorithm,
-            "created_at": info.created_at,
-            "articles_learned": self.articles_learned,
-            "topics_used": self.model.topics_used(),
-            "model_drift": model_drift,
-            "topics": [
-                {"topic": k, "prevalence": float(weights[k]), "drift": float(drift[k]),
-                 "top_words": self.labels.top_words[k]}
-                for k in range(len(weights))
-            ],
-        })  # fmt: skip
+        self.store.put_summary(
+            {
+                "version": info.version,
+                "algorithm": self.settings.algorithm,
+                "created_at": info.created_at,
+                "articles_learned": self.articles_learned,
+                "topics_used": self.model.topics_used(),
+                "model_drift": model_drift,
+                "topics": [
+                    {
+                        "topic": k,
+                        "prevalence": float(weights[k]),
+                        "drift": float(drift[k]),
+                        "top_words": self.labels.top_words[k],
+                    }
+                    for k in range(len(weights))
+                ],
+            }
+        )
         m = self.metrics
         m.snapshot_duration.observe(time.perf_counter() - t0)
         m.snapshot_size.set(info.size_bytes)
@@ -160,8 +176,12 @@ class Learner:
         m.model_drift.set(model_drift)
         for k, d in enumerate(drift):
             m.topic_drift.labels(topic=str(k)).set(float(d))
-        log.info("snapshot %d: %.1f MB, %d articles learned", info.version, info.size_bytes / 1e6,
-                 self.articles_learned)  # fmt: skip
+        log.info(
+            "snapshot %d: %.1f MB, %d articles learned",
+            info.version,
+            info.size_bytes / 1e6,
+            self.articles_learned,
+        )
 
     # ------------------------------------------------------------------ partitions
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
@@ -225,8 +245,13 @@ class Learner:
         m.tokens.inc(float(batch.counts.sum()))
         m.oov_tokens.inc(encoded.oov_tokens)
         m.vocabulary_words.set(len(self.vocab))
-        for stage, dt in (("decode", t1 - t0), ("tokenize", t2 - t1), ("kernel", t3 - t2),
-                          ("publish", t4 - t3), ("commit", t5 - t4)):  # fmt: skip
+        for stage, dt in (
+            ("decode", t1 - t0),
+            ("tokenize", t2 - t1),
+            ("kernel", t3 - t2),
+            ("publish", t4 - t3),
+            ("commit", t5 - t4),
+        ):
             m.batch_duration.labels(stage=stage).observe(dt)
         weights = self.model.topic_weights()
         for k, w in enumerate(weights):
@@ -239,8 +264,9 @@ class Learner:
         """Consume until ``stop`` is set; then finish the batch, snapshot, commit and leave the group."""
         stop = stop or threading.Event()
         s = self.settings
-        self.consumer.subscribe([s.input_topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
-                                on_lost=self._on_revoke)  # fmt: skip
+        self.consumer.subscribe(
+            [s.input_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke
+        )
         batches = 0
         try:
             while not stop.is_set() and (max_batches is None or batches < max_batches):

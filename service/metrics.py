@@ -27,9 +27,7 @@ class Metrics:
         self.role = role
 
         # Throughput.
-        self.consumed = Counter(
-            "topicstream_articles_consumed_total", "Messages read from the input topic", registry=r
-        )
+        self.consumed = Counter("topicstream_articles_consumed_total", "Messages read from the input topic", registry=r)
         self.published = Counter(
             "topicstream_articles_published_total",
             "Topic mixtures acknowledged by the broker on the output topic",
@@ -41,11 +39,11 @@ class Metrics:
             ["reason"],
             registry=r,
         )
-        self.tokens = Counter(
-            "topicstream_tokens_total", "In-vocabulary tokens processed by the kernel", registry=r
-        )
+        self.tokens = Counter("topicstream_tokens_total", "In-vocabulary tokens processed by the kernel", registry=r)
         self.oov_tokens = Counter(
-            "topicstream_oov_tokens_total", "Tokens dropped because their word holds no vocabulary slot", registry=r
+            "topicstream_oov_tokens_total",
+            "Tokens dropped because their word holds no vocabulary slot",
+            registry=r,
         )
         self.batches = Counter("topicstream_batches_total", "Batches processed", registry=r)
 
@@ -109,7 +107,10 @@ class Metrics:
             registry=r,
         )
         self.topic_prevalence = Gauge(
-            "topicstream_topic_prevalence", "Corpus-level weight of each topic (sums to 1)", ["topic"], registry=r
+            "topicstream_topic_prevalence",
+            "Corpus-level weight of each topic (sums to 1)",
+            ["topic"],
+            registry=r,
         )
         self.topic_drift = Gauge(
             "topicstream_topic_drift",
@@ -132,7 +133,10 @@ class Metrics:
             registry=r,
         )
         self.errors = Counter(
-            "topicstream_errors_total", "Errors reported by Kafka or Redis clients, by kind", ["kind"], registry=r
+            "topicstream_errors_total",
+            "Errors reported by Kafka or Redis clients, by kind",
+            ["kind"],
+            registry=r,
         )
 
     def _snapshot_age(self) -> float:

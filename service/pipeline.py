@@ -68,7 +68,7 @@ class TopicLabels:
     """Human labels for topics: the top words of each topic's φ row, from the vocabulary's slots."""
 
     def __init__(self, phi: NDArray[np.float64], slot_words: list[str], n_words: int = 10) -> None:
-        k, w = phi.shape
+        _k, w = phi.shape
         n = min(n_words, w)
         top = np.argpartition(-phi, n - 1, axis=1)[:, :n]
         order = np.argsort(-np.take_along_axis(phi, top, axis=1), axis=1)
@@ -102,7 +102,7 @@ class Publisher:
         topic: str,
         key: bytes | str | None,
         value: bytes,
-        headers: list[tuple[str, bytes]],
+        headers: list[tuple[str, str | bytes | None]],
         on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
     ) -> None:
         callback = on_delivery or self.tracker.callback
@@ -114,7 +114,9 @@ class Publisher:
                 self.producer.poll(0.1)
 
     def dead_letter(self, msg: Message, rejection: Rejection) -> None:
-        headers = list(msg.headers() or [])
+        original = msg.headers() or []
+        headers: list[tuple[str, str | bytes | None]]
+        headers = list(original.items() if isinstance(original, dict) else original)
         headers += [
             (H_REASON, rejection.reason.encode()),
             (H_DETAIL, rejection.detail[:2000].encode("utf-8", "replace")),
@@ -161,7 +163,7 @@ class Publisher:
                 "url": article.url,
                 "tokens": int(tokens[j]),
             }
-            headers = [
+            headers: list[tuple[str, str | bytes | None]] = [
                 (H_TOPIC, str(int(order[j, 0])).encode()),
                 (H_TOPICS, ",".join(str(t["topic"]) for t in top).encode()),
                 (H_VERSION, version_b),
@@ -169,5 +171,10 @@ class Publisher:
             ]
             _, ts_ms = msg.timestamp()
             input_ts = ts_ms / 1000.0 if ts_ms > 0 else consumed_at
-            self._produce(s.output_topic, article.id, json.dumps(event).encode(), headers,
-                          self._output_delivered(input_ts))  # fmt: skip
+            self._produce(
+                s.output_topic,
+                article.id,
+                json.dumps(event).encode(),
+                headers,
+                self._output_delivered(input_ts),
+            )

@@ -104,7 +104,5 @@ def decode_article(value: bytes | None, max_bytes: int) -> Article | Rejection:
     try:
         return Article.model_validate(obj)
     except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'article'}: {err['msg']}" for err in e.errors()
-        )
+        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'article'}: {err['msg']}" for err in e.errors())
         return Rejection("invalid", problems)

@@ -37,7 +37,8 @@ class Settings(BaseSettings):
     output_topic: str = Field("article-topics", description="Topic the mixtures are written to")
     dlq_topic: str = Field("articles.dlq", description="Dead-letter topic for bad input")
     group_id: str | None = Field(
-        None, description="Consumer group; default topicstream-learner (run) or topicstream-replicas (replica)"
+        None,
+        description="Consumer group; default topicstream-learner (run) or topicstream-replicas (replica)",
     )
 
     # The model.

@@ -57,7 +57,11 @@ def _key_of(line: bytes) -> bytes | None:
 
 
 def produce_lines(
-    settings: Settings, lines: Iterable[bytes], rate: float = 0.0, limit: int | None = None, topic: str | None = None
+    settings: Settings,
+    lines: Iterable[bytes],
+    rate: float = 0.0,
+    limit: int | None = None,
+    topic: str | None = None,
 ) -> int:
     """Send ``lines`` to the input topic at most ``rate`` per second (0 = as fast as possible).
 
@@ -67,8 +71,7 @@ def produce_lines(
     tracker = DeliveryTracker()
     topic = topic or settings.input_topic
     start = time.monotonic()
-    sent = 0
-    for line in lines:
+    for sent, line in enumerate(lines):
         if limit is not None and sent >= limit:
             break
         if rate > 0:
@@ -82,6 +85,5 @@ def produce_lines(
             except BufferError:
                 producer.poll(0.1)
         producer.poll(0)
-        sent += 1
     flush_all(producer, tracker)
     return tracker.acked

@@ -25,6 +25,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import chain, repeat
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,16 @@ __all__ = ["EncodedBatch", "Tokenizer", "Vocabulary"]
 
 # Runs of letters (any script), no digits or underscores: "split on non-letters" as in seed 003.
 _WORD = re.compile(r"[^\W\d_]+")
+# The same split for pure-ASCII text, three times faster: every ASCII non-letter becomes a space.
+_ASCII_NON_LETTERS = str.maketrans({chr(c): " " for c in range(128) if not chr(c).isalpha()})
+
+
+def _words(text: str) -> list[str]:
+    """Lower-cased runs of letters."""
+    text = text.lower()
+    if text.isascii():
+        return text.translate(_ASCII_NON_LETTERS).split()
+    return _WORD.findall(text)
 
 
 class Tokenizer:
@@ -48,9 +59,7 @@ class Tokenizer:
     ['fed', 'raised', 'rates', 'fed', 'chair', 'spoke']
     """
 
-    def __init__(
-        self, stop_words: Iterable[str] | None = None, min_length: int = 3, max_length: int = 30
-    ) -> None:
+    def __init__(self, stop_words: Iterable[str] | None = None, min_length: int = 3, max_length: int = 30) -> None:
         if min_length < 1 or max_length < min_length:
             raise ValueError(f"need 1 <= min_length <= max_length, got {min_length}, {max_length}")
         self.stop_words = frozenset(ENGLISH_STOP_WORDS if stop_words is None else stop_words)
@@ -59,11 +68,21 @@ class Tokenizer:
 
     def __call__(self, text: str) -> list[str]:
         stop, lo, hi = self.stop_words, self.min_length, self.max_length
-        return [w for w in _WORD.findall(text.lower()) if lo <= len(w) <= hi and w not in stop]
+        return [w for w in _words(text) if lo <= len(w) <= hi and w not in stop]
 
     def count(self, text: str) -> Counter[str]:
-        """Word counts of ``text`` (the bag of words a kernel sees)."""
-        return Counter(self(text))
+        """Word counts of ``text`` (the bag of words a kernel sees).
+
+        Counts first and filters the distinct words afterwards: the hot path of the learner.
+        """
+        counts = Counter(_words(text))
+        keys = list(counts)
+        lengths = np.fromiter(map(len, keys), dtype=np.int64, count=len(keys))
+        for i in np.flatnonzero((lengths < self.min_length) | (lengths > self.max_length)).tolist():
+            del counts[keys[i]]
+        for w in self.stop_words.intersection(counts):
+            del counts[w]
+        return counts
 
 
 @dataclass(frozen=True)
@@ -155,37 +174,37 @@ class Vocabulary:
 
         Replicas and evaluation use ``learn=False``: the vocabulary is then read-only.
         """
+        # Dictionary look-ups for the whole batch at C speed (map + fromiter); Python loops only over the
+        # (rare, once the vocabulary is warm) words without a slot.
+        index = self._index
+        n_docs = len(docs)
+        lengths = np.fromiter(map(len, docs), dtype=np.int64, count=n_docs)
+        total = int(lengths.sum())
+        words = list(chain.from_iterable(docs))
+        cnts = np.fromiter(chain.from_iterable(d.values() for d in docs), dtype=np.float64, count=total)
+        ids = np.fromiter(map(index.get, words, repeat(-1)), dtype=np.int64, count=total)
+        unknown = np.flatnonzero(ids < 0)
         recycled: list[int] = []
         if learn:
-            n_tokens = sum(sum(d.values()) for d in docs)
-            self._decay(n_tokens)
-            unknown: Counter[str] = Counter()
-            index = self._index
-            for d in docs:
-                for w, c in d.items():
-                    if w not in index:
-                        unknown[w] += c
-            if unknown:
-                recycled = self._admit(unknown)
-        indptr = np.zeros(len(docs) + 1, dtype=np.int64)
-        ids: list[int] = []
-        counts: list[float] = []
-        oov = 0
-        get = self._index.get
-        for j, d in enumerate(docs):
-            for w, c in d.items():
-                i = get(w)
-                if i is None:
-                    oov += c
-                else:
-                    ids.append(i)
-                    counts.append(c)
-            indptr[j + 1] = len(ids)
-        id_arr = np.asarray(ids, dtype=np.int64)
-        cnt_arr = np.asarray(counts, dtype=np.float64)
+            self._decay(float(cnts.sum()))
+            if unknown.size:
+                new_words: dict[str, float] = {}
+                for i in unknown.tolist():
+                    new_words[words[i]] = new_words.get(words[i], 0.0) + float(cnts[i])
+                recycled = self._admit(new_words)
+                ids[unknown] = np.fromiter(
+                    (index.get(words[i], -1) for i in unknown.tolist()), dtype=np.int64, count=unknown.size
+                )
+        keep = ids >= 0
+        oov = float(cnts[~keep].sum())
+        id_arr, cnt_arr = ids[keep], cnts[keep]
+        indptr = np.zeros(n_docs + 1, dtype=np.int64)
+        if n_docs:
+            doc_of = np.repeat(np.arange(n_docs), lengths)[keep]
+            np.cumsum(np.bincount(doc_of, minlength=n_docs), out=indptr[1:])
         if learn and id_arr.size:
-            np.add.at(self._counts, id_arr, cnt_arr)
-        return EncodedBatch(Batch(indptr, id_arr, cnt_arr), np.asarray(recycled, dtype=np.int64), int(oov))
+            self._counts += np.bincount(id_arr, weights=cnt_arr, minlength=self.capacity)
+        return EncodedBatch(Batch(indptr, id_arr, cnt_arr), np.asarray(recycled, dtype=np.int64), round(oov))
 
     def _decay(self, n_tokens: float) -> None:
         if n_tokens <= 0:
@@ -193,14 +212,12 @@ class Vocabulary:
         factor = 0.5 ** (n_tokens / self.half_life_tokens)
         self._counts *= factor
 
-    def _admit(self, unknown: Counter[str]) -> list[int]:
+    def _admit(self, unknown: dict[str, float]) -> list[int]:
         """Count unknown words as candidates, give slots to those that qualify; return recycled slots."""
         cand = self._candidates
         for w, c in unknown.items():
             cand[w] = cand.get(w, 0.0) + c
-        ready = sorted(
-            ((c, w) for w, c in cand.items() if c >= self.admit_count), key=lambda cw: (-cw[0], cw[1])
-        )
+        ready = sorted(((c, w) for w, c in cand.items() if c >= self.admit_count), key=lambda cw: (-cw[0], cw[1]))
         recycled: list[int] = []
         if ready:
             n_free = min(len(self._free), len(ready))

@@ -35,8 +35,14 @@ def test_bad_input_is_rejected_with_a_reason(value: bytes | None, reason: str) -
 
 
 def test_good_article_keeps_its_fields_and_ignores_unknown_ones() -> None:
-    raw = {"id": "a1", "title": "Rates", "text": "The bank cut rates.", "published_at": "2026-11-22T10:00:00Z",
-           "label": "economy", "extra": {"nested": True}}  # fmt: skip
+    raw = {
+        "id": "a1",
+        "title": "Rates",
+        "text": "The bank cut rates.",
+        "published_at": "2026-11-22T10:00:00Z",
+        "label": "economy",
+        "extra": {"nested": True},
+    }
     a = decode_article(json.dumps(raw).encode(), 10_000)
     assert isinstance(a, Article)
     assert a.id == "a1" and a.label == "economy" and a.published_at is not None
@@ -46,8 +52,11 @@ def test_good_article_keeps_its_fields_and_ignores_unknown_ones() -> None:
 
 
 def test_snapshot_payload_round_trip_without_pickle() -> None:
-    payload = {"kernel": {"state": {"m": np.arange(6.0).reshape(2, 3), "rng": {"s": [1, 2]}}},
-               "offsets": [["t", 0, 5]], "words": ["a", None]}  # fmt: skip
+    payload = {
+        "kernel": {"state": {"m": np.arange(6.0).reshape(2, 3), "rng": {"s": [1, 2]}}},
+        "offsets": [["t", 0, 5]],
+        "words": ["a", None],
+    }
     out = unpack(pack(payload))
     np.testing.assert_array_equal(out["kernel"]["state"]["m"], payload["kernel"]["state"]["m"])
     assert out["kernel"]["state"]["rng"] == {"s": [1, 2]} and out["offsets"] == [["t", 0, 5]]

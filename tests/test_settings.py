@@ -27,7 +27,12 @@ def test_every_bad_value_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(SettingsError) as e:
         load_settings()
     msg = str(e.value)
-    for name in ("TOPICSTREAM_KAFKA_BOOTSTRAP", "TOPICSTREAM_TOPICS", "TOPICSTREAM_ALGORITHM", "TOPICSTREAM_REDIS_URL"):
+    for name in (
+        "TOPICSTREAM_KAFKA_BOOTSTRAP",
+        "TOPICSTREAM_TOPICS",
+        "TOPICSTREAM_ALGORITHM",
+        "TOPICSTREAM_REDIS_URL",
+    ):
         assert name in msg
     assert "scvb0" in msg  # the message lists the valid algorithms
 

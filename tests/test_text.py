@@ -14,8 +14,13 @@ from service.text import Tokenizer, Vocabulary
 def test_tokenizer_is_seed_003_preprocessing() -> None:
     tok = Tokenizer()
     assert tok("The ECB's Lagarde: rates UP 0.25% — Zürich markets re-open!") == [
-        "ecb", "lagarde", "rates", "zürich", "markets", "open",
-    ]  # fmt: skip
+        "ecb",
+        "lagarde",
+        "rates",
+        "zürich",
+        "markets",
+        "open",
+    ]
     assert tok.count("bank bank banks") == Counter({"bank": 2, "banks": 1})
     assert Tokenizer(stop_words=[], min_length=1)("a b") == ["a", "b"]
     with pytest.raises(ValueError):

@@ -98,14 +98,16 @@ def produce(settings: Settings, values: list[bytes], keys: list[bytes | None] | 
 
 def read_all(settings: Settings, topic: str, expected: int, timeout: float = 60.0) -> list:
     """Read ``expected`` messages from ``topic`` from the beginning (fails the test if they don't come)."""
-    consumer = Consumer({
-        "bootstrap.servers": settings.kafka_bootstrap,
-        "group.id": f"reader-{uuid.uuid4().hex[:8]}",
-        "auto.offset.reset": "earliest",
-        "enable.auto.commit": False,
-        "max.poll.interval.ms": 3000,
-        "session.timeout.ms": 3000,
-    })
+    consumer = Consumer(
+        {
+            "bootstrap.servers": settings.kafka_bootstrap,
+            "group.id": f"reader-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "max.poll.interval.ms": 3000,
+            "session.timeout.ms": 3000,
+        }
+    )
     consumer.subscribe([topic])
     out = []
     deadline = time.monotonic() + timeout
@@ -133,5 +135,6 @@ def committed(settings: Settings, group: str, partitions: int) -> dict[int, int]
 
 
 def article(i: int, text: str | None = None) -> bytes:
-    return json.dumps({"id": f"a{i}", "title": f"Story {i}", "text": text or "markets rally as central bank cuts rates"}).encode()
-
+    return json.dumps(
+        {"id": f"a{i}", "title": f"Story {i}", "text": text or "markets rally as central bank cuts rates"}
+    ).encode()

@@ -90,7 +90,7 @@ def test_good_bad_outputs_dead_letters_offsets_snapshot(settings: Settings, algo
     assert committed(s, s.learner_group(), 2) == {p: off + 1 for p, off in last.items()}
 
     # The final snapshot holds the model, the vocabulary and exactly those offsets.
-    meta, payload = SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix).load()
+    _meta, payload = SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix).load()
     assert {(t, p): o for t, p, o in payload["offsets"]} == {(s.input_topic, p): o + 1 for p, o in last.items()}
     assert payload["kernel"]["state"]["n_docs_seen"] == len(good)
     assert payload["articles_learned"] == len(good)
@@ -114,7 +114,7 @@ def test_restart_after_crash_learns_every_article_exactly_once(settings: Setting
     # Crash: no final snapshot. Kafka's committed offsets are ahead of the last snapshot's.
     first.consumer.close()
     store = SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix)
-    meta, payload = store.load()
+    _, payload = store.load()
     in_snapshot = payload["articles_learned"]
     assert 0 < in_snapshot < done
 
@@ -123,7 +123,7 @@ def test_restart_after_crash_learns_every_article_exactly_once(settings: Setting
     run_until(second, len(values) - in_snapshot)
     # Every article learned once: the restored count plus what the second learner read equals the stream.
     assert second.model.n_docs_seen_ == len(values)
-    meta, payload = store.load()
+    _meta, payload = store.load()
     assert payload["kernel"]["state"]["n_docs_seen"] == len(values)
 
 

@@ -45,9 +45,21 @@ def test_metrics_and_sigterm(settings: Settings) -> None:
     s = settings
     port = free_port()
     env = {**os.environ}
-    for field in ("kafka_bootstrap", "redis_url", "input_topic", "output_topic", "dlq_topic", "group_id",
-                  "redis_prefix", "topics", "vocab_size", "batch_size", "batch_timeout_s",
-                  "max_poll_interval_ms", "session_timeout_ms"):  # fmt: skip
+    for field in (
+        "kafka_bootstrap",
+        "redis_url",
+        "input_topic",
+        "output_topic",
+        "dlq_topic",
+        "group_id",
+        "redis_prefix",
+        "topics",
+        "vocab_size",
+        "batch_size",
+        "batch_timeout_s",
+        "max_poll_interval_ms",
+        "session_timeout_ms",
+    ):
         env[f"TOPICSTREAM_{field.upper()}"] = str(getattr(s, field))
     env["TOPICSTREAM_METRICS_PORT"] = str(port)
     env["TOPICSTREAM_MAX_ARTICLE_BYTES"] = "4096"
@@ -57,8 +69,9 @@ def test_metrics_and_sigterm(settings: Settings) -> None:
     last = produce(s, good + list(BAD))
     n_all = len(good) + len(BAD)
 
-    proc = subprocess.Popen([sys.executable, "-m", "service", "run"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service", "run"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     try:
         deadline = time.monotonic() + 90
         samples: dict = {}
@@ -91,7 +104,9 @@ def test_metrics_and_sigterm(settings: Settings) -> None:
         assert 1 <= value(samples, "topicstream_topics_used") <= s.topics
         lags = [v for (n, _), v in samples.items() if n == "topicstream_consumer_lag_messages"]
         assert lags and all(v >= 0 for v in lags)
-        assert value(samples, "topicstream_model_info", algorithm=s.algorithm, topics=str(s.topics), role="learner") == 1
+        assert (
+            value(samples, "topicstream_model_info", algorithm=s.algorithm, topics=str(s.topics), role="learner") == 1
+        )
 
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
