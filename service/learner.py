@@ -234,7 +234,8 @@ class Learner:
         batch = encoded.batch
         tokens = np.add.reduceat(batch.counts, batch.indptr[:-1]) if batch.counts.size else np.zeros(len(articles))
         tokens[np.diff(batch.indptr) == 0] = 0.0
-        self.publisher.publish(decoded.good, theta, tokens, self.labels, s.algorithm, self.version)
+        if s.learner_publish:
+            self.publisher.publish(decoded.good, theta, tokens, self.labels, s.algorithm, self.version)
         self.articles_learned += len(articles)
         t4 = time.perf_counter()
         self.checkpointer.after_batch(msgs, self.offsets)

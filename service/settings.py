@@ -64,6 +64,9 @@ class Settings(BaseSettings):
     max_article_bytes: int = Field(1_000_000, ge=64, description="Larger messages are dead-lettered")
     top_topics_threshold: float = Field(0.1, ge=0, le=1, description="Least weight for a topic in top_topics")
     top_topics_max: int = Field(3, ge=1, description="Most entries in top_topics")
+    learner_publish: bool = Field(
+        True, description="The learner publishes mixtures too; set false when replicas serve the output topic"
+    )
 
     # Operations.
     metrics_port: int = Field(9100, ge=0, le=65535, description="Port of /metrics (0 disables)")
