@@ -1,0 +1,400 @@
+"""Seed 003's experiments with the reservoir particle filter (``kernels.ParticleFilterLDA``).
+
+Datasets: 20 Newsgroups diff3, rel3, sim3 (``../shared/data/20ng_{name}_{train,test}.jsonl.gz``, bydate 60/40),
+K = 3. Preprocessing as in the seed (``../shared/notes/particle-filter.md``): body text only (headers are already
+removed in the files), drop lines without a non-trailing space, split on non-letters, lower-case, drop sklearn's
+English stop words, vocabulary = non-singleton training types + one out-of-vocabulary symbol, documents shuffled
+once (seed 0). Metric: out-of-sample NMI — φ fixed, five Gibbs sweeps on each test document, label = the topic
+holding most of its tokens, ``sklearn.metrics.normalized_mutual_info_score`` against the newsgroups.
+
+Experiments (``--exp``):
+  a   one fixed initial model (200 Gibbs sweeps on the first 10% of the documents, chain seed 0), then
+      rejuvenation none / reservoir of 1000 / whole history;
+  b   initial sample of 0, 30, 100, 300 documents (``--sweeps`` Gibbs sweeps, a new chain every run), reservoir
+      1000; and batch collapsed Gibbs on the whole training set (``--sweeps`` sweeps) for reference;
+  c   best of 20 Gibbs initialisations (200 sweeps, first 10% of the documents) chosen by held-out perplexity
+      (the kernel's label-free ``init_restarts``) or by in-sample NMI (labels; via ``initialize_from``).
+  tp  throughput and peak memory: P particles, K topics, vocabulary capped at W, on 20ng "all".
+
+Particle filter settings: P = 100, ESS threshold P/5, r = 30, α = 0.1, β = 0.01. NMI is also recorded at
+``--checkpoints`` points of the stream for the figures. Results go to ``--results`` (JSON); ``--plot`` draws the
+figures from it and prints the Markdown tables.
+
+    .venv/bin/python -m benchmarks.pf_experiment --exp a b c --runs 30 --results /tmp/pf_results.json
+    .venv/bin/python -m benchmarks.pf_experiment --plot --results /tmp/pf_results.json --out docs/experiments
+    .venv/bin/python -m benchmarks.pf_experiment --exp tp --particles 100 --topics 100 --max-words 65536
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import re
+import resource
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+from sklearn.metrics import normalized_mutual_info_score
+
+from kernels import Batch, ParticleFilterLDA
+from kernels import _pf_numba as nb
+
+DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+_SPLIT = re.compile(r"[^a-z]+")
+_STOP = frozenset(ENGLISH_STOP_WORDS)
+K = 3
+PF = {"n_particles": 100, "ess_threshold": 0.2, "n_rejuvenate": 30, "alpha": 0.1, "beta": 0.01, "pool_factor": 100.0}
+
+
+# ------------------------------------------------------------------------------------------ data
+def tokenize(text: str) -> list[str]:
+    out: list[str] = []
+    for line in text.split("\n"):
+        if " " not in line.rstrip():  # the seed drops lines without a non-trailing space
+            continue
+        out.extend(t for t in _SPLIT.split(line.lower()) if t and t not in _STOP)
+    return out
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+class Corpus:
+    """Token arrays of one dataset: training documents (shuffled) and test documents, with labels."""
+
+    def __init__(self, name: str, max_words: int | None = None) -> None:
+        train = _read(DATA / f"20ng_{name}_train.jsonl.gz")
+        test = _read(DATA / f"20ng_{name}_test.jsonl.gz")
+        order = np.random.default_rng(0).permutation(len(train))
+        train = [train[i] for i in order]
+        tr_tok = [tokenize(r["text"]) for r in train]
+        te_tok = [tokenize(r["text"]) for r in test]
+        counts = Counter(t for doc in tr_tok for t in doc)
+        vocab = [w for w, c in counts.most_common() if c > 1]
+        if max_words is not None:
+            vocab = vocab[: max_words - 1]
+        self.index = {w: i for i, w in enumerate(vocab)}
+        self.W = len(vocab) + 1  # + the out-of-vocabulary symbol
+        oov = self.W - 1
+        labels = sorted({r["label"] for r in train})
+        lab = {x: i for i, x in enumerate(labels)}
+
+        def ids(doc: list[str]) -> NDArray[np.int64]:
+            return np.array([self.index.get(t, oov) for t in doc], dtype=np.int64)
+
+        self.train = [ids(d) for d in tr_tok]
+        self.test = [ids(d) for d in te_tok]
+        self.y_train = np.array([lab[r["label"]] for r in train])
+        self.y_test = np.array([lab[r["label"]] for r in test])
+        self.test_ptr = np.concatenate(([0], np.cumsum([len(d) for d in self.test]))).astype(np.int64)
+        self.test_toks = np.concatenate(self.test) if self.test else np.zeros(0, np.int64)
+        self.n_train_tokens = int(sum(len(d) for d in self.train))
+
+    def batch(self, lo: int, hi: int) -> Batch:
+        """Training documents lo..hi as a batch of tokens (count 1 each, order kept)."""
+        docs = self.train[lo:hi]
+        indptr = np.concatenate(([0], np.cumsum([len(d) for d in docs]))).astype(np.int64)
+        toks = np.concatenate(docs) if docs else np.zeros(0, np.int64)
+        return Batch(indptr, toks, np.ones(toks.size))
+
+    def tokens(self, lo: int, hi: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        docs = self.train[lo:hi]
+        toks = np.concatenate(docs) if docs else np.zeros(0, np.int64)
+        doc_of = np.repeat(np.arange(len(docs)), [len(d) for d in docs]).astype(np.int64)
+        return toks, doc_of
+
+
+def nmi(corpus: Corpus, phi: NDArray[np.float64], seed: int) -> float:
+    """The seed's out-of-sample NMI (φ fixed, five Gibbs sweeps per test document, argmax of n_dk)."""
+    rng = _prng(seed)
+    ndk = nb.fold_in_gibbs(corpus.test_ptr, corpus.test_toks, np.ascontiguousarray(phi), 0.1, 5, rng)
+    return float(normalized_mutual_info_score(corpus.y_test, ndk.argmax(axis=1)))
+
+
+def _prng(seed: int) -> NDArray[np.uint64]:
+    s = np.random.default_rng(seed).integers(1, 2**63, size=4, dtype=np.int64).astype(np.uint64)
+    return s
+
+
+def gibbs(
+    corpus: Corpus, n_docs: int, sweeps: int, seed: int
+) -> tuple[NDArray[np.int64], NDArray[np.float64], NDArray[np.int64]]:
+    """Collapsed Gibbs on the first ``n_docs`` training documents: (z, φ over the full vocabulary, n_dk)."""
+    toks, doc_of = corpus.tokens(0, n_docs)
+    z = np.zeros(toks.size, dtype=np.int64)
+    beta = PF["beta"]
+    nkw, nk, ndk = nb.gibbs_chain(
+        toks, doc_of, n_docs, corpus.W, K, PF["alpha"], beta, corpus.W * beta, sweeps, z, True, _prng(seed)
+    )
+    phi = (nkw + beta) / (nk[:, None] + corpus.W * beta)
+    return z, phi, ndk
+
+
+def _checkpoints(start: int, n: int, m: int) -> list[int]:
+    return sorted({int(x) for x in np.linspace(start, n, m + 1)[1:]} | {n})
+
+
+def run_filter(
+    corpus: Corpus, seed: int, checkpoints: int, init: tuple[int, NDArray[np.int64]] | None = None, **params: Any
+) -> dict[str, Any]:
+    """One particle-filter run over the training stream; NMI at the checkpoints (documents seen)."""
+    n = len(corpus.train)
+    model = ParticleFilterLDA(K, corpus.W, seed, **{**PF, **params})
+    start = 0
+    if init is not None:
+        start, z = init
+        model.initialize_from(corpus.batch(0, start), z)
+    points, scores = [], []
+    t0 = time.perf_counter()
+    filt_time = 0.0
+    pos = start
+    for c in _checkpoints(start, n, checkpoints):
+        t = time.perf_counter()
+        model.partial_fit(corpus.batch(pos, c))
+        filt_time += time.perf_counter() - t
+        pos = c
+        points.append(c)
+        scores.append(nmi(corpus, model.topic_word(), seed + 10_000))
+    d = model.diagnostics()
+    return {
+        "docs": points,
+        "nmi": scores,
+        "final": scores[-1],
+        "seconds": time.perf_counter() - t0,
+        "filter_seconds": filt_time,
+        "tokens": int(model.ctr_[nb.TOKENS]),
+        "resamples": d["resamples"],
+        "collapses": d["collapses"],
+        "state_mb": d["state_mb"],
+    }
+
+
+# ------------------------------------------------------------------------------------------ experiments
+def exp_a(corpus: Corpus, runs: int, checkpoints: int) -> dict[str, Any]:
+    n0 = max(1, len(corpus.train) // 10)
+    z, phi, _ = gibbs(corpus, n0, 200, seed=0)
+    out: dict[str, Any] = {"init_nmi": nmi(corpus, phi, 1), "init_docs": n0}
+    hist = {"history_tokens": corpus.n_train_tokens + 1, "history_docs": len(corpus.train) + 1}
+    for mode, extra in (("none", {}), ("reservoir", {"reservoir_size": 1000}), ("history", hist)):
+        out[mode] = [
+            run_filter(corpus, r, checkpoints, init=(n0, z.copy()), rejuvenation=mode, init_docs=0, **extra)
+            for r in range(runs)
+        ]
+        _log(corpus, f"a/{mode}", out[mode])
+    return out
+
+
+def exp_b(corpus: Corpus, runs: int, checkpoints: int, sweeps: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for n0 in (0, 30, 100, 300):
+        out[str(n0)] = [
+            run_filter(
+                corpus,
+                r,
+                checkpoints,
+                rejuvenation="reservoir",
+                reservoir_size=1000,
+                init_docs=n0,
+                init_max_tokens=max(corpus.n_train_tokens, 1),
+                init_sweeps=sweeps,
+                init_restarts=1,
+            )
+            for r in range(runs)
+        ]
+        _log(corpus, f"b/{n0}", out[str(n0)])
+    batch = []
+    for r in range(runs):
+        t = time.perf_counter()
+        _, phi, _ = gibbs(corpus, len(corpus.train), sweeps, seed=r)
+        batch.append({"final": nmi(corpus, phi, r + 10_000), "seconds": time.perf_counter() - t})
+    out["batch"] = batch
+    _log(corpus, "b/batch", batch)
+    return out
+
+
+def exp_c(corpus: Corpus, runs: int, checkpoints: int) -> dict[str, Any]:
+    n0 = max(1, len(corpus.train) // 10)
+    common: dict[str, Any] = {"rejuvenation": "reservoir", "reservoir_size": 1000}
+    perp = [
+        run_filter(
+            corpus,
+            r,
+            checkpoints,
+            init_docs=n0,
+            init_max_tokens=corpus.n_train_tokens,
+            init_sweeps=200,
+            init_restarts=20,
+            init_holdout=0.2,
+            **common,
+        )
+        for r in range(runs)
+    ]
+    _log(corpus, "c/perplexity", perp)
+    by_nmi = []
+    for r in range(runs):
+        best, best_z = -1.0, None
+        for c in range(20):
+            z, _, ndk = gibbs(corpus, n0, 200, seed=1000 * (r + 1) + c)
+            s = float(normalized_mutual_info_score(corpus.y_train[:n0], ndk.argmax(axis=1)))
+            if s > best:
+                best, best_z = s, z
+        assert best_z is not None
+        by_nmi.append(run_filter(corpus, r, checkpoints, init=(n0, best_z), init_docs=0, **common))
+    _log(corpus, "c/nmi", by_nmi)
+    return {"perplexity": perp, "nmi": by_nmi, "init_docs": n0}
+
+
+def exp_tp(particles: int, topics: int, max_words: int, max_docs: int) -> dict[str, Any]:
+    """Throughput (filtered tokens per second, Gibbs initialisation excluded) and peak RSS."""
+    global K
+    corpus = Corpus("all", max_words=max_words)
+    K = topics
+    n = min(max_docs, len(corpus.train))
+    model = ParticleFilterLDA(
+        topics, max(corpus.W, 2), 0, n_particles=particles, init_docs=100, init_sweeps=20, init_restarts=1
+    )
+    model.partial_fit(corpus.batch(0, 100))
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    tok0 = int(model.ctr_[nb.TOKENS])
+    t = time.perf_counter()
+    for lo in range(100, n, 200):
+        model.partial_fit(corpus.batch(lo, min(n, lo + 200)))
+    secs = time.perf_counter() - t
+    toks = int(model.ctr_[nb.TOKENS]) - tok0
+    d = model.diagnostics()
+    return {
+        "particles": particles,
+        "topics": topics,
+        "W": corpus.W,
+        "docs": n,
+        "tokens": toks,
+        "seconds": secs,
+        "tokens_per_second": toks / secs,
+        "state_mb": model.memory_bytes() / 1e6,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "rss_after_init_mb": rss0,
+        "resamples": d["resamples"],
+        "collapses": d["collapses"],
+        "pool_peak_fill": d["pool_peak_fill"],
+        "resample_copied_mb": d["resample_copied_mb"],
+    }
+
+
+def _log(corpus: Corpus, tag: str, rows: list[dict[str, Any]]) -> None:
+    f = np.array([r["final"] for r in rows])
+    print(f"{tag}: NMI {f.mean():.3f} ± {f.std(ddof=1) if f.size > 1 else 0:.3f} (n={f.size})", flush=True)
+
+
+# ------------------------------------------------------------------------------------------ report
+def _ms(rows: list[dict[str, Any]]) -> str:
+    f = np.array([r["final"] for r in rows])
+    sd = f.std(ddof=1) if f.size > 1 else 0.0
+    return f"{f.mean():.3f} ± {sd:.3f}"
+
+
+def _band(ax: Any, rows: list[dict[str, Any]], label: str, n_docs: int) -> None:
+    x = np.array(rows[0]["docs"]) / n_docs
+    y = np.array([r["nmi"] for r in rows])
+    m, s = y.mean(axis=0), (y.std(axis=0, ddof=1) if len(rows) > 1 else np.zeros(y.shape[1]))
+    (line,) = ax.plot(x, m, label=label)
+    ax.fill_between(x, m - s, m + s, alpha=0.2, color=line.get_color())
+
+
+def report(res: dict[str, Any], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [n for n in ("diff3", "rel3", "sim3") if n in res]
+    lines: list[str] = []
+    specs = (
+        ("a", (("none", "no rejuvenation"), ("reservoir", "reservoir 1000"), ("history", "whole history"))),
+        ("b", (("0", "init 0 docs"), ("30", "init 30"), ("100", "init 100"), ("300", "init 300"))),
+        ("c", (("perplexity", "best of 20 by perplexity"), ("nmi", "best of 20 by NMI"))),
+    )
+    for exp, series in specs:
+        if not any(exp in res[n] for n in names):
+            continue
+        fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.4), squeeze=False)
+        hdr = "| setting | " + " | ".join(names) + " |"
+        lines += [f"\n### Experiment {exp}\n", hdr, "|---|" + "---:|" * len(names)]
+        rows_md: dict[str, list[str]] = {}
+        for j, name in enumerate(names):
+            r = res[name].get(exp)
+            if r is None:
+                continue
+            ax = axes[0, j]
+            n_docs = res[name]["n_train_docs"]
+            for key, label in series:
+                _band(ax, r[key], label, n_docs)
+                rows_md.setdefault(label, []).append(_ms(r[key]))
+            if exp == "b":
+                f = np.array([x["final"] for x in r["batch"]])
+                ax.axhline(f.mean(), color="k", ls="--", lw=1, label="batch Gibbs")
+                rows_md.setdefault("batch Gibbs", []).append(_ms(r["batch"]))
+            if exp == "a":
+                rows_md.setdefault("initial model alone", []).append(f"{r['init_nmi']:.3f}")
+            ax.set_title(name)
+            ax.set_xlabel("fraction of training documents seen")
+            ax.set_ylabel("out-of-sample NMI")
+            ax.set_ylim(0, 1)
+        axes[0, -1].legend(fontsize=7, loc="lower right")
+        fig.tight_layout()
+        fig.savefig(out / f"pf_exp_{exp}.png", dpi=110)
+        plt.close(fig)
+        for label, cells in rows_md.items():
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    print("\n".join(lines))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--exp", nargs="*", default=[], choices=["a", "b", "c", "tp"])
+    ap.add_argument("--datasets", nargs="*", default=["diff3", "rel3", "sim3"])
+    ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--checkpoints", type=int, default=8)
+    ap.add_argument("--sweeps", type=int, default=2000, help="Gibbs sweeps of experiment b (seed: 2000)")
+    ap.add_argument("--results", type=Path, default=Path("/tmp/pf_results.json"))
+    ap.add_argument("--plot", action="store_true")
+    ap.add_argument("--out", type=Path, default=Path("docs/experiments"))
+    ap.add_argument("--particles", type=int, default=100)
+    ap.add_argument("--topics", type=int, default=100)
+    ap.add_argument("--max-words", type=int, default=65536)
+    ap.add_argument("--max-docs", type=int, default=3000)
+    args = ap.parse_args()
+    res: dict[str, Any] = json.loads(args.results.read_text()) if args.results.exists() else {}
+    for exp in args.exp:
+        if exp == "tp":
+            res.setdefault("throughput", []).append(exp_tp(args.particles, args.topics, args.max_words, args.max_docs))
+            print(json.dumps(res["throughput"][-1]), flush=True)
+            args.results.write_text(json.dumps(res))
+            continue
+        for name in args.datasets:
+            corpus = Corpus(name)
+            entry = res.setdefault(name, {})
+            entry.update({"n_train_docs": len(corpus.train), "W": corpus.W, "tokens": corpus.n_train_tokens})
+            print(f"{name}: {len(corpus.train)} docs, {corpus.n_train_tokens} tokens, W = {corpus.W}", flush=True)
+            if exp == "a":
+                entry["a"] = exp_a(corpus, args.runs, args.checkpoints)
+            elif exp == "b":
+                entry["b"] = exp_b(corpus, args.runs, args.checkpoints, args.sweeps)
+            else:
+                entry["c"] = exp_c(corpus, args.runs, args.checkpoints)
+            entry.setdefault("runs", {})[exp] = args.runs
+            args.results.write_text(json.dumps(res))
+    if args.plot:
+        args.out.mkdir(parents=True, exist_ok=True)
+        report(res, args.out)
+
+
+if __name__ == "__main__":
+    main()
