@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Union
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -70,7 +69,7 @@ class Batch:
         return cls(indptr, np.ascontiguousarray(word_ids, dtype=np.int64), np.ascontiguousarray(counts))
 
 
-Docs = Union[Batch, Sequence[tuple[ArrayLike, ArrayLike]]]
+Docs = Batch | Sequence[tuple[ArrayLike, ArrayLike]]
 
 
 def as_batch(docs: Docs, n_words: int) -> Batch:
