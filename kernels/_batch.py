@@ -42,6 +42,11 @@ class Batch:
     def n_tokens(self) -> float:
         return float(self.counts.sum())
 
+    def doc_tokens(self) -> NDArray[np.float64]:
+        """Tokens (sum of counts) of each document, shape ``(n_docs,)``; 0 for an empty document."""
+        doc_of = np.repeat(np.arange(self.n_docs), np.diff(self.indptr))
+        return np.bincount(doc_of, weights=self.counts, minlength=self.n_docs).astype(np.float64)
+
     def doc(self, d: int) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
         """The ``(word_ids, counts)`` of document ``d``."""
         lo, hi = self.indptr[d], self.indptr[d + 1]

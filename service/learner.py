@@ -232,8 +232,7 @@ class Learner:
         theta = self.model.partial_fit_transform(encoded.batch) if articles else np.zeros((0, s.topics))
         t3 = time.perf_counter()
         batch = encoded.batch
-        tokens = np.add.reduceat(batch.counts, batch.indptr[:-1]) if batch.counts.size else np.zeros(len(articles))
-        tokens[np.diff(batch.indptr) == 0] = 0.0
+        tokens = batch.doc_tokens()
         if s.learner_publish:
             self.publisher.publish(decoded.good, theta, tokens, self.labels, s.algorithm, self.version)
         self.articles_learned += len(articles)

@@ -96,10 +96,7 @@ class Replica:
         encoded = self.vocab.encode(tokenize(self.tokenizer, articles), learn=False)
         batch = encoded.batch
         theta = self.model.transform(batch) if articles else np.zeros((0, self.model.n_topics))
-        tokens = np.zeros(len(articles))
-        if batch.counts.size:
-            tokens = np.add.reduceat(batch.counts, batch.indptr[:-1])
-            tokens[np.diff(batch.indptr) == 0] = 0.0
+        tokens = batch.doc_tokens()
         self.publisher.publish(decoded.good, theta, tokens, self.labels, self.model.algorithm, self.version)
         self.checkpointer.after_batch(msgs, {})
         self.metrics.consumed.inc(len(msgs))
