@@ -70,7 +70,7 @@ CONFIGS: list[tuple[str, dict[str, Any], bool]] = [
     ("η=0.05", {"eta": 0.05}, False),
     ("η=0.1", {"eta": 0.1}, False),
     ("transform_passes=3", {"transform_passes": 3}, False),
-    ("transform_passes=5", {"transform_passes": 5}, False),
+    ("transform_passes=10", {"transform_passes": 10}, False),
     ("transform_passes=20", {"transform_passes": 20}, False),
 ]
 
