@@ -128,9 +128,7 @@ def document_completion(batch: Batch, seed: int = 0) -> tuple[Batch, Batch]:
     return Batch.from_docs(first), Batch.from_docs(second)
 
 
-def heldout_loglik(
-    theta: NDArray[np.float64], phi: NDArray[np.float64], heldout: Batch, chunk: int = 512
-) -> float:
+def heldout_loglik(theta: NDArray[np.float64], phi: NDArray[np.float64], heldout: Batch, chunk: int = 512) -> float:
     """Mean over held-out tokens of log Σ_k θ_dk φ_kw (nats per word)."""
     total = 0.0
     n = 0.0

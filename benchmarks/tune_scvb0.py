@@ -88,14 +88,9 @@ def fit_one_pass(model: SCVB0, train: Batch, fixed_c: bool, corpus_tokens: float
     return spent
 
 
-def static_runner(
-    name: str, path: str, test_path: str | None, topics: int
-) -> Callable[..., tuple[float, float]]:
+def static_runner(name: str, path: str, test_path: str | None, topics: int) -> Callable[..., tuple[float, float]]:
     train, test, vocab, _ = load_corpus(shared_data_dir() / path, test_path and shared_data_dir() / test_path)
-    print(
-        f"# {name}: {train.n_docs} train docs, {train.n_tokens:,.0f} tokens, W={len(vocab)}, "
-        f"{test.n_docs} test"
-    )
+    print(f"# {name}: {train.n_docs} train docs, {train.n_tokens:,.0f} tokens, W={len(vocab)}, {test.n_docs} test")
 
     def run(settings: dict[str, Any], fixed_c: bool, seed: int) -> tuple[float, float]:
         model = SCVB0(topics, len(vocab), seed=seed, **settings)

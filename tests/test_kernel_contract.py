@@ -153,9 +153,7 @@ def test_pairs_and_batch_inputs_agree(cls: type[TopicModel]) -> None:
     a, b = make(cls), make(cls)
     for docs in TRAIN[:3]:
         pairs = [(ids.tolist(), cnts.tolist()) for ids, cnts in docs]  # plain Python lists
-        np.testing.assert_array_equal(
-            a.partial_fit_transform(pairs), b.partial_fit_transform(Batch.from_docs(docs))
-        )
+        np.testing.assert_array_equal(a.partial_fit_transform(pairs), b.partial_fit_transform(Batch.from_docs(docs)))
     assert_same_state(a.state_dict(), b.state_dict())
     np.testing.assert_array_equal(a.transform(PROBE), b.transform(as_batch(PROBE, W)))
 

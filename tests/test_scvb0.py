@@ -75,9 +75,7 @@ def test_doc_pass_is_eq5_and_eq9(burn_in: int, table_len: int) -> None:
     gam = np.empty(K)
     t = 0.0
     for p in range(burn_in + 1):
-        t = _doc_pass(
-            ids, cnts, M, sinv, einv, nt, alpha, cnts.sum(), t, table, *sched, ghat, slot, p == burn_in, gam
-        )
+        t = _doc_pass(ids, cnts, M, sinv, einv, nt, alpha, cnts.sum(), t, table, *sched, ghat, slot, p == burn_in, gam)
     want_nt, want_contrib = naive.doc_passes(n_phi, n_z, (ids, cnts), nt0, alpha, eta, sched, burn_in)
     np.testing.assert_allclose(nt, want_nt, rtol=1e-10)
     np.testing.assert_allclose(ghat, want_contrib[ids], rtol=1e-10)
