@@ -10,8 +10,20 @@ Storage of the topic–word counts n_kw^(p) (the part that would be P·K·W numb
 shared copy-on-write between particles. ``ptr[w, p]`` is the pool row holding particle p's counts of word w;
 row 0 is the all-zero row shared by every unseen word and is never written; ``refcnt[r]`` counts the particles
 pointing to row r ≥ 1; ``free[:ctr[N_FREE]]`` is a stack of free rows. A particle writes a row only after
-making it private (:func:`own_row`), so resampling copies a particle by copying its W row pointers, not its
+making it private (:func:`own_row`), so resampling copies a particle by copying its row pointers, not its
 K·W counts, and a token step copies at most one K-long row per particle.
+
+Resampling touches only what can differ between particles. ``div[:ctr[N_DIV]]`` lists every word whose
+pointers may differ between particles (``div_mark[w]`` = 1 while listed): :func:`own_row` adds a word when it
+gives a particle a new row of it, and :func:`copy_pairs` drops a word once all P pointers agree again. Words off
+the list have one row (or the zero row) shared by all particles, so a resampling never looks at them: its cost
+is proportional to the words seen since the particles last coalesced, not to W·P. The document–topic counts
+n_d·^(p) are stored the same way: ``dptr[s, p]`` is the row of ``drows`` holding particle p's counts of the
+document in slot s (0 = the zero row), shared copy-on-write with reference counts ``dref`` and a free stack
+``dfree`` (:func:`own_drow`); a resampling rewrites one pointer per (slot in use, copied particle), not K
+counts. The pool has D·P + 1 rows, so it never runs out. The reservoir's z are handled like the words:
+``rdiv[:ctr[N_RDIV]]`` lists the reservoir slots whose z may differ between particles (``rdiv_mark``), added
+when a token is stored or rejuvenated, dropped by :func:`copy_pairs` once all particles agree.
 
 Randomness: a xoshiro256** generator whose 4-word state is an array stored in the model state (seeded from the
 model's ``rng_``), so every draw is reproducible and a restored model continues bit-identically.
@@ -36,7 +48,10 @@ SLOT_TOP = 6  # free document slots (top of the ``slot_free`` stack)
 COPIED = 7  # integers written when copying particles in resampling (pointers + counts)
 COW_ROWS = 8  # K-long rows copied on write
 PEAK_ROWS = 9  # largest number of pool rows in use
-N_CTR = 10
+N_DIV = 10  # words on the divergent-word list ``div[:ctr[N_DIV]]``
+D_FREE = 11  # free document-count rows (top of the ``dfree`` stack)
+N_RDIV = 12  # reservoir slots on the divergent-token list ``rdiv[:ctr[N_RDIV]]``
+N_CTR = 13
 
 # Indices into the float64 array ``fst``.
 LOG_EVIDENCE = 0  # Σ_i log Σ_p ω^(p) Σ_k q_k^(p): the filter's estimate of log P(w_1..w_i)
@@ -140,16 +155,23 @@ def own_row(
     free: NDArray[np.int64],
     ctr: NDArray[np.int64],
     ptr: NDArray[np.int32],
+    div: NDArray[np.int32],
+    div_mark: NDArray[np.uint8],
     p: int,
     w: int,
 ) -> int:
     """Make particle p's row of word w private (copy on write) and return its pool index.
 
-    The caller guarantees a free row (``ctr[N_FREE] ≥ 1``) when the row is shared or the zero row.
+    The caller guarantees a free row (``ctr[N_FREE] ≥ 1``) when the row is shared or the zero row. A word that
+    gets a new row goes on the divergent-word list.
     """
     r = ptr[w, p]
     if r != 0 and refcnt[r] == 1:
         return r
+    if div_mark[w] == 0:
+        div_mark[w] = 1
+        div[ctr[N_DIV]] = w
+        ctr[N_DIV] += 1
     ctr[N_FREE] -= 1
     new = free[ctr[N_FREE]]
     K = rows.shape[1]
@@ -170,6 +192,52 @@ def own_row(
 
 
 @njit(cache=True, nogil=True)
+def own_drow(
+    drows: NDArray[np.int32],
+    dref: NDArray[np.int64],
+    dfree: NDArray[np.int64],
+    ctr: NDArray[np.int64],
+    dptr: NDArray[np.int32],
+    s: int,
+    p: int,
+) -> int:
+    """Make particle p's document-count row of slot s private (copy on write) and return its index. The pool
+    (D·P + 1 rows) always has a free row: a shared or zero row means fewer than D·P rows are in use."""
+    r = dptr[s, p]
+    if r != 0 and dref[r] == 1:
+        return r
+    ctr[D_FREE] -= 1
+    new = dfree[ctr[D_FREE]]
+    K = drows.shape[1]
+    if r == 0:
+        for k in range(K):
+            drows[new, k] = 0
+    else:
+        for k in range(K):
+            drows[new, k] = drows[r, k]
+        dref[r] -= 1
+    dref[new] = 1
+    dptr[s, p] = new
+    return new
+
+
+@njit(cache=True, nogil=True)
+def release_slot(
+    dref: NDArray[np.int64], dfree: NDArray[np.int64], ctr: NDArray[np.int64], dptr: NDArray[np.int32], s: int
+) -> None:
+    """Point every particle's document counts of slot s at the zero row (rows nobody uses go back)."""
+    P = dptr.shape[1]
+    for p in range(P):
+        r = dptr[s, p]
+        if r != 0:
+            dref[r] -= 1
+            if dref[r] == 0:
+                dfree[ctr[D_FREE]] = r
+                ctr[D_FREE] += 1
+            dptr[s, p] = 0
+
+
+@njit(cache=True, nogil=True)
 def copy_pairs(
     src: NDArray[np.int64],
     dst: NDArray[np.int64],
@@ -178,23 +246,32 @@ def copy_pairs(
     free: NDArray[np.int64],
     ctr: NDArray[np.int64],
     ptr: NDArray[np.int32],
+    div: NDArray[np.int32],
+    div_mark: NDArray[np.uint8],
     nk: NDArray[np.int64],
-    ndk: NDArray[np.int32],
+    dref: NDArray[np.int64],
+    dfree: NDArray[np.int64],
+    dptr: NDArray[np.int32],
     slot_refs: NDArray[np.int64],
     res_z: NDArray[np.int16],
+    rdiv: NDArray[np.int32],
+    rdiv_mark: NDArray[np.uint8],
 ) -> None:
     """Make particle ``dst[i]`` a copy of ``src[i]`` for every pair i (step 4), copying only what differs.
 
-    One sequential pass over each table serves all pairs (the tables are laid out word-, slot- and
-    token-major, so a token step reads P contiguous entries). Topic–word counts: only row pointers that differ
-    are rewritten (reference counts adjusted, rows nobody points to any more go back to the free stack), never
-    the K-long rows; n_k is copied; n_d· only for document slots in use; the reservoir's z only for filled
-    slots. No source is a destination.
+    Topic–word counts: only the words on the divergent-word list are visited (every other word has one row
+    shared by all particles); of those, only row pointers that differ are rewritten (reference counts
+    adjusted, rows nobody points to any more go back to the free stack), never the K-long rows. A word whose P
+    pointers all agree afterwards leaves the list. n_k is copied; the n_d· row pointers only for document slots
+    in use; the reservoir's z only for the slots on the divergent-token list (dropped from it once all
+    particles agree). No source is a destination.
     """
-    W = ptr.shape[0]
+    P = ptr.shape[1]
     K = nk.shape[1]
     copied = 0
-    for w in range(W):
+    a = 0
+    while a < ctr[N_DIV]:
+        w = div[a]
         pw = ptr[w]
         for i in range(n_pairs):
             rs = pw[src[i]]
@@ -209,21 +286,59 @@ def copy_pairs(
                     refcnt[rs] += 1
                 pw[dst[i]] = rs
                 copied += 1
+        r0 = pw[0]
+        same = True
+        for p in range(1, P):
+            if pw[p] != r0:
+                same = False
+                break
+        if same:  # leaves the list (swap with the last entry, which is visited next)
+            div_mark[w] = 0
+            last = ctr[N_DIV] - 1
+            div[a] = div[last]
+            ctr[N_DIV] = last
+        else:
+            a += 1
     for i in range(n_pairs):
         for k in range(K):
             nk[dst[i], k] = nk[src[i], k]
     copied += K * n_pairs
-    for s in range(ndk.shape[0]):
+    for s in range(dptr.shape[0]):
         if slot_refs[s] > 0:
+            ds = dptr[s]
             for i in range(n_pairs):
-                for k in range(K):
-                    ndk[s, dst[i], k] = ndk[s, src[i], k]
-            copied += K * n_pairs
-    fill = ctr[FILL]
-    for j in range(fill):
+                rs = ds[src[i]]
+                rd = ds[dst[i]]
+                if rs != rd:
+                    if rd != 0:
+                        dref[rd] -= 1
+                        if dref[rd] == 0:
+                            dfree[ctr[D_FREE]] = rd
+                            ctr[D_FREE] += 1
+                    if rs != 0:
+                        dref[rs] += 1
+                    ds[dst[i]] = rs
+                    copied += 1
+    a = 0
+    while a < ctr[N_RDIV]:
+        j = rdiv[a]
+        zj = res_z[j]
         for i in range(n_pairs):
-            res_z[j, dst[i]] = res_z[j, src[i]]
-    copied += fill * n_pairs
+            zj[dst[i]] = zj[src[i]]
+        copied += n_pairs
+        z0 = zj[0]
+        same = True
+        for p in range(1, P):
+            if zj[p] != z0:
+                same = False
+                break
+        if same:
+            rdiv_mark[j] = 0
+            last = ctr[N_RDIV] - 1
+            rdiv[a] = rdiv[last]
+            ctr[N_RDIV] = last
+        else:
+            a += 1
     ctr[COPIED] += copied
 
 
@@ -235,10 +350,16 @@ def resample(
     free: NDArray[np.int64],
     ctr: NDArray[np.int64],
     ptr: NDArray[np.int32],
+    div: NDArray[np.int32],
+    div_mark: NDArray[np.uint8],
     nk: NDArray[np.int64],
-    ndk: NDArray[np.int32],
+    dref: NDArray[np.int64],
+    dfree: NDArray[np.int64],
+    dptr: NDArray[np.int32],
     slot_refs: NDArray[np.int64],
     res_z: NDArray[np.int16],
+    rdiv: NDArray[np.int32],
+    rdiv_mark: NDArray[np.uint8],
     zcur: NDArray[np.int64],
     rng: NDArray[np.uint64],
 ) -> None:
@@ -276,7 +397,10 @@ def resample(
             zcur[dead] = zcur[a]
             offspring[dead] = -1  # filled
             offspring[a] -= 1
-    copy_pairs(src, dst, n_pairs, refcnt, free, ctr, ptr, nk, ndk, slot_refs, res_z)
+    copy_pairs(
+        src, dst, n_pairs, refcnt, free, ctr, ptr, div, div_mark, nk, dref, dfree, dptr, slot_refs, res_z,
+        rdiv, rdiv_mark,
+    )  # fmt: skip
     for p in range(P):
         weights[p] = 1.0 / P
 
@@ -288,10 +412,16 @@ def collapse(
     free: NDArray[np.int64],
     ctr: NDArray[np.int64],
     ptr: NDArray[np.int32],
+    div: NDArray[np.int32],
+    div_mark: NDArray[np.uint8],
     nk: NDArray[np.int64],
-    ndk: NDArray[np.int32],
+    dref: NDArray[np.int64],
+    dfree: NDArray[np.int64],
+    dptr: NDArray[np.int32],
     slot_refs: NDArray[np.int64],
     res_z: NDArray[np.int16],
+    rdiv: NDArray[np.int32],
+    rdiv_mark: NDArray[np.uint8],
     zcur: NDArray[np.int64],
     rng: NDArray[np.uint64],
 ) -> None:
@@ -321,7 +451,10 @@ def collapse(
             dst[n_pairs] = b
             n_pairs += 1
             zcur[b] = zcur[a]
-    copy_pairs(src, dst, n_pairs, refcnt, free, ctr, ptr, nk, ndk, slot_refs, res_z)
+    copy_pairs(
+        src, dst, n_pairs, refcnt, free, ctr, ptr, div, div_mark, nk, dref, dfree, dptr, slot_refs, res_z,
+        rdiv, rdiv_mark,
+    )  # fmt: skip
     for p in range(P):
         weights[p] = 1.0 / P
     ctr[COLLAPSES] += 1
@@ -336,11 +469,18 @@ def rejuvenate(
     free: NDArray[np.int64],
     ctr: NDArray[np.int64],
     ptr: NDArray[np.int32],
+    div: NDArray[np.int32],
+    div_mark: NDArray[np.uint8],
     nk: NDArray[np.int64],
-    ndk: NDArray[np.int32],
+    drows: NDArray[np.int32],
+    dref: NDArray[np.int64],
+    dfree: NDArray[np.int64],
+    dptr: NDArray[np.int32],
     res_w: NDArray[np.int32],
     res_slot: NDArray[np.int32],
     res_z: NDArray[np.int16],
+    rdiv: NDArray[np.int32],
+    rdiv_mark: NDArray[np.uint8],
     alpha: float,
     beta: float,
     q: NDArray[np.float64],
@@ -356,26 +496,32 @@ def rejuvenate(
     if fill == 0 or n_rejuv == 0:
         return
     for t in range(n_rejuv):
-        idx[t] = rng_below(rng, fill)
+        j = rng_below(rng, fill)
+        idx[t] = j
+        if rdiv_mark[j] == 0:
+            rdiv_mark[j] = 1
+            rdiv[ctr[N_RDIV]] = j
+            ctr[N_RDIV] += 1
     for p in range(P):
         for t in range(n_rejuv):
             j = idx[t]
             w = res_w[j]
             s = res_slot[j]
             k_old = res_z[j, p]
-            r = own_row(rows, refcnt, free, ctr, ptr, p, w)
+            r = own_row(rows, refcnt, free, ctr, ptr, div, div_mark, p, w)
+            rd = own_drow(drows, dref, dfree, ctr, dptr, s, p)
             rows[r, k_old] -= 1
             nk[p, k_old] -= 1
-            ndk[s, p, k_old] -= 1
+            drows[rd, k_old] -= 1
             total = 0.0
             for k in range(K):
-                v = (rows[r, k] + beta) / (nk[p, k] + wbeta) * (ndk[s, p, k] + alpha)
+                v = (rows[r, k] + beta) / (nk[p, k] + wbeta) * (drows[rd, k] + alpha)
                 q[k] = v
                 total += v
             k_new = sample_cat(q, K, total, rng)
             rows[r, k_new] += 1
             nk[p, k_new] += 1
-            ndk[s, p, k_new] += 1
+            drows[rd, k_new] += 1
             res_z[j, p] = k_new
     ctr[REJUVENATIONS] += 1
 
@@ -406,6 +552,8 @@ def store_token(
     res_w: NDArray[np.int32],
     res_slot: NDArray[np.int32],
     res_z: NDArray[np.int16],
+    rdiv: NDArray[np.int32],
+    rdiv_mark: NDArray[np.uint8],
     slot_refs: NDArray[np.int64],
     slot_free: NDArray[np.int64],
     scratch: int,
@@ -425,8 +573,16 @@ def store_token(
             ctr[SLOT_TOP] += 1
     res_w[pos] = w
     res_slot[pos] = s
+    z0 = zcur[0]
+    same = True
     for p in range(P):
         res_z[pos, p] = zcur[p]
+        if zcur[p] != z0:
+            same = False
+    if not same and rdiv_mark[pos] == 0:
+        rdiv_mark[pos] = 1
+        rdiv[ctr[N_RDIV]] = pos
+        ctr[N_RDIV] += 1
     slot_refs[s] += 1
 
 
@@ -436,11 +592,13 @@ def open_slot(
     slot_free: NDArray[np.int64],
     slot_refs: NDArray[np.int64],
     slot_len: NDArray[np.int64],
-    ndk: NDArray[np.int32],
+    dref: NDArray[np.int64],
+    dfree: NDArray[np.int64],
+    dptr: NDArray[np.int32],
 ) -> int:
     """Give the next document a slot for its n_d· (the scratch slot, last, when none is free: its tokens then
     stay out of the reservoir). The open document holds one reference to its slot."""
-    scratch = ndk.shape[0] - 1
+    scratch = dptr.shape[0] - 1
     if ctr[SLOT_TOP] > 0:
         ctr[SLOT_TOP] -= 1
         s = slot_free[ctr[SLOT_TOP]]
@@ -448,11 +606,7 @@ def open_slot(
         s = scratch
     slot_refs[s] = 1
     slot_len[s] = 0
-    P = ndk.shape[1]
-    K = ndk.shape[2]
-    for p in range(P):
-        for k in range(K):
-            ndk[s, p, k] = 0
+    release_slot(dref, dfree, ctr, dptr, s)
     return s
 
 
@@ -480,12 +634,19 @@ def filter_docs(
     refcnt: NDArray[np.int64],
     free: NDArray[np.int64],
     ptr: NDArray[np.int32],
+    div: NDArray[np.int32],
+    div_mark: NDArray[np.uint8],
     nk: NDArray[np.int64],
     weights: NDArray[np.float64],
     res_w: NDArray[np.int32],
     res_slot: NDArray[np.int32],
     res_z: NDArray[np.int16],
-    ndk: NDArray[np.int32],
+    rdiv: NDArray[np.int32],
+    rdiv_mark: NDArray[np.uint8],
+    drows: NDArray[np.int32],
+    dref: NDArray[np.int64],
+    dfree: NDArray[np.int64],
+    dptr: NDArray[np.int32],
     slot_len: NDArray[np.int64],
     slot_refs: NDArray[np.int64],
     slot_free: NDArray[np.int64],
@@ -508,7 +669,7 @@ def filter_docs(
     W, P = ptr.shape
     K = nk.shape[1]
     R = res_w.shape[0]
-    scratch = ndk.shape[0] - 1
+    scratch = dptr.shape[0] - 1
     wbeta = W * beta
     kalpha = K * alpha
     q = np.empty(K, dtype=np.float64)
@@ -531,23 +692,27 @@ def filter_docs(
             tmp = tok[t]
             tok[t] = tok[u]
             tok[u] = tmp
-        s = open_slot(ctr, slot_free, slot_refs, slot_len, ndk)
+        s = open_slot(ctr, slot_free, slot_refs, slot_len, dref, dfree, dptr)
         for t in range(n):
             w = tok[t]
             if ctr[N_FREE] < P:
-                collapse(weights, refcnt, free, ctr, ptr, nk, ndk, slot_refs, res_z, zcur, rng)
+                collapse(
+                    weights, refcnt, free, ctr, ptr, div, div_mark, nk, dref, dfree, dptr, slot_refs, res_z,
+                    rdiv, rdiv_mark, zcur, rng,
+                )  # fmt: skip
                 if ctr[N_FREE] < P:
                     return -1
             nd = float(slot_len[s])
             total = 0.0
             for p in range(P):
-                inc = proposal(rows, ptr[w, p], nk[p], ndk[s, p], nd, alpha, beta, wbeta, q)  # step 1
+                inc = proposal(rows, ptr[w, p], nk[p], drows[dptr[s, p]], nd, alpha, beta, wbeta, q)  # step 1
                 k = sample_cat(q, K, inc, rng)  # step 3
                 zcur[p] = k
-                r = own_row(rows, refcnt, free, ctr, ptr, p, w)
+                r = own_row(rows, refcnt, free, ctr, ptr, div, div_mark, p, w)
                 rows[r, k] += 1
                 nk[p, k] += 1
-                ndk[s, p, k] += 1
+                rd = own_drow(drows, dref, dfree, ctr, dptr, s, p)
+                drows[rd, k] += 1
                 weights[p] *= inc  # step 2
                 total += weights[p]
             slot_len[s] += 1
@@ -562,13 +727,21 @@ def filter_docs(
             if s != scratch:
                 pos = reservoir_position(ctr[TOKENS], ctr[FILL], R, rng)
                 if pos >= 0:
-                    store_token(pos, w, s, zcur, ctr, res_w, res_slot, res_z, slot_refs, slot_free, scratch)
+                    store_token(
+                        pos, w, s, zcur, ctr, res_w, res_slot, res_z, rdiv, rdiv_mark, slot_refs, slot_free, scratch
+                    )
             if ess < ess_threshold * P:
-                resample(weights, offspring, refcnt, free, ctr, ptr, nk, ndk, slot_refs, res_z, zcur, rng)
+                resample(
+                    weights, offspring, refcnt, free, ctr, ptr, div, div_mark, nk, dref, dfree, dptr, slot_refs,
+                    res_z, rdiv, rdiv_mark, zcur, rng,
+                )  # fmt: skip
                 ctr[RESAMPLES] += 1
                 if n_rejuv > 0 and ctr[FILL] > 0:
                     if ctr[N_FREE] < n_rejuv * P:
-                        collapse(weights, refcnt, free, ctr, ptr, nk, ndk, slot_refs, res_z, zcur, rng)
+                        collapse(
+                            weights, refcnt, free, ctr, ptr, div, div_mark, nk, dref, dfree, dptr, slot_refs,
+                            res_z, rdiv, rdiv_mark, zcur, rng,
+                        )  # fmt: skip
                         if ctr[N_FREE] < n_rejuv * P:
                             return -1
                     rejuvenate(
@@ -579,11 +752,18 @@ def filter_docs(
                         free,
                         ctr,
                         ptr,
+                        div,
+                        div_mark,
                         nk,
-                        ndk,
+                        drows,
+                        dref,
+                        dfree,
+                        dptr,
                         res_w,
                         res_slot,
                         res_z,
+                        rdiv,
+                        rdiv_mark,
                         alpha,
                         beta,
                         q,
@@ -593,7 +773,7 @@ def filter_docs(
         for k in range(K):
             acc = 0.0
             for p in range(P):
-                acc += weights[p] * (ndk[s, p, k] + alpha)
+                acc += weights[p] * (drows[dptr[s, p], k] + alpha)
             theta[d, k] = acc / (nd_final + kalpha)
         close_slot(s, ctr, slot_free, slot_refs)
     return 0
@@ -612,7 +792,12 @@ def install_init(
     res_w: NDArray[np.int32],
     res_slot: NDArray[np.int32],
     res_z: NDArray[np.int16],
-    ndk: NDArray[np.int32],
+    rdiv: NDArray[np.int32],
+    rdiv_mark: NDArray[np.uint8],
+    drows: NDArray[np.int32],
+    dref: NDArray[np.int64],
+    dfree: NDArray[np.int64],
+    dptr: NDArray[np.int32],
     slot_len: NDArray[np.int64],
     slot_refs: NDArray[np.int64],
     slot_free: NDArray[np.int64],
@@ -624,14 +809,15 @@ def install_init(
     """Start every particle from one initial model: the assignments ``z`` of the initial sample's tokens
     (``words`` in document order, documents delimited by ``doc_ptr``).
 
-    All particles share the resulting count rows (reference count P). The initial sample's tokens then enter
+    All particles share the resulting count rows and document-count rows (reference count P), so no word is
+    divergent. The initial sample's tokens then enter
     the reservoir in order like any other tokens (notes, "Initialisation"), and θ_d of each initial document
     is (n_dk + α)/(n_d + Kα). Returns 0, or -1 if the pool is too small.
     """
     P = ptr.shape[1]
     K = nk.shape[1]
     R = res_w.shape[0]
-    scratch = ndk.shape[0] - 1
+    scratch = dptr.shape[0] - 1
     zcur = np.zeros(P, dtype=np.int64)
     for i in range(words.shape[0]):
         w = words[i]
@@ -657,13 +843,20 @@ def install_init(
     for d in range(n_docs):
         lo = doc_ptr[d]
         hi = doc_ptr[d + 1]
-        s = open_slot(ctr, slot_free, slot_refs, slot_len, ndk)
-        for i in range(lo, hi):
+        s = open_slot(ctr, slot_free, slot_refs, slot_len, dref, dfree, dptr)
+        if hi > lo:
+            ctr[D_FREE] -= 1
+            rd = dfree[ctr[D_FREE]]
+            for kk in range(K):
+                drows[rd, kk] = 0
+            for i in range(lo, hi):
+                drows[rd, z[i]] += 1
+            dref[rd] = P
             for p in range(P):
-                ndk[s, p, z[i]] += 1
+                dptr[s, p] = rd
         slot_len[s] = hi - lo
         for kk in range(K):
-            theta[d, kk] = (ndk[s, 0, kk] + alpha) / ((hi - lo) + K * alpha)
+            theta[d, kk] = (drows[dptr[s, 0], kk] + alpha) / ((hi - lo) + K * alpha)
         for i in range(lo, hi):
             ctr[TOKENS] += 1
             if s != scratch:
@@ -672,8 +865,9 @@ def install_init(
                     for p in range(P):
                         zcur[p] = z[i]
                     store_token(
-                        pos, words[i], s, zcur, ctr, res_w, res_slot, res_z, slot_refs, slot_free, scratch
-                    )
+                        pos, words[i], s, zcur, ctr, res_w, res_slot, res_z, rdiv, rdiv_mark, slot_refs,
+                        slot_free, scratch,
+                    )  # fmt: skip
         close_slot(s, ctr, slot_free, slot_refs)
     return 0
 
@@ -939,6 +1133,8 @@ def forget_words(
     res_w: NDArray[np.int32],
     res_slot: NDArray[np.int32],
     res_z: NDArray[np.int16],
+    rdiv: NDArray[np.int32],
+    rdiv_mark: NDArray[np.uint8],
     slot_refs: NDArray[np.int64],
     slot_free: NDArray[np.int64],
 ) -> None:
@@ -975,3 +1171,14 @@ def forget_words(
             ctr[FILL] -= 1
         else:
             j += 1
+    # The compaction moved tokens between slots: rebuild the divergent-token list.
+    for a in range(ctr[N_RDIV]):
+        rdiv_mark[rdiv[a]] = 0
+    ctr[N_RDIV] = 0
+    for j in range(ctr[FILL]):
+        for p in range(1, P):
+            if res_z[j, p] != res_z[j, 0]:
+                rdiv_mark[j] = 1
+                rdiv[ctr[N_RDIV]] = j
+                ctr[N_RDIV] += 1
+                break

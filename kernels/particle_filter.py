@@ -28,19 +28,22 @@ documents (tokens of later documents stay out while no slot is free).
 
 Memory (bytes; C = pool rows, D = document slots, R = reservoir slots):
 
-    4·C·K  (count rows)  + 4·P·W (row pointers)  + 16·C (reference counts, free stack)
-    + 4·P·D·K (n_d·)     + 2·P·R + 8·R (reservoir z, word, slot)  + 8·P·K (n_k)  + 4·init_max_tokens
+    4·C·K  (count rows)  + 4·P·W (row pointers)  + 16·C (reference counts, free stack)  + 5·W (divergent words)
+    + 4·(D·P + 1)·K + 4·D·P + 16·(D·P + 1) (n_d· rows, row pointers, reference counts, free stack)
+    + 2·P·R + 13·R (reservoir z, word, slot, divergent tokens)  + 8·P·K (n_k)  + 4·init_max_tokens
 
 with C = ⌈pool_factor·W⌉ + 1 + P·(r + 1), D = R + 2 (reservoir), ``history_docs`` + 2 (history), 2 (none). The
-notes' bound P·(K·W + R + R·K) corresponds to ``pool_factor`` = P (every particle may own every row). A
-particle that changes a shared row copies that K-long row first (copy on write); a resampling copies a
-particle's W row pointers (only those that differ), its n_k, the n_d· of the slots in use and its reservoir z,
-never the K·W counts. If the pool runs out of rows, all particles are set to one particle drawn by weight
-("collapse", a valid but degenerate resampling, counted in ``diagnostics()['collapses']``); the pool size
-always leaves room for that. Defaults (service: K = 100, W = 65,536): P = 16, pool_factor = 2, R = 1000, r =
-30 → C = 131,569 rows: 53 MB rows + 4 MB pointers + 2 MB + 6.4 MB n_d· + 0.1 MB ≈ 66 MB whatever the stream
-length. The seed's P = 100 is a setting (`n_particles=100`; at W = 65,536, K = 100 use pool_factor ≥ 2 and
-expect ≈ 120 MB + 40 MB n_d·).
+notes' bound P·(K·W + R + R·K) corresponds to ``pool_factor`` = P (every particle may own every row). A particle
+that changes a shared row copies that K-long row first (copy on write); the n_d· are stored the same way (a K-long
+row per document slot and particle, shared copy on write). A resampling copies a particle's row pointers only for
+the words whose pointers differ between particles (a list the kernel keeps: the words touched since the particles
+last coalesced), its n_k, one n_d· row pointer per slot in use and the z of the reservoir tokens that differ
+between particles — never the K·W counts and never a pass over all W words. If the pool runs out of rows, all
+particles are set to one particle drawn by weight ("collapse", a valid but degenerate resampling, counted in
+``diagnostics()['collapses']``); the pool size always leaves room for that. Defaults (service: K = 100, W =
+65,536): P = 16, pool_factor = 2, R = 1000, r = 30 → C = 131,569 rows: 53 MB rows + 4 MB pointers + 2 MB + 6.7 MB
+n_d· + 0.4 MB ≈ 66 MB whatever the stream length. The seed's P = 100 is a setting (`n_particles=100`; at W =
+65,536, K = 100 use pool_factor ≥ 2 and expect ≈ 125 MB, 42 MB of it n_d·).
 
 Token counts: a document's word counts are rounded to integers (at least 1 per listed word): the filter
 samples one topic per token. Counts are int32 per (topic, word) and int64 per topic: a stream would need 2^31
@@ -68,12 +71,19 @@ _ARRAYS = (
     "refcnt_",
     "free_",
     "ptr_",
+    "div_",
+    "div_mark_",
     "nk_",
     "weights_",
     "res_w_",
     "res_slot_",
     "res_z_",
-    "ndk_",
+    "rdiv_",
+    "rdiv_mark_",
+    "drows_",
+    "dref_",
+    "dfree_",
+    "dptr_",
     "slot_len_",
     "slot_refs_",
     "slot_free_",
@@ -95,7 +105,9 @@ class ParticleFilterLDA(TopicModel):
     n_particles
         P (the seed: 100; the service default 16 keeps memory ≈ 66 MB at K = 100, W = 65,536).
     ess_threshold
-        Resample when ESS < ess_threshold · P (notes: P/5).
+        Resample when ESS < ess_threshold · P (notes: P/5). Since ESS ≥ 1, ess_threshold · P must exceed 1
+        when P ≥ 2 (else resampling could never trigger: ``ValueError``); e.g. P = 4 needs ess_threshold > 0.25.
+        With P = 1 there is nothing to resample.
     rejuvenation
         ``"reservoir"``, ``"none"`` or ``"history"`` (experiments only, bounded by
         ``history_tokens``/``history_docs``).
@@ -169,6 +181,14 @@ class ParticleFilterLDA(TopicModel):
             raise ValueError("n_words must be below 2**31 - 1")
         check_positive_int("n_particles", self.n_particles)
         check_interval("ess_threshold", self.ess_threshold, 0.0, 1.0, low_open=True)
+        if self.n_particles >= 2 and self.ess_threshold * self.n_particles <= 1.0:
+            # ESS = 1/Σω² is at least 1, so "ESS < ess_threshold·P" could never hold: no resampling and no
+            # rejuvenation would ever run, silently (e.g. the notes' P/5 with P ≤ 5).
+            raise ValueError(
+                f"ess_threshold·n_particles must exceed 1 (ESS ≥ 1, so resampling could never trigger), got "
+                f"{self.ess_threshold}·{self.n_particles} = {self.ess_threshold * self.n_particles:g}; use "
+                f"ess_threshold > 1/n_particles = {1 / self.n_particles:g}"
+            )
         if self.rejuvenation not in _MODES:
             raise ValueError(f"rejuvenation must be one of {_MODES}, got {self.rejuvenation!r}")
         for name in ("n_rejuvenate", "init_docs", "init_sweeps"):
@@ -212,7 +232,15 @@ class ParticleFilterLDA(TopicModel):
         self.res_w_ = np.zeros(R, dtype=np.int32)
         self.res_slot_ = np.zeros(R, dtype=np.int32)
         self.res_z_ = np.zeros((R, P), dtype=np.int16)
-        self.ndk_ = np.zeros((D, P, K), dtype=np.int32)
+        self.rdiv_ = np.zeros(R, dtype=np.int32)
+        self.rdiv_mark_ = np.zeros(R, dtype=np.uint8)
+        self.div_ = np.zeros(W, dtype=np.int32)
+        self.div_mark_ = np.zeros(W, dtype=np.uint8)
+        self.drows_ = np.zeros((D * P + 1, K), dtype=np.int32)
+        self.dref_ = np.zeros(D * P + 1, dtype=np.int64)
+        self.dfree_ = np.zeros(D * P + 1, dtype=np.int64)
+        self.dfree_[: D * P] = np.arange(D * P, 0, -1)  # rows 1..D·P; row 0 is the shared zero row
+        self.dptr_ = np.zeros((D, P), dtype=np.int32)
         self.slot_len_ = np.zeros(D, dtype=np.int64)
         self.slot_refs_ = np.zeros(D, dtype=np.int64)
         self.slot_free_ = np.zeros(D, dtype=np.int64)
@@ -220,6 +248,7 @@ class ParticleFilterLDA(TopicModel):
         self.ctr_ = np.zeros(nb.N_CTR, dtype=np.int64)
         self.ctr_[nb.N_FREE] = C - 1
         self.ctr_[nb.SLOT_TOP] = D - 1
+        self.ctr_[nb.D_FREE] = D * P
         self.fst_ = np.zeros(nb.N_FST, dtype=np.float64)
         self.fst_[nb.LAST_ESS] = float(P)
         self.prng_ = self.rng_.integers(0, 2**63, size=4, dtype=np.int64).astype(np.uint64)
@@ -258,12 +287,19 @@ class ParticleFilterLDA(TopicModel):
                 self.refcnt_,
                 self.free_,
                 self.ptr_,
+                self.div_,
+                self.div_mark_,
                 self.nk_,
                 self.weights_,
                 self.res_w_,
                 self.res_slot_,
                 self.res_z_,
-                self.ndk_,
+                self.rdiv_,
+                self.rdiv_mark_,
+                self.drows_,
+                self.dref_,
+                self.dfree_,
+                self.dptr_,
                 self.slot_len_,
                 self.slot_refs_,
                 self.slot_free_,
@@ -394,7 +430,12 @@ class ParticleFilterLDA(TopicModel):
             self.res_w_,
             self.res_slot_,
             self.res_z_,
-            self.ndk_,
+            self.rdiv_,
+            self.rdiv_mark_,
+            self.drows_,
+            self.dref_,
+            self.dfree_,
+            self.dptr_,
             self.slot_len_,
             self.slot_refs_,
             self.slot_free_,
@@ -479,6 +520,8 @@ class ParticleFilterLDA(TopicModel):
             self.res_w_,
             self.res_slot_,
             self.res_z_,
+            self.rdiv_,
+            self.rdiv_mark_,
             self.slot_refs_,
             self.slot_free_,
         )
@@ -539,6 +582,7 @@ class ParticleFilterLDA(TopicModel):
     def _unit_test_params(cls) -> dict[str, Any]:
         return {
             "n_particles": 4,
+            "ess_threshold": 0.5,
             "n_rejuvenate": 5,
             "reservoir_size": 50,
             "init_docs": 3,

@@ -41,9 +41,16 @@ def _reservoir_tokens(m: ParticleFilterLDA, p: int) -> tuple[list[int], list[int
     )
 
 
+def _ndk(m: ParticleFilterLDA, s: int, p: int) -> np.ndarray:
+    """Particle p's document–topic counts of slot s (through its copy-on-write row pointer)."""
+    return np.asarray(m.drows_[m.dptr_[s, p]])
+
+
 def _check_invariants(m: ParticleFilterLDA) -> None:
     """Copy-on-write bookkeeping: reference counts = pointers, free stack + used rows = pool, counts ≥ 0,
-    n_k = Σ_w n_kw for every particle."""
+    n_k = Σ_w n_kw for every particle; the same for the document-count rows; every word whose pointers differ
+    between particles is on the divergent-word list, every reservoir token whose z differ on the
+    divergent-token list (no duplicates)."""
     C = m.rows_.shape[0]
     used = np.bincount(m.ptr_.ravel(), minlength=C)
     used[0] = 0
@@ -58,7 +65,32 @@ def _check_invariants(m: ParticleFilterLDA) -> None:
         rows = m.rows_[m.ptr_[:, p]]  # (W, K)
         assert np.all(rows >= 0)
         np.testing.assert_array_equal(rows.sum(axis=0), m.nk_[p])
-    assert np.all(m.ndk_ >= 0)
+    D = m.drows_.shape[0]
+    dused = np.bincount(m.dptr_.ravel(), minlength=D)
+    dused[0] = 0
+    np.testing.assert_array_equal(m.dref_[1:], dused[1:])
+    d_free = int(m.ctr_[nb.D_FREE])
+    dfree = m.dfree_[:d_free]
+    assert len(set(dfree.tolist())) == d_free and 0 not in dfree
+    assert np.all(dused[dfree] == 0)
+    assert d_free + int(np.count_nonzero(dused[1:])) == D - 1
+    assert np.all(m.drows_[0] == 0) and np.all(m.drows_[m.dptr_] >= 0)
+    n_div = int(m.ctr_[nb.N_DIV])
+    listed = m.div_[:n_div]
+    assert len(set(listed.tolist())) == n_div
+    mark = np.zeros(m.n_words, dtype=np.uint8)
+    mark[listed] = 1
+    np.testing.assert_array_equal(m.div_mark_, mark)
+    differ = m.ptr_.min(axis=1) != m.ptr_.max(axis=1)
+    assert np.all(mark[differ] == 1)
+    fill, n_rdiv = int(m.ctr_[nb.FILL]), int(m.ctr_[nb.N_RDIV])
+    rlisted = m.rdiv_[:n_rdiv]
+    assert len(set(rlisted.tolist())) == n_rdiv
+    rmark = np.zeros(m.rdiv_mark_.size, dtype=np.uint8)
+    rmark[rlisted] = 1
+    np.testing.assert_array_equal(m.rdiv_mark_, rmark)
+    z = m.res_z_[:fill]
+    assert np.all(rmark[:fill][z.min(axis=1) != z.max(axis=1)] == 1)
 
 
 # ------------------------------------------------------------------------------------------ exactness
@@ -82,11 +114,11 @@ def test_proposal_and_counts_match_brute_force(seed: int) -> None:
         np.testing.assert_array_equal(m.rows_[m.ptr_[:, p]].T, nkw)
         for s in set(slots):
             zs = [k for k, t in zip(z, slots, strict=True) if t == s]
-            np.testing.assert_array_equal(m.ndk_[s, p], np.bincount(zs, minlength=K))
+            np.testing.assert_array_equal(_ndk(m, s, p), np.bincount(zs, minlength=K))
         for w_new in range(W):
             for s in [slots[-1], 7]:  # an existing document, and a new one (slot 7 unused: empty counts)
                 nd = float(m.slot_len_[s]) if s in slots else 0.0
-                ndk = m.ndk_[s, p] if s in slots else np.zeros(K, dtype=np.int32)
+                ndk = _ndk(m, s, p) if s in slots else np.zeros(K, dtype=np.int32)
                 total = nb.proposal(
                     m.rows_, int(m.ptr_[w_new, p]), m.nk_[p], ndk, nd, alpha, beta, W * beta, q
                 )
@@ -146,7 +178,7 @@ def test_reservoir_keeps_every_token_with_probability_R_over_i() -> None:
         m.partial_fit(rest)
         assert m.ctr_[nb.FILL] == R and len(set(m.res_w_.tolist())) == R
         # Every reservoir token keeps a document slot of its own (never the scratch slot).
-        assert np.all(m.res_slot_ < m.ndk_.shape[0] - 1)
+        assert np.all(m.res_slot_ < m.dptr_.shape[0] - 1)
         hits[m.res_w_] += 1
     assert _chi2_uniform(hits1, runs * R / n1) > 1e-3
     assert _chi2_uniform(hits, runs * R / n) > 1e-3
@@ -221,8 +253,9 @@ def test_initialisation_buffer_and_mixtures() -> None:
     for its buffered documents and filtered mixtures for the rest; the sample's tokens are in the counts."""
     K = 3
     m = ParticleFilterLDA(
-        K, 30, 0, n_particles=4, init_docs=5, init_sweeps=20, init_restarts=3, reservoir_size=20
-    )
+        K, 30, 0, n_particles=4, ess_threshold=0.5, init_docs=5, init_sweeps=20, init_restarts=3,
+        reservoir_size=20,
+    )  # fmt: skip
     th = m.partial_fit_transform(_random_stream(3, 6, 30, 0))
     np.testing.assert_allclose(th, 1.0 / K)
     assert m.diagnostics()["initialized"] == 0.0 and m.nk_.sum() == 0
@@ -234,7 +267,9 @@ def test_initialisation_buffer_and_mixtures() -> None:
     assert m.ctr_[nb.FILL] == 20 and m.ctr_[nb.TOKENS] == 42
     _check_invariants(m)
     # The token cap ends buffering early.
-    capped = ParticleFilterLDA(K, 30, 0, n_particles=2, init_docs=100, init_max_tokens=10, init_sweeps=5)
+    capped = ParticleFilterLDA(
+        K, 30, 0, n_particles=2, ess_threshold=0.6, init_docs=100, init_max_tokens=10, init_sweeps=5
+    )
     capped.partial_fit(_random_stream(4, 4, 30, 2))
     assert capped.initialized_ and capped.nk_[0].sum() == 16
 
@@ -284,7 +319,9 @@ def test_reproducible_and_state_round_trip() -> None:
 
 
 def test_reset_words_forgets() -> None:
-    m = ParticleFilterLDA(3, 30, 0, n_particles=4, init_docs=4, init_sweeps=10, reservoir_size=40)
+    m = ParticleFilterLDA(
+        3, 30, 0, n_particles=4, ess_threshold=0.5, init_docs=4, init_sweeps=10, reservoir_size=40
+    )
     m.partial_fit(_random_stream(30, 8, 10, 0))  # words 0..9 only
     before = m.topic_word()[:, 4].sum()
     m.reset_words([4])
@@ -319,3 +356,20 @@ def test_registered_and_validates() -> None:
     assert m.partial_fit_transform([]).shape == (0, 3)
     th = m.partial_fit_transform([(np.zeros(0, dtype=np.int64), np.zeros(0))])
     np.testing.assert_allclose(th, 1.0 / 3)
+
+
+@pytest.mark.parametrize("P", [2, 3, 4, 5])
+def test_ess_threshold_must_allow_resampling(P: int) -> None:
+    """ESS ≥ 1, so with ess_threshold·P ≤ 1 (the notes' P/5 for P ≤ 5) resampling could never trigger: that is
+    refused with a clear message; above 1/P the filter does resample and rejuvenate."""
+    with pytest.raises(ValueError, match="resampling could never trigger"):
+        ParticleFilterLDA(3, 20, 0, n_particles=P, ess_threshold=0.2)
+    with pytest.raises(ValueError, match="ess_threshold > 1/n_particles"):
+        ParticleFilterLDA(3, 20, 0, n_particles=P, ess_threshold=1.0 / P)
+    m = ParticleFilterLDA(
+        3, 20, 0, n_particles=P, ess_threshold=min(1.0, 1.0 / P + 0.3), n_rejuvenate=3, init_docs=0
+    )
+    m.partial_fit(_random_stream(40, 10, 20, P))
+    assert m.diagnostics()["resamples"] > 0 and m.diagnostics()["rejuvenations"] > 0
+    _check_invariants(m)
+    ParticleFilterLDA(3, 20, 0, n_particles=1, ess_threshold=0.2, pool_factor=1.0)  # one particle: no resampling
