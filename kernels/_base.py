@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import abc
 import inspect
+from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -197,6 +198,28 @@ class TopicModel(abc.ABC):
     @abc.abstractmethod
     def _set_state(self, state: dict[str, StateValue]) -> None:
         """Install learned state produced by :meth:`_get_state` (copy arrays: the caller may reuse them)."""
+
+    @classmethod
+    def warm_up(cls, **params: Any) -> None:
+        """Compile this kernel's numba functions on a tiny model, so the first real batch does not stall.
+
+        numba caches compiled code on disk (``cache=True``), so this costs seconds on a first start and almost
+        nothing afterwards. A service calls it before it joins a consumer group: compiling inside the first
+        batch could exceed ``max.poll.interval.ms``. ``params`` (e.g. the service's kernel settings) select the
+        code paths to compile; they override the small unit-test settings.
+        """
+        rng = np.random.default_rng(0)
+        n_words = 20
+        factory: Callable[..., TopicModel] = cls
+        model = factory(n_topics=3, n_words=n_words, seed=0, **{**cls._unit_test_params(), **params})
+        docs = [(rng.choice(n_words, 6, replace=False), rng.integers(1, 4, 6).astype(np.float64)) for _ in range(16)]
+        for i in range(0, len(docs), 4):
+            model.partial_fit_transform(docs[i : i + 4])
+        model.transform(docs[:4])
+        model.topic_word()
+        model.topic_weights()
+        model.reset_words([0])
+        model.diagnostics()
 
     @classmethod
     def _unit_test_params(cls) -> dict[str, Any]:

@@ -74,6 +74,8 @@ class Learner:
         self.articles_learned = 0
         self._prev_phi: NDArray[np.float32] | None = None
         self.model, self.vocab = self._restore_or_create()
+        log.info("compiling the %s kernel (cached on disk after the first start)", s.algorithm)
+        type(self.model).warm_up(**s.kernel_params)
         self.labels = TopicLabels(self.model.topic_word(), self.vocab.slot_words())
         self.metrics.describe_model(s.algorithm, s.topics, s.vocab_size)
         self.consumer = make_consumer(s, s.learner_group(), **(consumer_overrides or {}))

@@ -68,7 +68,10 @@ class Replica:
             return False
         meta, payload = loaded
         kstate = payload["kernel"]
-        self.model = ALGORITHMS[kstate["algorithm"]].from_state(kstate)
+        cls = ALGORITHMS[kstate["algorithm"]]
+        if self.model is None or type(self.model) is not cls:
+            cls.warm_up()
+        self.model = cls.from_state(kstate)
         self.vocab = Vocabulary.from_state(payload["vocabulary"])
         self.labels = TopicLabels(self.model.topic_word(), self.vocab.slot_words())
         self.version = int(meta["version"])

@@ -291,3 +291,10 @@ def test_reset_words_forgets_a_heavy_word(trained: TopicModel) -> None:
     trained.reset_words([])
     with pytest.raises(ValueError, match="word ids"):
         trained.reset_words([W])
+
+
+def test_warm_up_compiles_without_touching_other_models(cls: type[TopicModel]) -> None:
+    before = make(cls).partial_fit(TRAIN[0]).state_dict()
+    cls.warm_up()
+    after = make(cls).partial_fit(TRAIN[0]).state_dict()
+    assert_same_state(before, after)

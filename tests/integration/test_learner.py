@@ -36,7 +36,7 @@ def good_articles(n: int, seed: int = 0) -> list[bytes]:
     return [json.dumps(a).encode() for a in generate_articles(n, seed=seed)]
 
 
-def run_until(learner: Learner, consumed: int, timeout: float = 90.0) -> None:
+def run_until(learner: Learner, consumed: int, timeout: float = 180.0) -> None:
     """Run the learner in a thread until it has consumed ``consumed`` messages, then stop it (SIGTERM path)."""
     stop = threading.Event()
     thread = threading.Thread(target=learner.run, args=(stop,), daemon=True)

@@ -73,7 +73,7 @@ def test_metrics_and_sigterm(settings: Settings) -> None:
         [sys.executable, "-m", "service", "run"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
     try:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 180
         samples: dict = {}
         while time.monotonic() < deadline:
             try:
