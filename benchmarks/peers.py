@@ -129,7 +129,7 @@ class GensimLda(Method):
     def __init__(self, K: int, W: int, seed: int, n_train: int, batch_size: int) -> None:
         from gensim.models import LdaModel
 
-        self.K = K
+        self.K, self.n_train = K, n_train
         self.model = LdaModel(
             num_topics=K,
             id2word={i: str(i) for i in range(W)},
@@ -141,6 +141,7 @@ class GensimLda(Method):
             decay=0.5,
             offset=1.0,
             iterations=50,
+            eval_every=None,  # no perplexity estimate after each update: diagnostics, not learning
             random_state=seed,
         )
 
@@ -148,6 +149,10 @@ class GensimLda(Method):
         self.bows = [_bow(b) for b in batches]
 
     def update(self, i: int) -> None:
+        # gensim scales a chunk's statistics to ``state.numdocs``, which ``update`` first increases by the
+        # chunk's length: given the whole corpus that is the corpus size D, fed chunk by chunk it would be the
+        # documents seen so far. Give it D, like ``LdaModel(corpus)`` does (and like the other VB peers).
+        self.model.state.numdocs = max(0, self.n_train - len(self.bows[i]))
         self.model.update(self.bows[i])
 
     def phi(self) -> NDArray[np.float64]:
@@ -158,7 +163,9 @@ class GensimLda(Method):
         return np.asarray(gamma / gamma.sum(axis=1, keepdims=True))
 
     def info(self) -> dict[str, Any]:
-        return {"params": {"alpha": ALPHA, "eta": ETA, "decay": 0.5, "offset": 1.0, "iterations": 50}}
+        return {
+            "params": {"alpha": ALPHA, "eta": ETA, "decay": 0.5, "offset": 1.0, "iterations": 50, "eval_every": None}
+        }
 
 
 class GensimHdp(Method):
@@ -174,9 +181,7 @@ class GensimHdp(Method):
         from gensim.models import HdpModel
 
         self.K = T
-        m = HdpModel(
-            corpus=None, id2word={i: str(i) for i in range(W)}, T=T, chunksize=batch_size, random_state=seed
-        )
+        m = HdpModel(corpus=None, id2word={i: str(i) for i in range(W)}, T=T, chunksize=batch_size, random_state=seed)
         m.m_D = n_train
         m.m_lambda = m.random_state.gamma(1.0, 1.0, (T, W)) * n_train * 100 / (T * W) - m.m_eta
         m.m_lambda_sum = np.sum(m.m_lambda, axis=1)
@@ -211,9 +216,7 @@ class GensimHdp(Method):
         return np.asarray(gamma / gamma.sum(axis=1, keepdims=True))
 
     def info(self) -> dict[str, Any]:
-        return {
-            "params": {"T": self.K, "K": 15, "alpha": 1, "gamma": 1, "eta": 0.01, "kappa": 1.0, "tau": 64}
-        }
+        return {"params": {"T": self.K, "K": 15, "alpha": 1, "gamma": 1, "eta": 0.01, "kappa": 1.0, "tau": 64}}
 
 
 class SklearnLda(Method):
@@ -285,6 +288,7 @@ class VowpalWabbitLda(Method):
         self.vw = pyvw.Workspace(args)
         self.n_minibatches = 0
         self.pending = 0
+        self._phi: NDArray[np.float64] | None = None
 
     def prepare(self, batches: list[Batch]) -> None:
         def line(ids: NDArray[np.int64], cnts: NDArray[np.float64]) -> str:
@@ -302,8 +306,14 @@ class VowpalWabbitLda(Method):
         self.pending += len(self.lines[i])
         self.n_minibatches += self.pending // self.batch_size
         self.pending %= self.batch_size
+        self._phi = None
 
     def phi(self) -> NDArray[np.float64]:
+        if self._phi is None:
+            self._phi = self._read_phi()
+        return self._phi
+
+    def _read_phi(self) -> NDArray[np.float64]:
         K, W = self.K, self.W
         get = self.vw.get_weight
         lam = np.array([[get(w, k) for k in range(K + 1)] for w in range(W)], dtype=np.float64)
@@ -341,9 +351,7 @@ class TomotopyGibbs(Method):
         self._phi: NDArray[np.float64] | None = None
 
     def _words(self, ids: NDArray[np.int64], cnts: NDArray[np.float64]) -> list[str]:
-        return [
-            self.vocab[w] for w, c in zip(ids.tolist(), cnts.tolist(), strict=True) for _ in range(int(c))
-        ]
+        return [self.vocab[w] for w, c in zip(ids.tolist(), cnts.tolist(), strict=True) for _ in range(int(c))]
 
     def prepare(self, batches: list[Batch]) -> None:
         for b in batches:
@@ -367,9 +375,7 @@ class TomotopyGibbs(Method):
     def infer(self, docs: Batch) -> NDArray[np.float64]:
         made = [self.model.make_doc(self._words(*docs.doc(d))) for d in range(docs.n_docs)]
         inferred, _ = self.model.infer(made, iterations=100, workers=1, parallel=self.tp.ParallelScheme.NONE)
-        theta = np.array(
-            [d if isinstance(d, np.ndarray) else d.get_topic_dist() for d in inferred], dtype=np.float64
-        )
+        theta = np.array([d if isinstance(d, np.ndarray) else d.get_topic_dist() for d in inferred], dtype=np.float64)
         return theta / theta.sum(axis=1, keepdims=True)
 
     def info(self) -> dict[str, Any]:
@@ -505,10 +511,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                     break
 
     t = time.perf_counter()
-    scores = score_model(method.phi(), infer, corpus, topic_weights=None)
-    ll_fold = heldout_loglik_per_word(
-        fold_in(method.phi(), corpus.observed, ALPHA), method.phi(), corpus.held_out
-    )
+    phi = method.phi()
+    scores = score_model(phi, infer, corpus, topic_weights=None)
+    ll_fold = heldout_loglik_per_word(fold_in(phi, corpus.observed, ALPHA), phi, corpus.held_out)
     score_seconds = time.perf_counter() - t
     return {
         "corpus": spec["corpus"],

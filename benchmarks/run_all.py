@@ -179,10 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gibbs-iterations", type=int, default=100, help="tomotopy sweeps (sets T_ref)")
     p.add_argument("--hdp-truncation", type=int, default=150, help="T of ohdp and gensim HDP")
-    p.add_argument(
-        "--max-train-docs", default="20ng=6000", help="per corpus cap, e.g. 20ng=6000,reuters=10000"
-    )
+    p.add_argument("--max-train-docs", default="20ng=6000", help="per corpus cap, e.g. 20ng=6000,reuters=10000")
     p.add_argument("--max-test-docs", type=int, default=2000, help="random test subset per corpus")
+    p.add_argument("--ref-seconds", type=float, default=None, help="equal-time budget without running the reference")
     p.add_argument("--max-time-seconds", type=float, default=60.0, help="cap on the equal-time budget")
     p.add_argument("--curve-docs", type=int, default=500, help="test documents scored at each checkpoint")
     p.add_argument("--timeout", type=float, default=300.0, help="per run, seconds")
@@ -206,9 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     peers, missing = available_peers()
     kernels = our_kernels()
     everything = kernels + peers
-    chosen = (
-        everything if args.methods == "all" else [m.strip() for m in args.methods.split(",") if m.strip()]
-    )
+    chosen = everything if args.methods == "all" else [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in chosen if m not in everything and m not in missing]
     if unknown:
         print(f"unknown methods {unknown}; available: {everything}", file=sys.stderr)
@@ -237,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
             "threads_per_method": 1,
         },
         "versions": _versions(),
+        "git": _git_state(),
         "settings": vars(args),
         "skipped_methods": skipped,
         "corpora": {},
@@ -258,10 +256,8 @@ def main(argv: list[str] | None = None) -> int:
                 "batch_size": args.batch_size,
                 "seed": args.seed,
             }
-            base.update(
-                curve_docs=args.curve_docs, iterations=args.gibbs_iterations, checkpoints=args.checkpoints
-            )
-            t_ref = None
+            base.update(curve_docs=args.curve_docs, iterations=args.gibbs_iterations, checkpoints=args.checkpoints)
+            t_ref = args.ref_seconds
             order = [m for m in chosen if m == REFERENCE] + [m for m in chosen if m != REFERENCE]
             for method in order:
                 hdp = method in HDP_METHODS
@@ -276,9 +272,7 @@ def main(argv: list[str] | None = None) -> int:
                     spec = {**base, "method": method, "topics": k_eff, "mode": mode}
                     if mode == "time":
                         spec["seconds"] = t_ref
-                    _log(
-                        f"{name} K={k_eff} {method} {mode}" + (f" ({t_ref:.1f} s)" if mode == "time" else "")
-                    )
+                    _log(f"{name} K={k_eff} {method} {mode}" + (f" ({t_ref:.1f} s)" if mode == "time" else ""))
                     res = run_one(spec, args.timeout)
                     res["k_block"] = K
                     if method == REFERENCE and "error" not in res:
@@ -296,7 +290,14 @@ def main(argv: list[str] | None = None) -> int:
                     with results_path.open("a") as f:
                         f.write(json.dumps(res) + "\n")
     meta["wall_seconds"] = time.perf_counter() - started
-    (RESULTS / "meta.json").write_text(json.dumps(meta, indent=1))
+    old_meta = RESULTS / "meta.json"
+    if args.append and old_meta.exists():  # a top-up run: keep the main run's description, note this one
+        old = json.loads(old_meta.read_text())
+        old["corpora"].update(meta["corpora"])
+        old.setdefault("extra_commands", []).append(meta["command"])
+        old["wall_seconds"] = old.get("wall_seconds", 0.0) + meta["wall_seconds"]
+        meta = old
+    old_meta.write_text(json.dumps(meta, indent=1))
     _log(f"done in {meta['wall_seconds']:.0f} s")
     if not args.no_docs:
         from benchmarks._plots import write_docs
@@ -313,6 +314,16 @@ def _cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
+
+
+def _git_state() -> str:
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "kernels", "service", "benchmarks"], cwd=ROOT,
+                               capture_output=True, text=True)  # fmt: skip
+    except OSError:
+        return "unknown"
+    return head.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
 
 
 def _versions() -> dict[str, str]:

@@ -41,7 +41,7 @@ Topics used
 Speed and memory
     ``train_seconds`` is the wall time spent inside ``partial_fit`` only (tokenising is
     ``tokenize_seconds``); ``tokens_per_second`` = training tokens / ``train_seconds``; ``peak_rss_mb`` is the
-    process's peak resident set size (``getrusage``), data loading included.
+    process's peak resident set size (``VmHWM`` on Linux, else ``getrusage``), data loading included.
 """
 
 from __future__ import annotations
@@ -387,9 +387,7 @@ def top_word_ids(phi: NDArray[np.floating], n: int = N_TOP_WORDS) -> NDArray[np.
     return np.take_along_axis(part, order, axis=1).astype(np.int64)
 
 
-def fold_in(
-    phi: NDArray[np.floating], docs: Batch, alpha: float = 0.1, iterations: int = 50
-) -> NDArray[np.float64]:
+def fold_in(phi: NDArray[np.floating], docs: Batch, alpha: float = 0.1, iterations: int = 50) -> NDArray[np.float64]:
     """Shared fixed-φ θ inference for libraries without their own (and as a cross-check for those with).
 
     EM for the MAP mixture under a Dirichlet(α + 1) prior: responsibilities r_wk ∝ θ_k φ_kw, then
@@ -442,9 +440,7 @@ def score_model(
     theta_obs = np.asarray(infer(corpus.observed), dtype=np.float64)
     ll = heldout_loglik_per_word(theta_obs, phi, corpus.held_out)
     theta_full = np.asarray(infer(corpus.test), dtype=np.float64)
-    heldout_weights = (
-        theta_full.mean(axis=0) if theta_full.shape[0] else np.full(phi.shape[0], 1 / phi.shape[0])
-    )
+    heldout_weights = theta_full.mean(axis=0) if theta_full.shape[0] else np.full(phi.shape[0], 1 / phi.shape[0])
     weights = heldout_weights if topic_weights is None else np.asarray(topic_weights, dtype=np.float64)
     used = np.flatnonzero(weights >= threshold)
     used = used[np.argsort(-weights[used], kind="stable")]
@@ -463,7 +459,19 @@ def score_model(
 
 
 def peak_rss_mb() -> float:
-    """Peak resident set size of this process so far, MiB."""
+    """Peak resident set size of this process so far, MiB.
+
+    Linux: ``VmHWM`` of ``/proc/self/status`` (the high-water mark of this program image; ``getrusage``'s
+    ``ru_maxrss`` would also count the parent's memory when this process was started by fork + exec).
+    Elsewhere: ``getrusage``.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
@@ -598,28 +606,18 @@ def eval_command(
     ] = None,
     test: Annotated[
         Path | None,
-        typer.Option(
-            help="Test articles; without it a --test-fraction of --train is held out", dir_okay=False
-        ),
+        typer.Option(help="Test articles; without it a --test-fraction of --train is held out", dir_okay=False),
     ] = None,
-    test_fraction: Annotated[
-        float, typer.Option(help="Share of --train held out when --test is absent")
-    ] = 0.2,
+    test_fraction: Annotated[float, typer.Option(help="Share of --train held out when --test is absent")] = 0.2,
     topics: Annotated[int, typer.Option(help="Number of topics K (the truncation for ohdp)", min=1)] = 100,
     batch_size: Annotated[int, typer.Option(help="Documents per partial_fit call", min=1)] = 100,
     seed: Annotated[int, typer.Option(help="Seed of the kernel, the shuffle and the splits", min=0)] = 0,
-    vocab_size: Annotated[
-        int, typer.Option(help="Words kept (most frequent with doc. freq. >= 2)", min=1)
-    ] = 10_000,
-    max_docs: Annotated[
-        int | None, typer.Option(help="Read at most this many articles from each file", min=1)
-    ] = None,
+    vocab_size: Annotated[int, typer.Option(help="Words kept (most frequent with doc. freq. >= 2)", min=1)] = 10_000,
+    max_docs: Annotated[int | None, typer.Option(help="Read at most this many articles from each file", min=1)] = None,
     param: Annotated[
         list[str] | None, typer.Option(help="Kernel hyperparameter key=value (JSON value), repeatable")
     ] = None,
-    shuffle: Annotated[
-        bool, typer.Option(help="Shuffle the training articles (seeded) before the pass")
-    ] = True,
+    shuffle: Annotated[bool, typer.Option(help="Shuffle the training articles (seeded) before the pass")] = True,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout")] = False,
 ) -> None:
     """Train a kernel in one pass over --train and score it on held-out articles (see docs/benchmarks.md)."""
