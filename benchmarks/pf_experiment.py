@@ -192,9 +192,9 @@ def exp_a(corpus: Corpus, runs: int, checkpoints: int) -> dict[str, Any]:
     return out
 
 
-def exp_b(corpus: Corpus, runs: int, checkpoints: int, sweeps: int) -> dict[str, Any]:
+def exp_b(corpus: Corpus, runs: int, checkpoints: int, sweeps: int, sizes: list[int]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for n0 in (0, 30, 100, 300):
+    for n0 in sizes:
         out[str(n0)] = [
             run_filter(
                 corpus,
@@ -210,14 +210,18 @@ def exp_b(corpus: Corpus, runs: int, checkpoints: int, sweeps: int) -> dict[str,
             for r in range(runs)
         ]
         _log(corpus, f"b/{n0}", out[str(n0)])
+    return out
+
+
+def exp_batch(corpus: Corpus, runs: int, sweeps: int) -> list[dict[str, Any]]:
+    """Batch collapsed Gibbs on the whole training set (``sweeps`` sweeps, chain seed = run): the reference."""
     batch = []
     for r in range(runs):
         t = time.perf_counter()
         _, phi, _ = gibbs(corpus, len(corpus.train), sweeps, seed=r)
         batch.append({"final": nmi(corpus, phi, r + 10_000), "seconds": time.perf_counter() - t})
-    out["batch"] = batch
-    _log(corpus, "b/batch", batch)
-    return out
+    _log(corpus, "batch", batch)
+    return batch
 
 
 def exp_c(corpus: Corpus, runs: int, checkpoints: int) -> dict[str, Any]:
@@ -294,10 +298,14 @@ def _log(corpus: Corpus, tag: str, rows: list[dict[str, Any]]) -> None:
 
 
 # ------------------------------------------------------------------------------------------ report
+def _final(rows: list[dict[str, Any]]) -> NDArray[np.float64]:
+    return np.array([r["final"] for r in rows], dtype=np.float64)
+
+
 def _ms(rows: list[dict[str, Any]]) -> str:
-    f = np.array([r["final"] for r in rows])
+    f = _final(rows)
     sd = f.std(ddof=1) if f.size > 1 else 0.0
-    return f"{f.mean():.3f} ± {sd:.3f}"
+    return f"{f.mean():.3f} ± {sd:.3f} (n={f.size})"
 
 
 def _band(ax: Any, rows: list[dict[str, Any]], label: str, n_docs: int) -> None:
@@ -308,7 +316,14 @@ def _band(ax: Any, rows: list[dict[str, Any]], label: str, n_docs: int) -> None:
     ax.fill_between(x, m - s, m + s, alpha=0.2, color=line.get_color())
 
 
+def _batch_rows(entry: dict[str, Any]) -> list[dict[str, Any]] | None:
+    rows = entry.get("batch") or entry.get("b", {}).get("batch")
+    return rows if rows else None
+
+
 def report(res: dict[str, Any], out: Path) -> None:
+    """Figures ``pf_exp_{a,b,c}.png`` in ``out`` and Markdown tables on stdout: mean ± sd (n runs) of the final
+    out-of-sample NMI, and each particle-filter setting as a fraction of batch Gibbs."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -316,11 +331,13 @@ def report(res: dict[str, Any], out: Path) -> None:
 
     names = [n for n in ("diff3", "rel3", "sim3") if n in res]
     lines: list[str] = []
-    specs = (
+    sizes = sorted({int(k) for n in names for k in res[n].get("b", {}) if k.isdigit()})
+    specs: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         ("a", (("none", "no rejuvenation"), ("reservoir", "reservoir 1000"), ("history", "whole history"))),
-        ("b", (("0", "init 0 docs"), ("30", "init 30"), ("100", "init 100"), ("300", "init 300"))),
+        ("b", tuple((str(n0), f"init {n0} docs") for n0 in sizes)),
         ("c", (("perplexity", "best of 20 by perplexity"), ("nmi", "best of 20 by NMI"))),
     )
+    ratios: dict[str, list[str]] = {}
     for exp, series in specs:
         if not any(exp in res[n] for n in names):
             continue
@@ -329,19 +346,23 @@ def report(res: dict[str, Any], out: Path) -> None:
         lines += [f"\n### Experiment {exp}\n", hdr, "|---|" + "---:|" * len(names)]
         rows_md: dict[str, list[str]] = {}
         for j, name in enumerate(names):
-            r = res[name].get(exp)
-            if r is None:
-                continue
+            r = res[name].get(exp, {})
+            batch = _batch_rows(res[name])
             ax = axes[0, j]
             n_docs = res[name]["n_train_docs"]
             for key, label in series:
+                if not r.get(key):
+                    rows_md.setdefault(label, []).append("—")
+                    continue
                 _band(ax, r[key], label, n_docs)
                 rows_md.setdefault(label, []).append(_ms(r[key]))
-            if exp == "b":
-                f = np.array([x["final"] for x in r["batch"]])
-                ax.axhline(f.mean(), color="k", ls="--", lw=1, label="batch Gibbs")
-                rows_md.setdefault("batch Gibbs", []).append(_ms(r["batch"]))
-            if exp == "a":
+                if batch is not None:
+                    ratio = _final(r[key]).mean() / _final(batch).mean()
+                    ratios.setdefault(f"{exp}: {label}", []).append(f"{100 * ratio:.0f} %")
+            if exp == "b" and batch is not None:
+                ax.axhline(_final(batch).mean(), color="k", ls="--", lw=1, label="batch Gibbs")
+                rows_md.setdefault("batch Gibbs (whole training set)", []).append(_ms(batch))
+            if exp == "a" and "init_nmi" in r:
                 rows_md.setdefault("initial model alone", []).append(f"{r['init_nmi']:.3f}")
             ax.set_title(name)
             ax.set_xlabel("fraction of training documents seen")
@@ -353,16 +374,22 @@ def report(res: dict[str, Any], out: Path) -> None:
         plt.close(fig)
         for label, cells in rows_md.items():
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    if ratios:
+        lines += ["\n### Particle filter / batch Gibbs (mean NMI ratio; goal ≥ 90 %)\n", hdr]
+        lines.append("|---|" + "---:|" * len(names))
+        lines += [f"| {label} | " + " | ".join(cells) + " |" for label, cells in ratios.items()]
     print("\n".join(lines))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--exp", nargs="*", default=[], choices=["a", "b", "c", "tp"])
+    ap.add_argument("--exp", nargs="*", default=[], choices=["a", "b", "c", "batch", "tp"])
     ap.add_argument("--datasets", nargs="*", default=["diff3", "rel3", "sim3"])
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--checkpoints", type=int, default=8)
     ap.add_argument("--sweeps", type=int, default=2000, help="Gibbs sweeps of experiment b (seed: 2000)")
+    ap.add_argument("--init-sizes", type=int, nargs="+", default=[0, 30, 100, 300], help="experiment b")
+    ap.add_argument("--merge", type=Path, nargs="*", default=[], help="--plot: also read these result files")
     ap.add_argument("--results", type=Path, default=Path("/tmp/pf_results.json"))
     ap.add_argument("--plot", action="store_true")
     ap.add_argument("--out", type=Path, default=Path("docs/experiments"))
@@ -372,6 +399,14 @@ def main() -> None:
     ap.add_argument("--max-docs", type=int, default=3000)
     args = ap.parse_args()
     res: dict[str, Any] = json.loads(args.results.read_text()) if args.results.exists() else {}
+    for extra in args.merge:  # dataset -> experiment -> setting; later files add settings
+        for name, entry in json.loads(extra.read_text()).items():
+            mine = res.setdefault(name, {})
+            for key, val in entry.items():
+                if isinstance(val, dict) and isinstance(mine.get(key), dict):
+                    mine[key].update(val)
+                else:
+                    mine[key] = val
     for exp in args.exp:
         if exp == "tp":
             res.setdefault("throughput", []).append(exp_tp(args.particles, args.topics, args.max_words, args.max_docs))
@@ -386,7 +421,11 @@ def main() -> None:
             if exp == "a":
                 entry["a"] = exp_a(corpus, args.runs, args.checkpoints)
             elif exp == "b":
-                entry["b"] = exp_b(corpus, args.runs, args.checkpoints, args.sweeps)
+                entry.setdefault("b", {}).update(
+                    exp_b(corpus, args.runs, args.checkpoints, args.sweeps, args.init_sizes)
+                )
+            elif exp == "batch":
+                entry["batch"] = exp_batch(corpus, args.runs, args.sweeps)
             else:
                 entry["c"] = exp_c(corpus, args.runs, args.checkpoints)
             entry.setdefault("runs", {})[exp] = args.runs
