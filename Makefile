@@ -31,6 +31,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check kernels service tests benchmarks
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
