@@ -5,12 +5,14 @@ Every command reads the ``TOPICSTREAM_*`` settings (environment, ``.env``); the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -40,6 +42,22 @@ def _settings(**overrides: Any) -> Settings:
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
     return settings
+
+
+@contextlib.contextmanager
+def _unreachable_is_fatal(settings: Settings) -> Iterator[None]:
+    """Turn "cannot reach Kafka/Redis" into one clear line and exit code 3 instead of a traceback."""
+    import redis
+    from confluent_kafka import KafkaException
+
+    try:
+        yield
+    except redis.exceptions.ConnectionError as e:
+        err.print(f"[red]cannot reach Redis at {settings.redis_url}: {e}[/red] (TOPICSTREAM_REDIS_URL)")
+        raise typer.Exit(3) from None
+    except KafkaException as e:
+        err.print(f"[red]Kafka at {settings.kafka_bootstrap}: {e}[/red] (TOPICSTREAM_KAFKA_BOOTSTRAP)")
+        raise typer.Exit(3) from None
 
 
 def _stop_on_signals() -> threading.Event:
@@ -75,13 +93,14 @@ def run(
         topics=topics,
         metrics_port=metrics_port,
     )
-    if create_topics:
-        ensure_topics(s, {s.input_topic: 1, s.output_topic: 1, s.dlq_topic: 1})
-    try:
-        learner = Learner(s)
-    except StateMismatch as e:
-        err.print(f"[red]{e}[/red]")
-        raise typer.Exit(2) from None
+    with _unreachable_is_fatal(s):
+        if create_topics:
+            ensure_topics(s, {s.input_topic: 1, s.output_topic: 1, s.dlq_topic: 1})
+        try:
+            learner = Learner(s)
+        except StateMismatch as e:
+            err.print(f"[red]{e}[/red]")
+            raise typer.Exit(2) from None
     learner.metrics.serve(s.metrics_port)
     learner.run(_stop_on_signals())
 
@@ -96,7 +115,8 @@ def replica(
     from .replica import Replica
 
     s = _settings(kafka_bootstrap=bootstrap, redis_url=redis_url, metrics_port=metrics_port)
-    rep = Replica(s)
+    with _unreachable_is_fatal(s):
+        rep = Replica(s)
     rep.metrics.serve(s.metrics_port)
     rep.run(_stop_on_signals())
 
@@ -117,7 +137,8 @@ def produce(
     from .source import generated_lines, iter_lines, produce_lines
 
     s = _settings(kafka_bootstrap=bootstrap)
-    ensure_topics(s, {s.input_topic: 1})
+    with _unreachable_is_fatal(s):
+        ensure_topics(s, {s.input_topic: 1})
     lines = iter_lines(file) if file else generated_lines(limit, seed)
     t0 = time.monotonic()
     try:
@@ -159,7 +180,8 @@ def show_topics(
     from .snapshot import SnapshotStore
 
     s = _settings(redis_url=redis_url)
-    summary = SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix).summary()
+    with _unreachable_is_fatal(s):
+        summary = SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix).summary()
     if summary is None:
         err.print(f"no snapshot under Redis prefix {s.redis_prefix!r} yet: is the learner running?")
         raise typer.Exit(1)

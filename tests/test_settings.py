@@ -47,3 +47,12 @@ def test_cli_exits_2_with_the_message(monkeypatch: pytest.MonkeyPatch) -> None:
     result = CliRunner().invoke(app, ["run"])
     assert result.exit_code == 2
     assert "TOPICSTREAM_TOPICS" in result.output
+
+
+def test_unreachable_redis_is_one_clear_line_and_exit_3(monkeypatch: pytest.MonkeyPatch) -> None:
+    from service.localstack import free_port
+
+    monkeypatch.setenv("TOPICSTREAM_REDIS_URL", f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
+    result = CliRunner().invoke(app, ["topics"])
+    assert result.exit_code == 3
+    assert "cannot reach Redis" in result.output and "TOPICSTREAM_REDIS_URL" in result.output
