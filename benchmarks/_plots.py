@@ -365,6 +365,9 @@ FOOTER = """
   measure of its topics.
 - **Single pass is not convergence.** On corpora of a few thousand documents one pass is a few dozen
   minibatches; the equal-time rows show what each method does with the time a batch sampler needs.
+- **The batch reference is not converged.** 100 Gibbs sweeps (`--gibbs-iterations`) keep the run short; its
+  curves are still rising at the end, so "Δ vs batch Gibbs" is against Gibbs at 100 sweeps, not at its
+  optimum.
 - **Speed** is single-core CPU time and includes only the update calls; the tokenizer is shared and not
   counted (`topicstream eval` reports it separately as `tokenize_seconds`). The machine was shared with
   other jobs, so ratios within a run are more trustworthy than absolute numbers.
