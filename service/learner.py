@@ -47,10 +47,16 @@ class StateMismatch(RuntimeError):
     """The snapshot in Redis was made with settings that contradict the current ones."""
 
 
-def hellinger_rows(p: NDArray[np.floating], q: NDArray[np.floating]) -> NDArray[np.float64]:
-    """Hellinger distance between matching rows of two row-stochastic matrices."""
-    d = np.sqrt(p) - np.sqrt(q)
-    return np.asarray(np.sqrt(0.5 * np.einsum("ij,ij->i", d, d)), dtype=np.float64)
+def hellinger_rows(p: NDArray[np.floating], q: NDArray[np.floating], block: int = 8) -> NDArray[np.float64]:
+    """Hellinger distance between matching rows of two row-stochastic matrices.
+
+    Works through ``block`` rows at a time so the temporaries stay small next to a K×W matrix.
+    """
+    out = np.empty(p.shape[0], dtype=np.float64)
+    for i in range(0, p.shape[0], block):
+        d = np.sqrt(p[i : i + block], dtype=np.float64) - np.sqrt(q[i : i + block], dtype=np.float64)
+        out[i : i + block] = np.sqrt(0.5 * np.einsum("ij,ij->i", d, d))
+    return out
 
 
 class Learner:

@@ -58,9 +58,11 @@ def pack(payload: dict[str, Any]) -> bytes:
         return x
 
     doc = json.dumps(strip(payload), separators=(",", ":")).encode()
+    # One buffer, one final copy: a snapshot can be hundreds of MB, and the learner's peak memory is set here.
     buf = io.BytesIO()
+    buf.write(_MAGIC + struct.pack("<Q", len(doc)) + doc)
     np.savez(buf, **arrays)  # type: ignore[arg-type]
-    return _MAGIC + struct.pack("<Q", len(doc)) + doc + buf.getvalue()
+    return buf.getvalue()
 
 
 def unpack(data: bytes) -> dict[str, Any]:

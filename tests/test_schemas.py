@@ -63,3 +63,15 @@ def test_snapshot_payload_round_trip_without_pickle() -> None:
     assert out["words"] == ["a", None]
     with pytest.raises(SnapshotCorrupt):
         unpack(b"garbage")
+
+
+def test_drift_is_the_hellinger_distance_of_each_topic() -> None:
+    from service.learner import hellinger_rows
+
+    rng = np.random.default_rng(0)
+    p, q = rng.dirichlet(np.ones(40), 19), rng.dirichlet(np.ones(40), 19)
+    direct = np.sqrt(0.5 * ((np.sqrt(p) - np.sqrt(q)) ** 2).sum(axis=1))
+    np.testing.assert_allclose(hellinger_rows(p, q, block=4), direct, rtol=1e-12)
+    np.testing.assert_allclose(hellinger_rows(p, p), 0.0, atol=1e-12)
+    disjoint = np.array([[1.0, 0.0]]), np.array([[0.0, 1.0]])
+    np.testing.assert_allclose(hellinger_rows(*disjoint), 1.0)
