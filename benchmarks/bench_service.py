@@ -59,9 +59,10 @@ def scrape(port: int) -> dict[str, float]:
     return out
 
 
-def vm_hwm_mb(pid: int) -> float:
+def vm_mb(pid: int, field: str = "VmHWM") -> float:
+    """``VmHWM`` (peak resident set) or ``VmRSS`` (current) of a process, in MB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -103,6 +104,7 @@ def main() -> None:
         try:
             consumed, first_t, at_checkpoint = 0.0, None, None
             first_n = 0.0
+            next_report = args.checkpoint
             while consumed < n:
                 time.sleep(0.5)
                 if learner.poll() is not None:
@@ -115,9 +117,13 @@ def main() -> None:
                 if consumed and first_t is None:
                     first_t, first_n = time.perf_counter(), consumed
                 if at_checkpoint is None and consumed >= args.checkpoint:
-                    at_checkpoint = vm_hwm_mb(learner.pid)
+                    at_checkpoint = vm_mb(learner.pid)
+                if consumed >= next_report:
+                    rss, hwm = vm_mb(learner.pid, "VmRSS"), vm_mb(learner.pid)
+                    print(f"  {int(consumed):>8,} articles: RSS {rss:.0f} MB, peak {hwm:.0f} MB", file=sys.stderr)
+                    next_report += args.checkpoint
             elapsed = time.perf_counter() - (first_t or time.perf_counter())
-            end_rss = vm_hwm_mb(learner.pid)
+            end_rss = vm_mb(learner.pid)
             m = scrape(port)
         finally:
             learner.terminate()

@@ -49,6 +49,8 @@ def make_consumer(settings: Settings, group_id: str, **overrides: str | int | bo
         "partition.assignment.strategy": "cooperative-sticky",
         "max.poll.interval.ms": settings.max_poll_interval_ms,
         "session.timeout.ms": min(settings.session_timeout_ms, settings.max_poll_interval_ms),
+        # Prefetch a few batches, not librdkafka's default 64 MB per partition: memory stays flat and small.
+        "queued.max.messages.kbytes": 16384,
         **settings.kafka_config,
         **overrides,
     }

@@ -14,13 +14,12 @@ never sees a half-written snapshot; the checksum catches anything else. Versions
 ``keep`` are given a TTL rather than deleted, so a replica that is reading one right now can finish.
 
 Payloads are nested dicts of JSON values and numpy arrays (a kernel's ``state_dict``, the vocabulary's, the
-offsets). :func:`pack` stores the arrays in an ``.npz`` (no pickle) next to a JSON document.
+offsets). :func:`pack` stores a JSON document followed by the arrays' raw bytes (no pickle).
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import struct
 import time
@@ -33,22 +32,34 @@ import redis
 
 __all__ = ["SnapshotCorrupt", "SnapshotInfo", "SnapshotStore", "pack", "unpack"]
 
-_MAGIC = b"TSNAP1"
+_MAGIC = b"TSNAP2"
 
 
 class SnapshotCorrupt(RuntimeError):
     """A snapshot's bytes do not match its checksum or cannot be decoded."""
 
 
-def pack(payload: dict[str, Any]) -> bytes:
-    """Serialise nested dicts/lists of JSON values and numpy arrays, without pickle."""
-    arrays: dict[str, np.ndarray] = {}
+def pack(payload: dict[str, Any]) -> memoryview:
+    """Serialise nested dicts/lists of JSON values and numpy arrays, without pickle.
+
+    Layout: magic, the length of a JSON document, the document (arrays replaced by ``{"__ndarray__": [dtype,
+    shape, offset]}``), then the raw C-order bytes of every array. The buffer is allocated once at its final
+    size and each array is copied into it once: snapshots can be hundreds of MB, and this is where the learner's
+    memory peaks.
+    """
+    arrays: list[np.ndarray] = []
+    offset = 0
 
     def strip(x: Any) -> Any:
+        nonlocal offset
         if isinstance(x, np.ndarray):
-            key = f"a{len(arrays)}"
-            arrays[key] = x
-            return {"__ndarray__": key}
+            a = x if x.flags.c_contiguous else np.ascontiguousarray(x)  # (ascontiguousarray makes 0-d arrays 1-d)
+            if a.dtype.hasobject:
+                raise TypeError("object arrays cannot be snapshotted")
+            arrays.append(a)
+            ref = {"__ndarray__": [a.dtype.str, list(a.shape), offset]}
+            offset += a.nbytes
+            return ref
         if isinstance(x, dict):
             return {str(k): strip(v) for k, v in x.items()}
         if isinstance(x, list | tuple):
@@ -58,27 +69,36 @@ def pack(payload: dict[str, Any]) -> bytes:
         return x
 
     doc = json.dumps(strip(payload), separators=(",", ":")).encode()
-    # One buffer, one final copy: a snapshot can be hundreds of MB, and the learner's peak memory is set here.
-    buf = io.BytesIO()
-    buf.write(_MAGIC + struct.pack("<Q", len(doc)) + doc)
-    np.savez(buf, **arrays)  # type: ignore[arg-type]
-    return buf.getvalue()
+    head = _MAGIC + struct.pack("<Q", len(doc)) + doc
+    buf = bytearray(len(head) + offset)
+    out = np.frombuffer(buf, dtype=np.uint8)  # a writable view of buf
+    out[: len(head)] = np.frombuffer(head, dtype=np.uint8)
+    pos = len(head)
+    for a in arrays:
+        out[pos : pos + a.nbytes] = a.reshape(-1).view(np.uint8)
+        pos += a.nbytes
+    return memoryview(buf)
 
 
-def unpack(data: bytes) -> dict[str, Any]:
-    """Inverse of :func:`pack`."""
-    if not data.startswith(_MAGIC):
+def unpack(data: bytes | memoryview) -> dict[str, Any]:
+    """Inverse of :func:`pack`. Arrays are read-only views into ``data`` (kernels copy what they keep)."""
+    data = memoryview(data)
+    if bytes(data[: len(_MAGIC)]) != _MAGIC:
         raise SnapshotCorrupt("not a topicstream snapshot (bad magic)")
     (n,) = struct.unpack_from("<Q", data, len(_MAGIC))
     start = len(_MAGIC) + 8
-    doc = json.loads(data[start : start + n])
-    with np.load(io.BytesIO(data[start + n :]), allow_pickle=False) as npz:
-        arrays = {k: npz[k] for k in npz.files}
+    doc = json.loads(bytes(data[start : start + n]))
+    body = data[start + n :]
 
     def fill(x: Any) -> Any:
         if isinstance(x, dict):
             if set(x) == {"__ndarray__"}:
-                return arrays[x["__ndarray__"]]
+                dtype, shape, off = x["__ndarray__"]
+                dt = np.dtype(dtype)
+                count = int(np.prod(shape, dtype=np.int64))
+                if off + count * dt.itemsize > len(body):
+                    raise SnapshotCorrupt("array data is truncated")
+                return np.frombuffer(body, dtype=dt, count=count, offset=off).reshape(shape)
             return {k: fill(v) for k, v in x.items()}
         if isinstance(x, list):
             return [fill(v) for v in x]

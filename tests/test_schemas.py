@@ -56,11 +56,21 @@ def test_snapshot_payload_round_trip_without_pickle() -> None:
         "kernel": {"state": {"m": np.arange(6.0).reshape(2, 3), "rng": {"s": [1, 2]}}},
         "offsets": [["t", 0, 5]],
         "words": ["a", None],
+        "scalar": np.array(5, dtype=np.int32),
+        "strided": np.arange(12.0).reshape(3, 4)[:, ::2],
+        "empty": np.zeros((0, 3), dtype=np.float32),
+        "flags": np.array([True, False]),
     }
     out = unpack(pack(payload))
     np.testing.assert_array_equal(out["kernel"]["state"]["m"], payload["kernel"]["state"]["m"])
     assert out["kernel"]["state"]["rng"] == {"s": [1, 2]} and out["offsets"] == [["t", 0, 5]]
     assert out["words"] == ["a", None]
+    for key in ("scalar", "strided", "empty", "flags"):
+        assert out[key].dtype == payload[key].dtype and out[key].shape == payload[key].shape
+        np.testing.assert_array_equal(out[key], payload[key])
+    truncated = bytes(pack(payload))[:-8]
+    with pytest.raises(SnapshotCorrupt):
+        unpack(truncated)
     with pytest.raises(SnapshotCorrupt):
         unpack(b"garbage")
 
