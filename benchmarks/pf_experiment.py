@@ -10,8 +10,9 @@ holding most of its tokens, ``sklearn.metrics.normalized_mutual_info_score`` aga
 Experiments (``--exp``):
   a   one fixed initial model (200 Gibbs sweeps on the first 10% of the documents, chain seed 0), then
       rejuvenation none / reservoir of 1000 / whole history;
-  b   initial sample of 0, 30, 100, 300 documents (``--sweeps`` Gibbs sweeps, a new chain every run), reservoir
-      1000; and batch collapsed Gibbs on the whole training set (``--sweeps`` sweeps) for reference;
+  b   initial sample of 0, 30, 100, 300 documents (``--init-sizes``; ``--sweeps`` Gibbs sweeps, a new chain
+      every run), reservoir 1000;
+  batch  batch collapsed Gibbs on the whole training set (``--sweeps`` sweeps), the reference of the tables;
   c   best of 20 Gibbs initialisations (200 sweeps, first 10% of the documents) chosen by held-out perplexity
       (the kernel's label-free ``init_restarts``) or by in-sample NMI (labels; via ``initialize_from``).
   tp  throughput and peak memory: P particles, K topics, vocabulary capped at W, on 20ng "all".
@@ -20,8 +21,12 @@ Particle filter settings: P = 100, ESS threshold P/5, r = 30, α = 0.1, β = 0.0
 ``--checkpoints`` points of the stream for the figures. Results go to ``--results`` (JSON); ``--plot`` draws the
 figures from it and prints the Markdown tables.
 
-    .venv/bin/python -m benchmarks.pf_experiment --exp a b c --runs 30 --results /tmp/pf_results.json
+    .venv/bin/python -m benchmarks.pf_experiment --exp a b c batch --runs 30 --results /tmp/pf_results.json
     .venv/bin/python -m benchmarks.pf_experiment --plot --results /tmp/pf_results.json --out docs/experiments
+
+Runs can be added later with the next seeds (``--first-run 10 --runs 10 --results other.json``) and merged when
+plotting (``--merge other.json ...``: runs of the same setting are appended). The commands behind the committed
+numbers are in ``docs/experiments/particle-filter.md``.
     .venv/bin/python -m benchmarks.pf_experiment --exp tp --particles 100 --topics 100 --max-words 65536
 """
 
@@ -30,6 +35,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import math
 import re
 import resource
 import time
@@ -178,7 +184,7 @@ def run_filter(
 
 
 # ------------------------------------------------------------------------------------------ experiments
-def exp_a(corpus: Corpus, runs: int, checkpoints: int) -> dict[str, Any]:
+def exp_a(corpus: Corpus, runs: range, checkpoints: int) -> dict[str, Any]:
     n0 = max(1, len(corpus.train) // 10)
     z, phi, _ = gibbs(corpus, n0, 200, seed=0)
     out: dict[str, Any] = {"init_nmi": nmi(corpus, phi, 1), "init_docs": n0}
@@ -186,13 +192,13 @@ def exp_a(corpus: Corpus, runs: int, checkpoints: int) -> dict[str, Any]:
     for mode, extra in (("none", {}), ("reservoir", {"reservoir_size": 1000}), ("history", hist)):
         out[mode] = [
             run_filter(corpus, r, checkpoints, init=(n0, z.copy()), rejuvenation=mode, init_docs=0, **extra)
-            for r in range(runs)
+            for r in runs
         ]
         _log(corpus, f"a/{mode}", out[mode])
     return out
 
 
-def exp_b(corpus: Corpus, runs: int, checkpoints: int, sweeps: int, sizes: list[int]) -> dict[str, Any]:
+def exp_b(corpus: Corpus, runs: range, checkpoints: int, sweeps: int, sizes: list[int]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for n0 in sizes:
         out[str(n0)] = [
@@ -207,16 +213,16 @@ def exp_b(corpus: Corpus, runs: int, checkpoints: int, sweeps: int, sizes: list[
                 init_sweeps=sweeps,
                 init_restarts=1,
             )
-            for r in range(runs)
+            for r in runs
         ]
         _log(corpus, f"b/{n0}", out[str(n0)])
     return out
 
 
-def exp_batch(corpus: Corpus, runs: int, sweeps: int) -> list[dict[str, Any]]:
+def exp_batch(corpus: Corpus, runs: range, sweeps: int) -> list[dict[str, Any]]:
     """Batch collapsed Gibbs on the whole training set (``sweeps`` sweeps, chain seed = run): the reference."""
     batch = []
-    for r in range(runs):
+    for r in runs:
         t = time.perf_counter()
         _, phi, _ = gibbs(corpus, len(corpus.train), sweeps, seed=r)
         batch.append({"final": nmi(corpus, phi, r + 10_000), "seconds": time.perf_counter() - t})
@@ -224,7 +230,7 @@ def exp_batch(corpus: Corpus, runs: int, sweeps: int) -> list[dict[str, Any]]:
     return batch
 
 
-def exp_c(corpus: Corpus, runs: int, checkpoints: int) -> dict[str, Any]:
+def exp_c(corpus: Corpus, runs: range, checkpoints: int) -> dict[str, Any]:
     n0 = max(1, len(corpus.train) // 10)
     common: dict[str, Any] = {"rejuvenation": "reservoir", "reservoir_size": 1000}
     perp = [
@@ -239,11 +245,11 @@ def exp_c(corpus: Corpus, runs: int, checkpoints: int) -> dict[str, Any]:
             init_holdout=0.2,
             **common,
         )
-        for r in range(runs)
+        for r in runs
     ]
     _log(corpus, "c/perplexity", perp)
     by_nmi = []
-    for r in range(runs):
+    for r in runs:
         best, best_z = -1.0, None
         for c in range(20):
             z, _, ndk = gibbs(corpus, n0, 200, seed=1000 * (r + 1) + c)
@@ -353,12 +359,12 @@ def report(res: dict[str, Any], out: Path) -> None:
             for key, label in series:
                 if not r.get(key):
                     rows_md.setdefault(label, []).append("—")
+                    ratios.setdefault(f"{exp}: {label}", []).append("—")
                     continue
                 _band(ax, r[key], label, n_docs)
                 rows_md.setdefault(label, []).append(_ms(r[key]))
-                if batch is not None:
-                    ratio = _final(r[key]).mean() / _final(batch).mean()
-                    ratios.setdefault(f"{exp}: {label}", []).append(f"{100 * ratio:.0f} %")
+                ratio = _final(r[key]).mean() / _final(batch).mean() if batch is not None else math.nan
+                ratios.setdefault(f"{exp}: {label}", []).append(f"{100 * ratio:.0f} %")
             if exp == "b" and batch is not None:
                 ax.axhline(_final(batch).mean(), color="k", ls="--", lw=1, label="batch Gibbs")
                 rows_md.setdefault("batch Gibbs (whole training set)", []).append(_ms(batch))
@@ -386,6 +392,7 @@ def main() -> None:
     ap.add_argument("--exp", nargs="*", default=[], choices=["a", "b", "c", "batch", "tp"])
     ap.add_argument("--datasets", nargs="*", default=["diff3", "rel3", "sim3"])
     ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--first-run", type=int, default=0, help="seed of the first run (to add runs to a result)")
     ap.add_argument("--checkpoints", type=int, default=8)
     ap.add_argument("--sweeps", type=int, default=2000, help="Gibbs sweeps of experiment b (seed: 2000)")
     ap.add_argument("--init-sizes", type=int, nargs="+", default=[0, 30, 100, 300], help="experiment b")
@@ -403,8 +410,12 @@ def main() -> None:
         for name, entry in json.loads(extra.read_text()).items():
             mine = res.setdefault(name, {})
             for key, val in entry.items():
-                if isinstance(val, dict) and isinstance(mine.get(key), dict):
-                    mine[key].update(val)
+                if key in ("a", "b", "c") and isinstance(mine.get(key), dict):
+                    for setting, rows in val.items():  # runs of the same setting are appended
+                        old = mine[key].get(setting)
+                        mine[key][setting] = old + rows if isinstance(old, list) and isinstance(rows, list) else rows
+                elif key == "batch" and isinstance(mine.get(key), list):
+                    mine[key] = mine[key] + val
                 else:
                     mine[key] = val
     for exp in args.exp:
@@ -413,22 +424,23 @@ def main() -> None:
             print(json.dumps(res["throughput"][-1]), flush=True)
             args.results.write_text(json.dumps(res))
             continue
+        runs = range(args.first_run, args.first_run + args.runs)
         for name in args.datasets:
             corpus = Corpus(name)
             entry = res.setdefault(name, {})
             entry.update({"n_train_docs": len(corpus.train), "W": corpus.W, "tokens": corpus.n_train_tokens})
             print(f"{name}: {len(corpus.train)} docs, {corpus.n_train_tokens} tokens, W = {corpus.W}", flush=True)
             if exp == "a":
-                entry["a"] = exp_a(corpus, args.runs, args.checkpoints)
+                entry["a"] = exp_a(corpus, runs, args.checkpoints)
             elif exp == "b":
                 entry.setdefault("b", {}).update(
-                    exp_b(corpus, args.runs, args.checkpoints, args.sweeps, args.init_sizes)
+                    exp_b(corpus, runs, args.checkpoints, args.sweeps, args.init_sizes)
                 )
             elif exp == "batch":
-                entry["batch"] = exp_batch(corpus, args.runs, args.sweeps)
+                entry["batch"] = exp_batch(corpus, runs, args.sweeps)
             else:
-                entry["c"] = exp_c(corpus, args.runs, args.checkpoints)
-            entry.setdefault("runs", {})[exp] = args.runs
+                entry["c"] = exp_c(corpus, runs, args.checkpoints)
+            entry.setdefault("runs", {})[exp] = [runs.start, runs.stop]
             args.results.write_text(json.dumps(res))
     if args.plot:
         args.out.mkdir(parents=True, exist_ok=True)
