@@ -87,7 +87,7 @@ def main() -> None:
             "TOPICSTREAM_ALGORITHM": args.algorithm,
             "TOPICSTREAM_BATCH_SIZE": str(args.batch_size),
             # Snapshots (the learner's memory peak) well before the first checkpoint, then regularly.
-            "TOPICSTREAM_SNAPSHOT_EVERY_BATCHES": str(max(1, args.checkpoint // args.batch_size // 4)),
+            "TOPICSTREAM_SNAPSHOT_EVERY_BATCHES": str(max(1, args.checkpoint // args.batch_size // 2)),
             "TOPICSTREAM_METRICS_PORT": str(port),
             "TOPICSTREAM_MAX_POLL_INTERVAL_MS": "10000",
             "TOPICSTREAM_SESSION_TIMEOUT_MS": "10000",

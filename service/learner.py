@@ -143,6 +143,7 @@ class Learner:
         weights = self.model.topic_weights()
         drift = hellinger_rows(phi, self._prev_phi) if self._prev_phi is not None else np.zeros(len(weights))
         self._prev_phi = phi.astype(np.float32)
+        del phi  # K×W doubles: not needed while the state is packed (the snapshot is the memory peak)
         payload = {
             "kernel": self.model.state_dict(),
             "vocabulary": self.vocab.state_dict(),

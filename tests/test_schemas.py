@@ -85,3 +85,16 @@ def test_drift_is_the_hellinger_distance_of_each_topic() -> None:
     np.testing.assert_allclose(hellinger_rows(p, p), 0.0, atol=1e-12)
     disjoint = np.array([[1.0, 0.0]]), np.array([[0.0, 1.0]])
     np.testing.assert_allclose(hellinger_rows(*disjoint), 1.0)
+
+
+def test_topic_labels_are_each_topics_top_words_in_order() -> None:
+    from service.pipeline import TopicLabels
+
+    rng = np.random.default_rng(0)
+    phi = rng.dirichlet(np.ones(300), 11)
+    words = [f"w{i}" for i in range(300)]
+    labels = TopicLabels(phi, words, n_words=6, block=4)
+    expected = np.argsort(-phi, axis=1)[:, :6]
+    np.testing.assert_array_equal(labels.top_ids, expected)
+    assert labels.labels[3] == " ".join(words[i] for i in expected[3, :3])
+    assert TopicLabels(phi[:, :4], words[:4]).top_ids.shape == (11, 4)  # fewer words than asked for
