@@ -18,7 +18,7 @@ help:
 	@echo "            ARTICLES=path.jsonl[.gz] replays a file instead of generated articles; RATE=articles/s"
 	@echo "make test   run the whole test suite against a real broker and a real Redis"
 	@echo "make lint   ruff and mypy"
-	@echo "make bench  the benchmarks in benchmarks/ (installs the peer libraries)"
+	@echo "make bench  regenerate docs/benchmarks.md against the peers, then the end-to-end service benchmark"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,9 @@ $(VENV)/.bench: $(STAMP)
 
 bench: $(VENV)/.bench
 	$(BIN)/python -m benchmarks.run_all
+	$(BIN)/python -m benchmarks.bbc_five_seconds
+	$(BIN)/python -m benchmarks.run_all --docs-only
+	$(BIN)/python -m benchmarks.bench_service
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
