@@ -1,8 +1,7 @@
-"""Corpora for benchmarks and data tests: a deliberately simple local tokenizer and held-out evaluation.
+"""Corpora for the kernel benchmarks and data tests, with the service's tokenizer and the project's scorer.
 
-Tokenizer: lower-case, words are runs of ``[a-z]+``, drop scikit-learn's ``ENGLISH_STOP_WORDS`` and words of
-fewer than 3 letters; the vocabulary is the words with document frequency ≥ ``min_df`` in the training part.
-(To be replaced by the service's tokenizer later.)
+Tokenizer: :class:`service.text.Tokenizer` (lower-case, runs of letters, scikit-learn's English stop words,
+3–30 letters); the vocabulary is the words with document frequency ≥ ``min_df`` in the training part.
 
 Held-out evaluation is document completion (``docs/scvb0.md``): each test document's tokens are split 50/50
 at random (seeded); θ is inferred from the first half with the topics fixed and the second half is scored as
@@ -16,21 +15,20 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
-from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
 from kernels import Batch
+from service.evaluation import document_completion as _split_halves
+from service.evaluation import heldout_loglik_per_word as heldout_loglik
+from service.text import Tokenizer
 
 __all__ = ["document_completion", "heldout_loglik", "load_corpus", "shared_data_dir", "tokenize"]
 
-_WORD = re.compile(r"[a-z]+")
-_STOP = frozenset(ENGLISH_STOP_WORDS)
+_TOKENIZER = Tokenizer()
 
 
 def shared_data_dir() -> Path:
@@ -42,8 +40,8 @@ def shared_data_dir() -> Path:
 
 
 def tokenize(text: str) -> list[str]:
-    """Lower-case ``[a-z]+`` words of at least 3 letters that are not English stop words."""
-    return [w for w in _WORD.findall(text.lower()) if len(w) >= 3 and w not in _STOP]
+    """The service's tokenization of ``text``."""
+    return _TOKENIZER(text)
 
 
 def _read(path: str | Path, max_docs: int | None) -> list[dict[str, Any]]:
@@ -110,35 +108,10 @@ def load_corpus(
 def document_completion(batch: Batch, seed: int = 0) -> tuple[Batch, Batch]:
     """Split each document's tokens 50/50 at random: (observed half, held-out half).
 
-    Counts are rounded to whole tokens; documents with fewer than 2 tokens are dropped from both halves.
+    The project's one scorer (:func:`service.evaluation.document_completion`), without the row index.
     """
-    rng = np.random.default_rng(seed)
-    first: list[tuple[NDArray[np.int64], NDArray[np.float64]]] = []
-    second: list[tuple[NDArray[np.int64], NDArray[np.float64]]] = []
-    for d in range(batch.n_docs):
-        ids, cnts = batch.doc(d)
-        tokens = np.repeat(ids, np.rint(cnts).astype(np.int64))
-        if tokens.size < 2:
-            continue
-        rng.shuffle(tokens)
-        half = tokens.size // 2
-        for part, out in ((tokens[:half], first), (tokens[half:], second)):
-            u, c = np.unique(part, return_counts=True)
-            out.append((u, c.astype(np.float64)))
-    return Batch.from_docs(first), Batch.from_docs(second)
-
-
-def heldout_loglik(theta: NDArray[np.float64], phi: NDArray[np.float64], heldout: Batch, chunk: int = 512) -> float:
-    """Mean over held-out tokens of log Σ_k θ_dk φ_kw (nats per word)."""
-    total = 0.0
-    n = 0.0
-    for d0 in range(0, heldout.n_docs, chunk):
-        part = heldout.slice(d0, min(heldout.n_docs, d0 + chunk))
-        doc_of = np.repeat(np.arange(part.n_docs), np.diff(part.indptr))
-        p = np.einsum("ik,ki->i", theta[d0 + doc_of], phi[:, part.word_ids])
-        total += float(np.dot(part.counts, np.log(p)))
-        n += float(part.counts.sum())
-    return total / n if n else float("nan")
+    observed, held_out, _ = _split_halves(batch, seed)
+    return observed, held_out
 
 
 def evaluate(model: Any, test: Batch, seed: int = 0) -> float:
