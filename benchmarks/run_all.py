@@ -232,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
             "python": platform.python_version(),
             "platform": platform.platform(),
             "threads_per_method": 1,
+            "load_average_start": round(os.getloadavg()[0], 1),
         },
         "versions": _versions(),
         "git": _git_state(),
@@ -290,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
                     with results_path.open("a") as f:
                         f.write(json.dumps(res) + "\n")
     meta["wall_seconds"] = time.perf_counter() - started
+    meta["machine"]["load_average_end"] = round(os.getloadavg()[0], 1)
     old_meta = RESULTS / "meta.json"
     if args.append and old_meta.exists():  # a top-up run: keep the main run's description, note this one
         old = json.loads(old_meta.read_text())
