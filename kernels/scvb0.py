@@ -558,7 +558,8 @@ class SCVB0(TopicModel):
 
     def topic_word(self) -> NDArray[np.float64]:
         """φ_k = (N^Φ_·k + η) / Σ_w (N^Φ_wk + η), shape (K, W); rows normalised exactly."""
-        phi = self.phi_.T * self.scale_ + float(self.eta)
+        phi = self.phi_.T * self.scale_  # one K×W temporary; the rest is in place
+        phi += float(self.eta)
         phi /= phi.sum(axis=1, keepdims=True)
         return phi
 
