@@ -67,7 +67,7 @@ def test_topics_without_a_snapshot_says_so(settings: Settings) -> None:
 def test_make_run_demo_starts_everything_shows_topics_and_stops(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOPICSTREAM_")}
     proc = subprocess.run(
-        [sys.executable, "-m", "service", "demo", "--duration", "25", "--rate", "400"],
+        [sys.executable, "-m", "service", "demo", "--duration", "45", "--rate", "400"],  # first test: cold numba cache
         env={**env, "COLUMNS": "160"},
         cwd=tmp_path,
         capture_output=True,
