@@ -39,8 +39,9 @@ def load(name: str, seed: int = 0) -> Corpus:
     """``benchmarks._corpus.load_corpus`` (train documents shuffled with the seed) + document completion."""
     data = shared_data_dir()
     if name == "20ng":
-        train, test, vocab, _ = load_corpus(data / "20ng_all_train.jsonl.gz", data / "20ng_all_test.jsonl.gz",
-                                            seed=seed)
+        train, test, vocab, _ = load_corpus(
+            data / "20ng_all_train.jsonl.gz", data / "20ng_all_test.jsonl.gz", seed=seed
+        )
     elif name == "bbc":
         train, test, vocab, _ = load_corpus(data / "bbc.jsonl.gz", test_fraction=0.2, seed=seed)
     else:
@@ -110,8 +111,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
 
 
 def _row(name: str, r: dict[str, Any]) -> None:
-    print(f"{name:<28} {r['loglik']:>16.3f} {r['topics_used']:>12d} {r['tok_s']:>10.0f} {r['secs']:>8.1f}",
-          flush=True)
+    print(f"{name:<28} {r['loglik']:>16.3f} {r['topics_used']:>12d} {r['tok_s']:>10.0f} {r['secs']:>8.1f}", flush=True)
 
 
 def main() -> None:
@@ -126,13 +126,18 @@ def main() -> None:
     for kv in args.set:
         k, v = kv.split("=", 1)
         extra[k] = v if v in ("collapsed", "stick") else (v == "True" if v in ("True", "False") else float(v))
-        if isinstance(extra[k], float) and extra[k].is_integer() and k in (
-            "n_topics", "batch_size", "window", "max_iter", "doc_topics"):
+        if (
+            isinstance(extra[k], float)
+            and extra[k].is_integer()
+            and k in ("n_topics", "batch_size", "window", "max_iter", "doc_topics")
+        ):
             extra[k] = int(extra[k])
     for name in args.corpus.split(","):
         c = load(name, args.seed)
-        print(f"\n## {name}: {c.train.n_docs} train docs, {c.train.n_tokens:.0f} tokens, W={len(c.vocab)}, "
-              f"{c.test_held.n_docs} test docs; unigram floor {unigram(c):.3f}")
+        print(
+            f"\n## {name}: {c.train.n_docs} train docs, {c.train.n_tokens:.0f} tokens, W={len(c.vocab)}, "
+            f"{c.test_held.n_docs} test docs; unigram floor {unigram(c):.3f}"
+        )
         print(f"{'model':<28} {'held-out ll/word':>16} {'topics used':>12} {'tokens/s':>10} {'seconds':>8}")
         rows = []
         for cfg in args.configs.split(","):

@@ -433,9 +433,7 @@ def main() -> None:
             if exp == "a":
                 entry["a"] = exp_a(corpus, runs, args.checkpoints)
             elif exp == "b":
-                entry.setdefault("b", {}).update(
-                    exp_b(corpus, runs, args.checkpoints, args.sweeps, args.init_sizes)
-                )
+                entry.setdefault("b", {}).update(exp_b(corpus, runs, args.checkpoints, args.sweeps, args.init_sizes))
             elif exp == "batch":
                 entry["batch"] = exp_batch(corpus, runs, args.sweeps)
             else:

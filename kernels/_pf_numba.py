@@ -611,9 +611,7 @@ def open_slot(
 
 
 @njit(cache=True, nogil=True)
-def close_slot(
-    s: int, ctr: NDArray[np.int64], slot_free: NDArray[np.int64], slot_refs: NDArray[np.int64]
-) -> None:
+def close_slot(s: int, ctr: NDArray[np.int64], slot_free: NDArray[np.int64], slot_refs: NDArray[np.int64]) -> None:
     """The document in slot s is complete: drop its reference; free the slot if no reservoir token uses it."""
     scratch = slot_refs.shape[0] - 1
     slot_refs[s] -= 1

@@ -524,9 +524,7 @@ def _sparse_step(
 
 
 @njit(cache=True, nogil=True)
-def _local_slots(
-    word_ids: NDArray[np.int64], slot: NDArray[np.int64]
-) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+def _local_slots(word_ids: NDArray[np.int64], slot: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """Distinct words of a minibatch (first-seen order) and each entry's index into them; ``slot`` (length W,
     all −1) is restored to all −1 before returning."""
     n_u = 0
@@ -649,8 +647,7 @@ class OnlineHDP(TopicModel):
         check_positive_int("max_iter", self.max_iter)
         if not isinstance(self.sequential, bool | np.bool_):
             raise ValueError(f"sequential must be a bool, got {self.sequential!r}")
-        self._schedule = StepSize(scale=1.0, tau=float(self.tau0), kappa=float(self.kappa),
-                                  floor=float(self.rho_floor))
+        self._schedule = StepSize(scale=1.0, tau=float(self.tau0), kappa=float(self.kappa), floor=float(self.rho_floor))
 
     def _init_state(self) -> None:
         K, W = int(self.n_topics), int(self.n_words)
@@ -671,8 +668,9 @@ class OnlineHDP(TopicModel):
             self.stick_u_ = np.zeros(K)
             self.stick_v_ = np.zeros(0)
         # collapsed: the order in which free topic ids are handed to new topics (the seed's only use there)
-        self.topic_rank_ = (self.rng_.permutation(K) if self.inference == "collapsed"
-                            else np.arange(K)).astype(np.int64)
+        self.topic_rank_ = (self.rng_.permutation(K) if self.inference == "collapsed" else np.arange(K)).astype(
+            np.int64
+        )
         self.n_updates_ = 0
         self.last_doc_iters_ = 0.0
 
@@ -720,17 +718,43 @@ class OnlineHDP(TopicModel):
         if self.inference == "stick":
             elog = _elog_rows(self.topic_stat_, rows, self.scale_, self.topic_total_, float(self.eta))
             stat_c = np.zeros(K)
-            iters = _stick_batch(mb.indptr, slots, mb.counts, elog, self._elogbeta(), int(self.doc_topics),
-                                 float(self.alpha), float(self.tol), int(self.max_iter), stat, stat_c, theta)
+            iters = _stick_batch(
+                mb.indptr,
+                slots,
+                mb.counts,
+                elog,
+                self._elogbeta(),
+                int(self.doc_topics),
+                float(self.alpha),
+                float(self.tol),
+                int(self.max_iter),
+                stat,
+                stat_c,
+                theta,
+            )
         else:
             base = self.topic_stat_[rows] * self.scale_
             base_tot = self.topic_total_ * self.scale_
             tables = np.zeros(K)
-            iters = _cvb_batch(mb.indptr, slots, mb.counts, base, base_tot, float(self.eta),
-                               int(self.n_words), self.stick_u_, self.topic_rank_, float(self.alpha),
-                               float(self.gamma),
-                               float(self.tol), int(self.max_iter), bool(self.sequential) and update, stat,
-                               tables, theta)
+            iters = _cvb_batch(
+                mb.indptr,
+                slots,
+                mb.counts,
+                base,
+                base_tot,
+                float(self.eta),
+                int(self.n_words),
+                self.stick_u_,
+                self.topic_rank_,
+                float(self.alpha),
+                float(self.gamma),
+                float(self.tol),
+                int(self.max_iter),
+                bool(self.sequential) and update,
+                stat,
+                tables,
+                theta,
+            )
         if not update:
             return theta
         self.last_doc_iters_ = iters / max(1, mb.n_docs)

@@ -174,9 +174,7 @@ class ParticleFilterLDA(TopicModel):
     # ------------------------------------------------------------------ settings
     def _validate_params(self) -> None:
         if self.n_topics > 32767:
-            raise ValueError(
-                f"n_topics must be at most 32767 (topics are stored as int16), got {self.n_topics}"
-            )
+            raise ValueError(f"n_topics must be at most 32767 (topics are stored as int16), got {self.n_topics}")
         if self.n_words >= 2**31 - 1:
             raise ValueError("n_words must be below 2**31 - 1")
         check_positive_int("n_particles", self.n_particles)
@@ -400,9 +398,7 @@ class ParticleFilterLDA(TopicModel):
             )
             nb.gibbs_add_docs(local, doc_of, z, cut, nkw, nk, ndk, alpha, beta, wbeta, self.prng_)
             sweeps = max(5, self.init_sweeps // 10)
-            nkw, nk, ndk = nb.gibbs_chain(
-                local, doc_of, n_docs, V, K, alpha, beta, wbeta, sweeps, z, False, self.prng_
-            )
+            nkw, nk, ndk = nb.gibbs_chain(local, doc_of, n_docs, V, K, alpha, beta, wbeta, sweeps, z, False, self.prng_)
         else:
             nkw, nk, ndk = nb.gibbs_chain(
                 local, doc_of, n_docs, V, K, alpha, beta, wbeta, self.init_sweeps, z, True, self.prng_
@@ -460,9 +456,7 @@ class ParticleFilterLDA(TopicModel):
             raise ValueError("initialize_from needs a fresh model")
         counts = self._int_counts(docs)
         words = np.repeat(docs.word_ids, counts).astype(np.int64)
-        tok_len = np.array(
-            [int(counts[docs.indptr[d] : docs.indptr[d + 1]].sum()) for d in range(docs.n_docs)]
-        )
+        tok_len = np.array([int(counts[docs.indptr[d] : docs.indptr[d + 1]].sum()) for d in range(docs.n_docs)])
         doc_ptr = np.zeros(docs.n_docs + 1, dtype=np.int64)
         np.cumsum(tok_len, out=doc_ptr[1:])
         zz = np.ascontiguousarray(z, dtype=np.int64)
@@ -486,9 +480,7 @@ class ParticleFilterLDA(TopicModel):
             return np.zeros((0, self.n_topics))
         cols, local = np.unique(batch.word_ids, return_inverse=True)
         phi = self._phi_columns(cols.astype(np.int64))
-        return nb.fold_in_mean_field(
-            batch.indptr, local.astype(np.int64), batch.counts, phi, float(self.alpha), 50
-        )
+        return nb.fold_in_mean_field(batch.indptr, local.astype(np.int64), batch.counts, phi, float(self.alpha), 50)
 
     def topic_word(self) -> NDArray[np.float64]:
         phi = self._phi_columns(np.arange(self.n_words, dtype=np.int64))

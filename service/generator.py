@@ -255,15 +255,10 @@ class _Model:
         self.words = words
         self.n_words = len(words)
         self.forms = (
-            words
-            + [w.capitalize() for w in words]
-            + [w + "." for w in words]
-            + [w.capitalize() + "." for w in words]
+            words + [w.capitalize() for w in words] + [w + "." for w in words] + [w.capitalize() + "." for w in words]
         )
         centres = (np.arange(_TABLE) + 0.5) / _TABLE
-        rows = [
-            np.array([index[w] for w in BACKGROUND_WORDS])[(centres * len(BACKGROUND_WORDS)).astype(np.int64)]
-        ]
+        rows = [np.array([index[w] for w in BACKGROUND_WORDS])[(centres * len(BACKGROUND_WORDS)).astype(np.int64)]]
         for name in self.names:
             ids = np.array([index[w] for w in PLANTED_TOPICS[name]], dtype=np.int64)
             p = 1.0 / np.arange(1, len(ids) + 1) ** _ZIPF_S

@@ -97,9 +97,7 @@ def _check_promql_names(exprs: list[str], exposed: dict[str, set[str]], where: s
             used.add(name)
         for name, matchers in _SELECTOR.findall(expr):
             for label in _MATCHER.findall(matchers):
-                assert label in exposed.get(name, set()) | _TARGET_LABELS, (
-                    f"{where}: {name} has no label {label!r}"
-                )
+                assert label in exposed.get(name, set()) | _TARGET_LABELS, f"{where}: {name} has no label {label!r}"
     return used
 
 
@@ -214,9 +212,7 @@ def test_promtool_parses_every_dashboard_expression(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------------------------------------- grafana
 def test_grafana_provisioning_matches_compose() -> None:
-    ds = yaml.safe_load((DEPLOY / "grafana/provisioning/datasources/prometheus.yml").read_text())[
-        "datasources"
-    ]
+    ds = yaml.safe_load((DEPLOY / "grafana/provisioning/datasources/prometheus.yml").read_text())["datasources"]
     assert ds[0]["uid"] == "prometheus" and ds[0]["type"] == "prometheus"
     assert ds[0]["url"] == "http://prometheus:9090"
     provider = yaml.safe_load((DEPLOY / "grafana/provisioning/dashboards/topicstream.yml").read_text())

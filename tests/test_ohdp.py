@@ -41,14 +41,14 @@ def _tiny_case(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
     return elog, elogbeta, ids, cnts, lam
 
 
-def _run_kernel_doc(elog: np.ndarray, elogbeta: np.ndarray, ids: np.ndarray, cnts: np.ndarray, T: int,
-                    alpha: float, n_iter: int) -> tuple[np.ndarray, ...]:
+def _run_kernel_doc(
+    elog: np.ndarray, elogbeta: np.ndarray, ids: np.ndarray, cnts: np.ndarray, T: int, alpha: float, n_iter: int
+) -> tuple[np.ndarray, ...]:
     U, K = ids.size, elog.shape[0]
     zeta, phi = np.empty((U, T)), np.empty((T, K))
     a, b = np.empty(T - 1), np.empty(T - 1)
     trace = np.full(n_iter, np.nan)
-    it = _stick_doc(cnts, np.ascontiguousarray(elog[:, ids].T), elogbeta, alpha, 0.0, n_iter, zeta, phi, a, b,
-                    trace)
+    it = _stick_doc(cnts, np.ascontiguousarray(elog[:, ids].T), elogbeta, alpha, 0.0, n_iter, zeta, phi, a, b, trace)
     return zeta, phi, a, b, trace, it
 
 
@@ -84,8 +84,7 @@ def test_document_converges_with_tolerance() -> None:
     elog, elogbeta, ids, cnts, _ = _tiny_case()
     U, K, T = ids.size, elog.shape[0], 4
     zeta, phi, a, b = np.empty((U, T)), np.empty((T, K)), np.empty(T - 1), np.empty(T - 1)
-    it = _stick_doc(cnts, np.ascontiguousarray(elog[:, ids].T), elogbeta, 1.0, 1e-6, 500, zeta, phi, a, b,
-                    np.empty(0))
+    it = _stick_doc(cnts, np.ascontiguousarray(elog[:, ids].T), elogbeta, 1.0, 1e-6, 500, zeta, phi, a, b, np.empty(0))
     assert 2 <= it < 500
 
 
@@ -108,8 +107,20 @@ def test_collapsed_document_update_matches_naive() -> None:
 def test_corpus_update_matches_naive_eq22_27() -> None:
     rng = np.random.default_rng(3)
     K, W, T, D, alpha, eta, gamma = 5, 12, 3, 500, 1.0, 0.05, 1.5
-    m = OnlineHDP(K, W, seed=4, inference="stick", doc_topics=T, window=D, batch_size=16, eta=eta,
-                  gamma=gamma, alpha=alpha, tol=0.0, max_iter=6)
+    m = OnlineHDP(
+        K,
+        W,
+        seed=4,
+        inference="stick",
+        doc_topics=T,
+        window=D,
+        batch_size=16,
+        eta=eta,
+        gamma=gamma,
+        alpha=alpha,
+        tol=0.0,
+        max_iter=6,
+    )
     # a first update so that u, v, λ are not at their initial values
     docs = [(rng.choice(W, 4, replace=False), rng.integers(1, 4, 4).astype(float)) for _ in range(5)]
     m.partial_fit(docs)
@@ -199,7 +210,8 @@ def test_planted_topics_are_recovered(planted: tuple[np.ndarray, list]) -> None:
     assert w[top8].sum() > 0.75 and w[top8].min() > 2 * np.sort(w)[-9]
     est = m.topic_word()[top8]
     sim = (est / np.linalg.norm(est, axis=1, keepdims=True)) @ (
-        phi_true / np.linalg.norm(phi_true, axis=1, keepdims=True)).T
+        phi_true / np.linalg.norm(phi_true, axis=1, keepdims=True)
+    ).T
     r, c = linear_sum_assignment(-sim)
     assert sim[r, c].min() > 0.95, sim[r, c]
     assert m.diagnostics()["topics_used"] == m.topics_used()
@@ -259,8 +271,16 @@ def test_registered_and_validates() -> None:
     assert kernels.OnlineHDP is OnlineHDP
     m = OnlineHDP(n_topics=10, n_words=20, seed=0)
     assert m.get_params()["inference"] == "collapsed"
-    for bad in ({"inference": "gibbs"}, {"kappa": 0.0}, {"gamma": -1.0}, {"batch_size": 0}, {"doc_topics": 1},
-                {"rho_floor": 1.0}, {"window": 0}, {"sequential": "yes"}):
+    for bad in (
+        {"inference": "gibbs"},
+        {"kappa": 0.0},
+        {"gamma": -1.0},
+        {"batch_size": 0},
+        {"doc_topics": 1},
+        {"rho_floor": 1.0},
+        {"window": 0},
+        {"sequential": "yes"},
+    ):
         with pytest.raises(ValueError):
             OnlineHDP(10, 20, **bad)
     with pytest.raises(ValueError):

@@ -119,9 +119,7 @@ def test_proposal_and_counts_match_brute_force(seed: int) -> None:
             for s in [slots[-1], 7]:  # an existing document, and a new one (slot 7 unused: empty counts)
                 nd = float(m.slot_len_[s]) if s in slots else 0.0
                 ndk = _ndk(m, s, p) if s in slots else np.zeros(K, dtype=np.int32)
-                total = nb.proposal(
-                    m.rows_, int(m.ptr_[w_new, p]), m.nk_[p], ndk, nd, alpha, beta, W * beta, q
-                )
+                total = nb.proposal(m.rows_, int(m.ptr_[w_new, p]), m.nk_[p], ndk, nd, alpha, beta, W * beta, q)
                 ref_q, ref_w = naive.proposal(words, slots, z, w_new, s, K, W, alpha, beta)
                 np.testing.assert_allclose(q / total, ref_q, rtol=1e-12)
                 assert total == pytest.approx(ref_w, rel=1e-12)
@@ -169,9 +167,7 @@ def test_reservoir_keeps_every_token_with_probability_R_over_i() -> None:
     hits = np.zeros(n, dtype=np.int64)
     first, rest = _single_token_docs(0, n1), _single_token_docs(n1, n - n1)
     for seed in range(runs):
-        m = ParticleFilterLDA(
-            2, n, seed, n_particles=1, n_rejuvenate=0, reservoir_size=R, init_docs=0, pool_factor=1.0
-        )
+        m = ParticleFilterLDA(2, n, seed, n_particles=1, n_rejuvenate=0, reservoir_size=R, init_docs=0, pool_factor=1.0)
         m.partial_fit(first)
         assert m.ctr_[nb.FILL] == R
         hits1[m.res_w_] += 1
@@ -195,9 +191,7 @@ def test_reservoir_keeps_every_token_with_probability_R_over_i() -> None:
 def test_memory_constant_over_stream() -> None:
     """State size and every array's size are the same after 10,000 and 100,000 documents (within 5%: exactly),
     and the count-row pool never needs more rows than it has."""
-    m = ParticleFilterLDA(
-        3, 200, 0, n_particles=4, ess_threshold=0.6, n_rejuvenate=5, reservoir_size=100, init_docs=20
-    )
+    m = ParticleFilterLDA(3, 200, 0, n_particles=4, ess_threshold=0.6, n_rejuvenate=5, reservoir_size=100, init_docs=20)
 
     def nbytes() -> tuple[int, int]:
         state = m.state_dict()["state"]
@@ -224,9 +218,7 @@ def test_resampling_shares_rows_copy_on_write() -> None:
     copies pointers, not K·W counts, and the bookkeeping stays consistent, also through pool-full
     collapses."""
     P, K, W, R = 8, 20, 5000, 200
-    m = ParticleFilterLDA(
-        K, W, 3, n_particles=P, ess_threshold=0.5, n_rejuvenate=10, reservoir_size=R, init_docs=10
-    )
+    m = ParticleFilterLDA(K, W, 3, n_particles=P, ess_threshold=0.5, n_rejuvenate=10, reservoir_size=R, init_docs=10)
     for b in range(20):
         m.partial_fit(_random_stream(50, 20, W, b))
     d = m.diagnostics()
@@ -319,9 +311,7 @@ def test_reproducible_and_state_round_trip() -> None:
 
 
 def test_reset_words_forgets() -> None:
-    m = ParticleFilterLDA(
-        3, 30, 0, n_particles=4, ess_threshold=0.5, init_docs=4, init_sweeps=10, reservoir_size=40
-    )
+    m = ParticleFilterLDA(3, 30, 0, n_particles=4, ess_threshold=0.5, init_docs=4, init_sweeps=10, reservoir_size=40)
     m.partial_fit(_random_stream(30, 8, 10, 0))  # words 0..9 only
     before = m.topic_word()[:, 4].sum()
     m.reset_words([4])
@@ -366,9 +356,7 @@ def test_ess_threshold_must_allow_resampling(P: int) -> None:
         ParticleFilterLDA(3, 20, 0, n_particles=P, ess_threshold=0.2)
     with pytest.raises(ValueError, match="ess_threshold > 1/n_particles"):
         ParticleFilterLDA(3, 20, 0, n_particles=P, ess_threshold=1.0 / P)
-    m = ParticleFilterLDA(
-        3, 20, 0, n_particles=P, ess_threshold=min(1.0, 1.0 / P + 0.3), n_rejuvenate=3, init_docs=0
-    )
+    m = ParticleFilterLDA(3, 20, 0, n_particles=P, ess_threshold=min(1.0, 1.0 / P + 0.3), n_rejuvenate=3, init_docs=0)
     m.partial_fit(_random_stream(40, 10, 20, P))
     assert m.diagnostics()["resamples"] > 0 and m.diagnostics()["rejuvenations"] > 0
     _check_invariants(m)

@@ -23,8 +23,14 @@ def expect_log_sticks(a: NDArray[np.float64], b: NDArray[np.float64]) -> NDArray
 
 
 def doc_objective(
-    words: NDArray[np.int64], elog: NDArray[np.float64], elogbeta: NDArray[np.float64], alpha: float,
-    zeta: NDArray[np.float64], phi: NDArray[np.float64], a: NDArray[np.float64], b: NDArray[np.float64],
+    words: NDArray[np.int64],
+    elog: NDArray[np.float64],
+    elogbeta: NDArray[np.float64],
+    alpha: float,
+    zeta: NDArray[np.float64],
+    phi: NDArray[np.float64],
+    a: NDArray[np.float64],
+    b: NDArray[np.float64],
 ) -> float:
     """L_j of the seed (Eq. 14 restricted to document j, corpus terms left out), token level.
 
@@ -44,7 +50,11 @@ def doc_objective(
 
 
 def doc_step(
-    words: NDArray[np.int64], elog: NDArray[np.float64], elogbeta: NDArray[np.float64], T: int, alpha: float,
+    words: NDArray[np.int64],
+    elog: NDArray[np.float64],
+    elogbeta: NDArray[np.float64],
+    T: int,
+    alpha: float,
     n_iter: int,
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], list[float]]:
     """``n_iter`` rounds of Eq. 17, Eq. 18, Eqs. 15–16 (in that order) from ζ uniform, (a, b) = (1, α0).
@@ -73,9 +83,16 @@ def doc_step(
 
 
 def corpus_step(
-    lam: NDArray[np.float64], u: NDArray[np.float64], v: NDArray[np.float64],
-    docs: list[NDArray[np.int64]], zetas: list[NDArray[np.float64]], phis: list[NDArray[np.float64]],
-    eta: float, gamma: float, D: float, rho: float,
+    lam: NDArray[np.float64],
+    u: NDArray[np.float64],
+    v: NDArray[np.float64],
+    docs: list[NDArray[np.int64]],
+    zetas: list[NDArray[np.float64]],
+    phis: list[NDArray[np.float64]],
+    eta: float,
+    gamma: float,
+    D: float,
+    rho: float,
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
     """Eqs. 22–27 with a minibatch of S documents (the gradient of (D/S) Σ_j L_j), dense over K×W."""
     K, W = lam.shape

@@ -44,13 +44,9 @@ def log_joint(
     return out
 
 
-def exact_log_marginal(
-    words: Sequence[int], docs: Sequence[int], K: int, W: int, alpha: float, beta: float
-) -> float:
+def exact_log_marginal(words: Sequence[int], docs: Sequence[int], K: int, W: int, alpha: float, beta: float) -> float:
     """log P(w_1..w_n) = log Σ_z P(w, z) over all K^n topic assignments."""
-    terms = [
-        log_joint(words, docs, z, K, W, alpha, beta) for z in itertools.product(range(K), repeat=len(words))
-    ]
+    terms = [log_joint(words, docs, z, K, W, alpha, beta) for z in itertools.product(range(K), repeat=len(words))]
     m = max(terms)
     return m + math.log(sum(math.exp(t - m) for t in terms))
 
@@ -69,10 +65,7 @@ def proposal(
     """(P(z_new = k | z, w, w_new), P(w_new | z, w)) by ratios of full joints."""
     base = log_joint(words, docs, z, K, W, alpha, beta)
     joint = np.array(
-        [
-            math.exp(log_joint([*words, w_new], [*docs, d_new], [*z, k], K, W, alpha, beta) - base)
-            for k in range(K)
-        ]
+        [math.exp(log_joint([*words, w_new], [*docs, d_new], [*z, k], K, W, alpha, beta) - base) for k in range(K)]
     )
     return joint / joint.sum(), float(joint.sum())
 
