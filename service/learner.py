@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from confluent_kafka import OFFSET_STORED, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 from numpy.typing import NDArray
 
 from kernels import ALGORITHMS, TopicModel
@@ -194,8 +194,11 @@ class Learner:
 
     # ------------------------------------------------------------------ partitions
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        # The snapshot is the only record of what the model has learned: a partition it does not mention has
+        # contributed nothing yet and is read from its beginning. (Kafka's committed offsets may be ahead of the
+        # snapshot — they are for monitoring — and resuming there would lose articles.)
         for tp in partitions:
-            tp.offset = self.offsets.get((tp.topic, tp.partition), OFFSET_STORED)
+            tp.offset = self.offsets.get((tp.topic, tp.partition), OFFSET_BEGINNING)
             self._assigned.add((tp.topic, tp.partition))
         log.info("assigned %s", [(tp.topic, tp.partition, tp.offset) for tp in partitions])
         consumer.incremental_assign(partitions)

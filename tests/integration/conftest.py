@@ -76,8 +76,11 @@ def settings(endpoints: Endpoints) -> Settings:
     return s
 
 
-def produce(settings: Settings, values: list[bytes], keys: list[bytes | None] | None = None) -> dict[int, int]:
-    """Send ``values`` to the input topic; returns partition → last acknowledged offset (delivery reports)."""
+def produce(
+    settings: Settings, values: list[bytes], keys: list[bytes | None] | None = None, partition: int | None = None
+) -> dict[int, int]:
+    """Send ``values`` to the input topic (to ``partition`` if given); returns partition → last acknowledged
+    offset (delivery reports)."""
     producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "acks": "all"})
     last: dict[int, int] = {}
     failures: list[str] = []
@@ -89,7 +92,8 @@ def produce(settings: Settings, values: list[bytes], keys: list[bytes | None] | 
             last[msg.partition()] = max(last.get(msg.partition(), -1), msg.offset())
 
     for i, v in enumerate(values):
-        producer.produce(settings.input_topic, value=v, key=keys[i] if keys else None, on_delivery=report)
+        where = {} if partition is None else {"partition": partition}
+        producer.produce(settings.input_topic, value=v, key=keys[i] if keys else None, on_delivery=report, **where)
         producer.poll(0)
     assert producer.flush(30) == 0
     assert not failures, failures

@@ -127,6 +127,38 @@ def test_restart_after_crash_learns_every_article_exactly_once(settings: Setting
     assert payload["kernel"]["state"]["n_docs_seen"] == len(values)
 
 
+def consume_into(learner: Learner, n: int, timeout: float = 120.0) -> None:
+    """Drive ``learner`` batch by batch (no final snapshot) until it has processed ``n`` more messages."""
+    done = 0
+    deadline = time.monotonic() + timeout
+    while done < n and time.monotonic() < deadline:
+        msgs = [
+            m for m in learner.consumer.consume(min(learner.settings.batch_size, n - done), 0.5) if m.error() is None
+        ]
+        if msgs:
+            learner.process(msgs)
+            done += len(msgs)
+    assert done == n
+
+
+def test_partition_first_seen_after_the_last_snapshot_is_not_lost(settings: Settings) -> None:
+    s = settings.model_copy(update={"batch_size": 20, "snapshot_every_batches": 3, "snapshot_every_s": 3600})
+    produce(s, good_articles(60, seed=8), partition=0)
+    first = Learner(s)
+    first.consumer.subscribe([s.input_topic], on_assign=first._on_assign, on_revoke=first._on_revoke)
+    consume_into(first, 60)  # three batches: a snapshot that knows partition 0 only
+    produce(s, good_articles(60, seed=9), partition=1)
+    consume_into(first, 40)  # two batches of partition 1: committed in Kafka, not in any snapshot
+    first.consumer.close()  # crash
+    _, payload = SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix).load()
+    assert [p for _, p, _ in payload["offsets"]] == [0] and payload["articles_learned"] == 60
+    assert committed(s, s.learner_group(), 2) == {0: 60, 1: 40}
+
+    second = Learner(s, metrics=Metrics())
+    run_until(second, 60)  # all of partition 1, from its beginning
+    assert second.model.n_docs_seen_ == 120
+
+
 def test_snapshots_are_versioned_and_old_ones_expire(settings: Settings) -> None:
     s = settings.model_copy(update={"batch_size": 10, "snapshot_every_batches": 1, "snapshot_keep": 2})
     produce(s, good_articles(50, seed=2))
