@@ -15,6 +15,10 @@ Experiments (``--exp``):
   batch  batch collapsed Gibbs on the whole training set (``--sweeps`` sweeps), the reference of the tables;
   c   best of 20 Gibbs initialisations (200 sweeps, first 10% of the documents) chosen by held-out perplexity
       (the kernel's label-free ``init_restarts``) or by in-sample NMI (labels; via ``initialize_from``).
+  ref references for the 90 % goal: batch Gibbs NMI after 1, 2, 5, …, 2000 sweeps of the whole training set
+      (one chain per run, NMI taken as it goes; the 2000-sweep point is ``batch``'s number for the same seed),
+      Gibbs on the first n documents alone (2000 sweeps; ``--init-sizes``, the ceiling of "initialise, then
+      filter" if filtering added nothing) and one pass of SCVB0 (``kernels.SCVB0``, defaults) over the stream.
   tp  throughput and peak memory: P particles, K topics, vocabulary capped at W, on 20ng "all".
 
 Particle filter settings: P = 100, ESS threshold P/5, r = 30, α = 0.1, β = 0.01. NMI is also recorded at
@@ -40,6 +44,7 @@ import re
 import resource
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +53,7 @@ from numpy.typing import NDArray
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 from sklearn.metrics import normalized_mutual_info_score
 
-from kernels import Batch, ParticleFilterLDA
+from kernels import SCVB0, Batch, ParticleFilterLDA
 from kernels import _pf_numba as nb
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
@@ -262,6 +267,40 @@ def exp_c(corpus: Corpus, runs: range, checkpoints: int) -> dict[str, Any]:
     return {"perplexity": perp, "nmi": by_nmi, "init_docs": n0}
 
 
+SWEEP_POINTS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000)
+
+
+def exp_ref(corpus: Corpus, runs: range, sizes: list[int]) -> dict[str, Any]:
+    """Reference points for the goal (see the module docstring, ``ref``)."""
+    toks, doc_of = corpus.tokens(0, len(corpus.train))
+    beta = PF["beta"]
+    curves = []
+    for r in runs:  # one chain per run, continued from checkpoint to checkpoint (same draws as ``batch``)
+        rng, z, done, scores = _prng(r), np.zeros(toks.size, dtype=np.int64), 0, []
+        for s in SWEEP_POINTS:
+            nkw, nk, _ = nb.gibbs_chain(
+                toks, doc_of, len(corpus.train), corpus.W, K, PF["alpha"], beta, corpus.W * beta, s - done, z,
+                done == 0, rng,
+            )  # fmt: skip
+            done = s
+            scores.append(nmi(corpus, (nkw + beta) / (nk[:, None] + corpus.W * beta), r + 10_000))
+        curves.append({"sweeps": list(SWEEP_POINTS), "nmi": scores, "final": scores[-1]})
+    _log(corpus, "ref/batch-curve", curves)
+    subsample: dict[str, Any] = {}
+    for n0 in sizes:
+        rows = [{"final": nmi(corpus, gibbs(corpus, n0, SWEEP_POINTS[-1], seed=r)[1], r + 10_000)} for r in runs]
+        subsample[str(n0)] = rows
+        _log(corpus, f"ref/gibbs-first-{n0}", rows)
+    scvb0 = []
+    for r in runs:
+        model = SCVB0(K, corpus.W, r)
+        for lo in range(0, len(corpus.train), 100):
+            model.partial_fit(corpus.batch(lo, min(len(corpus.train), lo + 100)))
+        scvb0.append({"final": nmi(corpus, model.topic_word(), r + 10_000)})
+    _log(corpus, "ref/scvb0", scvb0)
+    return {"batch_curve": curves, "gibbs_first": subsample, "scvb0": scvb0}
+
+
 def exp_tp(particles: int, topics: int, max_words: int, max_docs: int) -> dict[str, Any]:
     """Throughput (filtered tokens per second, Gibbs initialisation excluded) and peak RSS."""
     global K
@@ -384,12 +423,51 @@ def report(res: dict[str, Any], out: Path) -> None:
         lines += ["\n### Particle filter / batch Gibbs (mean NMI ratio; goal ≥ 90 %)\n", hdr]
         lines.append("|---|" + "---:|" * len(names))
         lines += [f"| {label} | " + " | ".join(cells) + " |" for label, cells in ratios.items()]
+    if any("ref" in res[n] for n in names):
+        lines += _report_ref(res, names, out, plt)
     print("\n".join(lines))
+
+
+def _report_ref(res: dict[str, Any], names: Sequence[str], out: Path, plt: Any) -> list[str]:
+    """Figure ``pf_exp_ref.png`` (batch Gibbs NMI against sweeps, with the goal and the single-pass results)
+    and the tables of experiment ``ref``."""
+    names = [n for n in names if "ref" in res[n]]
+    hdr = ["| " + " | ".join(["setting", *names]) + " |", "|---|" + "---:|" * len(names)]
+    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.4), squeeze=False)
+    cells: dict[str, list[str]] = {}
+    for j, name in enumerate(names):
+        ref, ax = res[name]["ref"], axes[0, j]
+        x = np.array(ref["batch_curve"][0]["sweeps"])
+        y = np.array([c["nmi"] for c in ref["batch_curve"]])
+        m, sd = y.mean(axis=0), y.std(axis=0, ddof=1) if len(y) > 1 else np.zeros(x.size)
+        (line,) = ax.plot(x, m, marker=".", label="batch Gibbs after s sweeps")
+        ax.fill_between(x, m - sd, m + sd, alpha=0.2, color=line.get_color())
+        ax.axhline(0.9 * m[-1], color="k", ls=":", lw=1, label="goal: 90 % of 2000 sweeps")
+        pf = res[name].get("b", {}).get("300")
+        if pf:
+            ax.axhline(_final(pf).mean(), color="C1", ls="--", lw=1, label="reservoir PF, init 300 docs")
+        ax.axhline(_final(ref["scvb0"]).mean(), color="C2", ls="-.", lw=1, label="SCVB0, one pass")
+        ax.set_xscale("log")
+        ax.set_title(name)
+        ax.set_xlabel("Gibbs sweeps over the whole training set")
+        ax.set_ylabel("out-of-sample NMI")
+        ax.set_ylim(0, 1)
+        for i, s in enumerate(x):
+            cells.setdefault(f"batch Gibbs, {s} sweeps", []).append(f"{m[i]:.3f} ± {sd[i]:.3f} ({m[i] / m[-1]:.0%})")
+        single = {f"Gibbs on the first {n0} documents alone": rows for n0, rows in ref["gibbs_first"].items()}
+        for label, rows in {**single, "SCVB0, one pass": ref["scvb0"]}.items():
+            cells.setdefault(label, []).append(f"{_ms(rows)} ({_final(rows).mean() / m[-1]:.0%})")
+    axes[0, -1].legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(out / "pf_exp_ref.png", dpi=110)
+    plt.close(fig)
+    head = "\n### Reference: NMI (in brackets: % of batch Gibbs after 2000 sweeps, same chains)\n"
+    return [head, *hdr, *(f"| {label} | " + " | ".join(c) + " |" for label, c in cells.items())]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--exp", nargs="*", default=[], choices=["a", "b", "c", "batch", "tp"])
+    ap.add_argument("--exp", nargs="*", default=[], choices=["a", "b", "c", "batch", "ref", "tp"])
     ap.add_argument("--datasets", nargs="*", default=["diff3", "rel3", "sim3"])
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--first-run", type=int, default=0, help="seed of the first run (to add runs to a result)")
@@ -436,6 +514,8 @@ def main() -> None:
                 entry.setdefault("b", {}).update(exp_b(corpus, runs, args.checkpoints, args.sweeps, args.init_sizes))
             elif exp == "batch":
                 entry["batch"] = exp_batch(corpus, runs, args.sweeps)
+            elif exp == "ref":
+                entry["ref"] = exp_ref(corpus, runs, args.init_sizes)
             else:
                 entry["c"] = exp_c(corpus, runs, args.checkpoints)
             entry.setdefault("runs", {})[exp] = [runs.start, runs.stop]
