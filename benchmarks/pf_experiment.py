@@ -19,7 +19,7 @@ Experiments (``--exp``):
       (one chain per run, NMI taken as it goes; the 2000-sweep point is ``batch``'s number for the same seed),
       Gibbs on the first n documents alone (2000 sweeps; ``--init-sizes``, the ceiling of "initialise, then
       filter" if filtering added nothing) and one pass of SCVB0 (``kernels.SCVB0``, defaults) over the stream.
-  tp  throughput and peak memory: P particles, K topics, vocabulary capped at W, on 20ng "all".
+  tp  throughput and peak memory: P particles, K topics, vocabulary capped at W, on ``--tp-dataset`` (all).
 
 Particle filter settings: P = 100, ESS threshold P/5, r = 30, α = 0.1, β = 0.01. NMI is also recorded at
 ``--checkpoints`` points of the stream for the figures. Results go to ``--results`` (JSON); ``--plot`` draws the
@@ -301,10 +301,12 @@ def exp_ref(corpus: Corpus, runs: range, sizes: list[int]) -> dict[str, Any]:
     return {"batch_curve": curves, "gibbs_first": subsample, "scvb0": scvb0}
 
 
-def exp_tp(particles: int, topics: int, max_words: int, max_docs: int) -> dict[str, Any]:
-    """Throughput (filtered tokens per second, Gibbs initialisation excluded) and peak RSS."""
+def exp_tp(dataset: str, particles: int, topics: int, max_words: int, max_docs: int) -> dict[str, Any]:
+    """Throughput (filtered tokens per second, Gibbs initialisation excluded) and peak RSS (also the peak before
+    the model exists: the corpus and the interpreter, so that the filter's own share can be read off)."""
     global K
-    corpus = Corpus("all", max_words=max_words)
+    corpus = Corpus(dataset, max_words=max_words)
+    rss_corpus = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     K = topics
     n = min(max_docs, len(corpus.train))
     model = ParticleFilterLDA(
@@ -320,6 +322,7 @@ def exp_tp(particles: int, topics: int, max_words: int, max_docs: int) -> dict[s
     toks = int(model.ctr_[nb.TOKENS]) - tok0
     d = model.diagnostics()
     return {
+        "dataset": dataset,
         "particles": particles,
         "topics": topics,
         "W": corpus.W,
@@ -329,6 +332,7 @@ def exp_tp(particles: int, topics: int, max_words: int, max_docs: int) -> dict[s
         "tokens_per_second": toks / secs,
         "state_mb": model.memory_bytes() / 1e6,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "rss_before_model_mb": rss_corpus,
         "rss_after_init_mb": rss0,
         "resamples": d["resamples"],
         "collapses": d["collapses"],
@@ -478,6 +482,7 @@ def main() -> None:
     ap.add_argument("--results", type=Path, default=Path("/tmp/pf_results.json"))
     ap.add_argument("--plot", action="store_true")
     ap.add_argument("--out", type=Path, default=Path("docs/experiments"))
+    ap.add_argument("--tp-dataset", default="all", help="--exp tp: the 20 Newsgroups file (all, diff3, …)")
     ap.add_argument("--particles", type=int, default=100)
     ap.add_argument("--topics", type=int, default=100)
     ap.add_argument("--max-words", type=int, default=65536)
@@ -498,7 +503,9 @@ def main() -> None:
                     mine[key] = val
     for exp in args.exp:
         if exp == "tp":
-            res.setdefault("throughput", []).append(exp_tp(args.particles, args.topics, args.max_words, args.max_docs))
+            res.setdefault("throughput", []).append(
+                exp_tp(args.tp_dataset, args.particles, args.topics, args.max_words, args.max_docs)
+            )
             print(json.dumps(res["throughput"][-1]), flush=True)
             args.results.write_text(json.dumps(res))
             continue
