@@ -12,6 +12,8 @@ Experiments (``--exp``):
       rejuvenation none / reservoir of 1000 / whole history;
   b   initial sample of 0, 30, 100, 300 documents (``--init-sizes``; ``--sweeps`` Gibbs sweeps, a new chain
       every run), reservoir 1000;
+  d   experiment a's reservoir and whole-history arms with longer rejuvenation sequences (``--rejuv-lengths``;
+      a is r = 30): does sampling the history more often than new tokens help, and at what cost?
   batch  batch collapsed Gibbs on the whole training set (``--sweeps`` sweeps), the reference of the tables;
   c   best of 20 Gibbs initialisations (200 sweeps, first 10% of the documents) chosen by held-out perplexity
       (the kernel's label-free ``init_restarts``) or by in-sample NMI (labels; via ``initialize_from``).
@@ -189,17 +191,53 @@ def run_filter(
 
 
 # ------------------------------------------------------------------------------------------ experiments
-def exp_a(corpus: Corpus, runs: range, checkpoints: int) -> dict[str, Any]:
+def _fixed_start(corpus: Corpus) -> tuple[int, NDArray[np.int64], float]:
+    """Experiments a and d start from one fixed initial model: 200 Gibbs sweeps on the first 10 % (chain 0)."""
     n0 = max(1, len(corpus.train) // 10)
     z, phi, _ = gibbs(corpus, n0, 200, seed=0)
-    out: dict[str, Any] = {"init_nmi": nmi(corpus, phi, 1), "init_docs": n0}
+    return n0, z, nmi(corpus, phi, 1)
+
+
+def _rejuvenation_modes(corpus: Corpus) -> dict[str, dict[str, Any]]:
     hist = {"history_tokens": corpus.n_train_tokens + 1, "history_docs": len(corpus.train) + 1}
-    for mode, extra in (("none", {}), ("reservoir", {"reservoir_size": 1000}), ("history", hist)):
+    return {"none": {}, "reservoir": {"reservoir_size": 1000}, "history": hist}
+
+
+def exp_a(corpus: Corpus, runs: range, checkpoints: int) -> dict[str, Any]:
+    n0, z, init_nmi = _fixed_start(corpus)
+    out: dict[str, Any] = {"init_nmi": init_nmi, "init_docs": n0}
+    for mode, extra in _rejuvenation_modes(corpus).items():
         out[mode] = [
             run_filter(corpus, r, checkpoints, init=(n0, z.copy()), rejuvenation=mode, init_docs=0, **extra)
             for r in runs
         ]
         _log(corpus, f"a/{mode}", out[mode])
+    return out
+
+
+def exp_d(corpus: Corpus, runs: range, checkpoints: int, lengths: list[int]) -> dict[str, Any]:
+    """Experiment a's reservoir and whole-history arms with longer rejuvenation sequences r (a is r = 30): the
+    seed's closing remark that sampling the history more often than new tokens should help."""
+    n0, z, _ = _fixed_start(corpus)
+    out: dict[str, Any] = {}
+    for r_len in lengths:
+        for mode in ("reservoir", "history"):
+            extra = _rejuvenation_modes(corpus)[mode]
+            key = f"{mode} r={r_len}"
+            out[key] = [
+                run_filter(
+                    corpus,
+                    r,
+                    checkpoints,
+                    init=(n0, z.copy()),
+                    rejuvenation=mode,
+                    init_docs=0,
+                    n_rejuvenate=r_len,
+                    **extra,
+                )
+                for r in runs
+            ]
+            _log(corpus, f"d/{key}", out[key])
     return out
 
 
@@ -381,10 +419,15 @@ def report(res: dict[str, Any], out: Path) -> None:
     names = [n for n in ("diff3", "rel3", "sim3") if n in res]
     lines: list[str] = []
     sizes = sorted({int(k) for n in names for k in res[n].get("b", {}) if k.isdigit()})
+    d_keys = sorted(
+        {k for n in names for k in res[n].get("d", {})},
+        key=lambda k: (int(k.partition(" r=")[2]), k.startswith("history")),
+    )
     specs: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         ("a", (("none", "no rejuvenation"), ("reservoir", "reservoir 1000"), ("history", "whole history"))),
         ("b", tuple((str(n0), f"init {n0} docs") for n0 in sizes)),
         ("c", (("perplexity", "best of 20 by perplexity"), ("nmi", "best of 20 by NMI"))),
+        ("d", tuple((k, _arm_label(k)) for k in d_keys)),
     )
     ratios: dict[str, list[str]] = {}
     for exp, series in specs:
@@ -427,9 +470,25 @@ def report(res: dict[str, Any], out: Path) -> None:
         lines += ["\n### Particle filter / batch Gibbs (mean NMI ratio; goal ≥ 90 %)\n", hdr]
         lines.append("|---|" + "---:|" * len(names))
         lines += [f"| {label} | " + " | ".join(cells) + " |" for label, cells in ratios.items()]
+    if d_keys:
+        lines += ["\n### Experiment d: filter seconds per run (mean; a's arms are r = 30)\n", hdr]
+        lines.append("|---|" + "---:|" * len(names))
+        for exp, key in [("a", "reservoir"), ("a", "history")] + [("d", k) for k in d_keys]:
+            secs = [res[n].get(exp, {}).get(key) for n in names]
+            cells = [f"{np.mean([r['filter_seconds'] for r in rows]):.1f}" if rows else "—" for rows in secs]
+            lines.append(f"| {_arm_label(key)} | " + " | ".join(cells) + " |")
     if any("ref" in res[n] for n in names):
         lines += _report_ref(res, names, out, plt)
     print("\n".join(lines))
+
+
+_ARMS = {"reservoir": "reservoir 1000", "history": "whole history"}
+
+
+def _arm_label(key: str) -> str:
+    """ "history r=300" → "whole history, r = 300" (experiment a's arms, named without r, have r = 30)."""
+    mode, _, r_len = key.partition(" r=")
+    return f"{ {'reservoir': 'reservoir 1000', 'history': 'whole history'}[mode] }, r = {r_len or 30}"
 
 
 def _report_ref(res: dict[str, Any], names: Sequence[str], out: Path, plt: Any) -> list[str]:
@@ -471,13 +530,14 @@ def _report_ref(res: dict[str, Any], names: Sequence[str], out: Path, plt: Any) 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--exp", nargs="*", default=[], choices=["a", "b", "c", "batch", "ref", "tp"])
+    ap.add_argument("--exp", nargs="*", default=[], choices=["a", "b", "c", "d", "batch", "ref", "tp"])
     ap.add_argument("--datasets", nargs="*", default=["diff3", "rel3", "sim3"])
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--first-run", type=int, default=0, help="seed of the first run (to add runs to a result)")
     ap.add_argument("--checkpoints", type=int, default=8)
     ap.add_argument("--sweeps", type=int, default=2000, help="Gibbs sweeps of experiment b (seed: 2000)")
     ap.add_argument("--init-sizes", type=int, nargs="+", default=[0, 30, 100, 300], help="experiment b")
+    ap.add_argument("--rejuv-lengths", type=int, nargs="+", default=[300, 3000], help="experiment d: r")
     ap.add_argument("--merge", type=Path, nargs="*", default=[], help="--plot: also read these result files")
     ap.add_argument("--results", type=Path, default=Path("/tmp/pf_results.json"))
     ap.add_argument("--plot", action="store_true")
@@ -493,7 +553,7 @@ def main() -> None:
         for name, entry in json.loads(extra.read_text()).items():
             mine = res.setdefault(name, {})
             for key, val in entry.items():
-                if key in ("a", "b", "c") and isinstance(mine.get(key), dict):
+                if key in ("a", "b", "c", "d") and isinstance(mine.get(key), dict):
                     for setting, rows in val.items():  # runs of the same setting are appended
                         old = mine[key].get(setting)
                         mine[key][setting] = old + rows if isinstance(old, list) and isinstance(rows, list) else rows
@@ -521,6 +581,8 @@ def main() -> None:
                 entry.setdefault("b", {}).update(exp_b(corpus, runs, args.checkpoints, args.sweeps, args.init_sizes))
             elif exp == "batch":
                 entry["batch"] = exp_batch(corpus, runs, args.sweeps)
+            elif exp == "d":
+                entry.setdefault("d", {}).update(exp_d(corpus, runs, args.checkpoints, args.rejuv_lengths))
             elif exp == "ref":
                 entry["ref"] = exp_ref(corpus, runs, args.init_sizes)
             else:
