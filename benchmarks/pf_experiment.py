@@ -516,10 +516,11 @@ def _report_ref(res: dict[str, Any], names: Sequence[str], out: Path, plt: Any) 
         ax.set_ylabel("out-of-sample NMI")
         ax.set_ylim(0, 1)
         for i, s in enumerate(x):
-            cells.setdefault(f"batch Gibbs, {s} sweeps", []).append(f"{m[i]:.3f} ± {sd[i]:.3f} ({m[i] / m[-1]:.0%})")
+            pct = 100 * m[i] / m[-1]
+            cells.setdefault(f"batch Gibbs, {s} sweeps", []).append(f"{m[i]:.3f} ± {sd[i]:.3f} ({pct:.0f} %)")
         single = {f"Gibbs on the first {n0} documents alone": rows for n0, rows in ref["gibbs_first"].items()}
         for label, rows in {**single, "SCVB0, one pass": ref["scvb0"]}.items():
-            cells.setdefault(label, []).append(f"{_ms(rows)} ({_final(rows).mean() / m[-1]:.0%})")
+            cells.setdefault(label, []).append(f"{_ms(rows)} ({100 * _final(rows).mean() / m[-1]:.0f} %)")
     axes[0, -1].legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(out / "pf_exp_ref.png", dpi=110)
