@@ -28,6 +28,8 @@ from service.localstack import LocalStack, free_port
 from service.settings import load_settings
 from service.source import produce_lines
 
+from ._proc import vm_mb
+
 DEFAULT_CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "20ng_all_train.jsonl.gz"
 
 
@@ -57,14 +59,6 @@ def scrape(port: int) -> dict[str, float]:
             key = s.name + ("{" + ",".join(f"{k}={v}" for k, v in sorted(s.labels.items())) + "}" if s.labels else "")
             out[key] = s.value
     return out
-
-
-def vm_mb(pid: int, field: str = "VmHWM") -> float:
-    """``VmHWM`` (peak resident set) or ``VmRSS`` (current) of a process, in MB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def main() -> None:
@@ -140,9 +134,10 @@ def main() -> None:
     print(f"end-to-end: {rate:,.0f} articles/s, {tokens / max(busy, 1e-9):,.0f} tokens/s of busy time")
     print("time per stage: " + ", ".join(f"{k} {v / busy:.0%}" for k, v in stages.items()))
     print(f"kernel alone: {tokens / max(stages['kernel'], 1e-9):,.0f} tokens/s")
+    early = at_checkpoint if at_checkpoint is not None else float("nan")  # the stream ended before it
     print(
-        f"peak RSS after {args.checkpoint:,}: {at_checkpoint:.0f} MB; after {int(consumed):,}: {end_rss:.0f} MB "
-        f"(ratio {end_rss / at_checkpoint:.3f})"
+        f"peak RSS after {args.checkpoint:,}: {early:.0f} MB; after {int(consumed):,}: {end_rss:.0f} MB "
+        f"(ratio {end_rss / early:.3f})"
     )
 
 
