@@ -526,8 +526,8 @@ def _report_ref(res: dict[str, Any], names: Sequence[str], out: Path, plt: Any) 
         ax.set_ylabel("out-of-sample NMI")
         ax.set_ylim(0, 1)
         for i, s in enumerate(x):
-            pct = 100 * m[i] / m[-1]
-            cells.setdefault(f"batch Gibbs, {s} sweeps", []).append(f"{m[i]:.3f} ± {sd[i]:.3f} ({pct:.0f} %)")
+            label, pct = f"batch Gibbs, {s} sweep{'s' * (s > 1)}", 100 * m[i] / m[-1]
+            cells.setdefault(label, []).append(f"{m[i]:.3f} ± {sd[i]:.3f} ({pct:.0f} %)")
         single = {f"Gibbs on the first {n0} documents alone": rows for n0, rows in ref["gibbs_first"].items()}
         for label, rows in {**single, "SCVB0, one pass": ref["scvb0"]}.items():
             cells.setdefault(label, []).append(f"{_ms(rows)} ({100 * _final(rows).mean() / m[-1]:.0f} %)")
