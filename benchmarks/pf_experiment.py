@@ -481,10 +481,10 @@ def report(res: dict[str, Any], out: Path) -> None:
         lines.append("|---|" + "---:|" * len(names))
         lines += [f"| {label} | " + " | ".join(cells) + " |" for label, cells in ratios.items()]
     if d_keys:
-        lines += ["\n### Experiment d: filter seconds per run (mean; a's arms are r = 30)\n", hdr]
+        lines += ["\n### Experiment d: filter seconds per run (mean)\n", hdr]
         lines.append("|---|" + "---:|" * len(names))
-        for exp, key in [("a", "reservoir"), ("a", "history")] + [("d", k) for k in d_keys]:
-            secs = [res[n].get(exp, {}).get(key) for n in names]
+        for key in d_keys:
+            secs = [res[n].get("d", {}).get(key) for n in names]
             cells = [f"{np.mean([r['filter_seconds'] for r in rows]):.1f}" if rows else "—" for rows in secs]
             lines.append(f"| {_arm_label(key)} | " + " | ".join(cells) + " |")
     if any("ref" in res[n] for n in names):
@@ -496,9 +496,9 @@ _ARMS = {"reservoir": "reservoir 1000", "history": "whole history"}
 
 
 def _arm_label(key: str) -> str:
-    """ "history r=300" → "whole history, r = 300" (experiment a's arms, named without r, have r = 30)."""
+    """Experiment d's setting names: "history r=300" → "whole history, r = 300"."""
     mode, _, r_len = key.partition(" r=")
-    return f"{ {'reservoir': 'reservoir 1000', 'history': 'whole history'}[mode] }, r = {r_len or 30}"
+    return f"{_ARMS[mode]}, r = {r_len}"
 
 
 def _report_ref(res: dict[str, Any], names: Sequence[str], out: Path, plt: Any) -> list[str]:
@@ -526,7 +526,7 @@ def _report_ref(res: dict[str, Any], names: Sequence[str], out: Path, plt: Any) 
         ax.set_ylabel("out-of-sample NMI")
         ax.set_ylim(0, 1)
         for i, s in enumerate(x):
-            label, pct = f"batch Gibbs, {s} sweep{'s' * (s > 1)}", 100 * m[i] / m[-1]
+            label, pct = f"batch Gibbs, {s} sweep{'' if s == 1 else 's'}", 100 * m[i] / m[-1]
             cells.setdefault(label, []).append(f"{m[i]:.3f} ± {sd[i]:.3f} ({pct:.0f} %)")
         single = {f"Gibbs on the first {n0} documents alone": rows for n0, rows in ref["gibbs_first"].items()}
         for label, rows in {**single, "SCVB0, one pass": ref["scvb0"]}.items():
