@@ -181,7 +181,7 @@ def _fit(
             for k in range(K):
                 nt[k] = theta0[d, k]
             t = 0.0
-            for _ in range(burn_in):
+            for sweep in range(burn_in + 1):  # burn-in passes, then the pass that accumulates into N^Φ
                 t = _doc_pass(
                     ids,
                     cnts,
@@ -198,28 +198,9 @@ def _fit(
                     th_kappa,
                     ghat,
                     slot,
-                    False,
+                    sweep == burn_in,
                     gam,
                 )
-            _doc_pass(
-                ids,
-                cnts,
-                M,
-                sinv,
-                einv,
-                nt,
-                alpha,
-                c_doc,
-                t,
-                rho_table,
-                th_scale,
-                th_tau,
-                th_kappa,
-                ghat,
-                slot,
-                True,
-                gam,
-            )
             tot = 0.0
             for k in range(K):
                 tot += nt[k] + alpha
