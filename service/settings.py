@@ -62,6 +62,13 @@ class Settings(BaseSettings):
 
     # Input and output.
     max_article_bytes: int = Field(1_000_000, ge=64, description="Larger messages are dead-lettered")
+    dlq_max_bytes: int = Field(
+        524_288,
+        ge=0,
+        le=900_000,
+        description="Dead letters carry at most this many bytes of the original value (the rest is cut, and "
+        "headers say so); keep it under the dead-letter topic's max.message.bytes",
+    )
     top_topics_threshold: float = Field(0.1, ge=0, le=1, description="Least weight for a topic in top_topics")
     top_topics_max: int = Field(3, ge=1, description="Most entries in top_topics")
     learner_publish: bool = Field(

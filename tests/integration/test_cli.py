@@ -15,7 +15,7 @@ from service.cli import app
 from service.learner import Learner
 from service.settings import Settings
 
-from .conftest import read_all
+from .helpers import read_all
 from .test_learner import good_articles, run_until
 
 pytestmark = pytest.mark.integration

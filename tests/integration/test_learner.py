@@ -17,7 +17,7 @@ from service.schemas import TopicEvent
 from service.settings import Settings
 from service.snapshot import SnapshotStore
 
-from .conftest import committed, produce, read_all
+from .helpers import committed, produce, read_all
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ from service.localstack import free_port
 from service.settings import Settings
 from service.snapshot import SnapshotStore
 
-from .conftest import committed, produce
+from .helpers import committed, produce
 from .test_learner import BAD, good_articles
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,7 @@ from service.replica import Replica
 from service.schemas import TopicEvent
 from service.settings import Settings
 
-from .conftest import produce, read_all
+from .helpers import produce, read_all
 from .test_learner import good_articles, run_until
 
 pytestmark = pytest.mark.integration
