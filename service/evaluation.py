@@ -631,6 +631,13 @@ def eval_command(
     if algorithm not in ALGORITHMS:
         raise typer.BadParameter(f"choose one of {sorted(ALGORITHMS)}", param_hint="--algorithm")
     params = _parse_params(param or [])
+    from service.compat import param_problems
+
+    base = {"n_topics": "--topics", "n_words": "--vocab-size", "seed": "--seed"}
+    problems = param_problems(algorithm, topics, vocab_size, params, seed=seed, source="--param", base=base)
+    if problems:  # one line per problem, before any article is read
+        typer.echo("invalid settings:\n  " + "\n  ".join(problems), err=True)
+        raise typer.Exit(2)
     articles = load_articles(train, max_docs)
     if test is None:
         try:
