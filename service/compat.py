@@ -131,15 +131,15 @@ def learner_peak_bytes(settings: Settings) -> int:
     return 3 * state + 4 * s.vocab_size * s.topics + VOCAB_BYTES_PER_SLOT * s.vocab_size + PROCESS_BYTES
 
 
-def _cgroup_free_bytes() -> int | None:
+def _cgroup_free_bytes(root: Path = Path("/sys/fs/cgroup")) -> int | None:
     """Memory left under this container's cgroup limit (v2, then v1); ``None`` without a limit."""
     for limit_file, usage_file in (
-        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-        ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+        ("memory.max", "memory.current"),
+        ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes"),
     ):
         try:
-            limit = Path(limit_file).read_text().strip()
-            usage = int(Path(usage_file).read_text().strip())
+            limit = (root / limit_file).read_text().strip()
+            usage = int((root / usage_file).read_text().strip())
         except (OSError, ValueError):
             continue
         if limit.isdigit() and int(limit) < 2**60:  # v1 reports "no limit" as a huge number, v2 as "max"
@@ -149,12 +149,14 @@ def _cgroup_free_bytes() -> int | None:
 
 
 def available_memory_bytes() -> int:
-    """Memory this process can still get: the machine's available memory (psutil), capped by a container limit."""
+    """Memory this process can have in all: what it holds now (its runtime, counted in :data:`PROCESS_BYTES`)
+    plus what the machine still has available (psutil), capped by what its container's limit leaves."""
     import psutil
 
     free = int(psutil.virtual_memory().available)
     cgroup = _cgroup_free_bytes()
-    return free if cgroup is None else min(free, cgroup)
+    held = int(psutil.Process().memory_info().rss)
+    return held + (free if cgroup is None else min(free, cgroup))
 
 
 def size_problems(

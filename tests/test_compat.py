@@ -152,9 +152,28 @@ def test_the_redis_limit_is_checked_on_its_own() -> None:
     assert size_problems(s, memory_bytes=1024**4, redis_max_bytes=1024**3) == []
 
 
-def test_available_memory_is_what_psutil_reports_or_less() -> None:
-    free = available_memory_bytes()
-    assert 0 < free <= psutil.virtual_memory().available * 1.05  # (it moves between the two reads)
+def test_available_memory_is_what_this_process_holds_and_could_get() -> None:
+    total = available_memory_bytes()
+    held = psutil.Process().memory_info().rss
+    assert held < total <= held + psutil.virtual_memory().available * 1.05  # (it moves between the reads)
+
+
+def test_a_container_limit_caps_the_available_memory(tmp_path: Path) -> None:
+    from service.compat import _cgroup_free_bytes
+
+    assert _cgroup_free_bytes(tmp_path) is None  # no cgroup files: no limit
+    (tmp_path / "memory.max").write_text("max\n")
+    (tmp_path / "memory.current").write_text("1000\n")
+    assert _cgroup_free_bytes(tmp_path) is None  # v2 without a limit
+    (tmp_path / "memory.max").write_text("1073741824\n")
+    assert _cgroup_free_bytes(tmp_path) == 1073741824 - 1000
+    v1 = tmp_path / "v1"
+    (v1 / "memory").mkdir(parents=True)
+    (v1 / "memory/memory.limit_in_bytes").write_text(str(2**63 - 4096))  # v1's "no limit"
+    (v1 / "memory/memory.usage_in_bytes").write_text("5")
+    assert _cgroup_free_bytes(v1) is None
+    (v1 / "memory/memory.limit_in_bytes").write_text("100")
+    assert _cgroup_free_bytes(v1) == 95
 
 
 def test_a_real_vocabulary_packs_within_its_estimate(shared_data: Path) -> None:
