@@ -61,12 +61,13 @@ def test_unreachable_redis_is_one_clear_line_and_exit_3(monkeypatch: pytest.Monk
 
 
 def test_validating_settings_does_not_import_numba() -> None:
+    """Nor does loading the CLI: `topicstream topics` never runs a kernel."""
     import subprocess
     import sys
 
     code = (
         "import sys; from service.settings import load_settings; s = load_settings(algorithm='pf'); "
-        "import service.compat; print(s.algorithm, 'numba' in sys.modules)"
+        "import service.compat, service.cli; print(s.algorithm, 'numba' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.split() == ["pf", "False"]
