@@ -2,7 +2,10 @@
 
 A kernel is a single-pass, constant-memory estimator over a stream of bag-of-words documents:
 
-* settings (hyperparameters) are stored untouched by ``__init__`` and checked in one place, ``_validate_params``;
+* settings (hyperparameters) are stored untouched by ``__init__`` and checked in one place, ``_validate_params``
+  (also reachable without building a model: ``check_params``; and on a trained one: ``set_params``, which refuses
+  the settings in ``restore_fixed`` that size or define the learned state);
+* ``state_bytes`` gives the size of the learned state for given settings, from the arrays' shapes;
 * learned state lives in attributes ending in ``_`` and is created by ``_init_state``;
 * ``partial_fit`` consumes one batch once; memory never depends on how many batches were seen;
 * ``state_dict`` / ``from_state`` round-trip exactly, random generator included, so a restored kernel continues
