@@ -33,12 +33,26 @@ Topics = Annotated[int | None, typer.Option("--topics", "-k", help="Number of to
 MetricsPort = Annotated[int | None, typer.Option("--metrics-port", help="Port of /metrics (0 disables)")]
 
 
-def _settings(**overrides: Any) -> Settings:
+def _settings(*, kernel: bool = False, sizes: bool = False, **overrides: Any) -> Settings:
+    """The settings, or exit 2 with one line per problem; ``kernel``: check TOPICSTREAM_KERNEL_PARAMS against the
+    kernel; ``sizes``: check that W × K fits this machine and Redis (see :mod:`service.compat`)."""
     try:
         settings = load_settings(**overrides)
     except SettingsError as e:
         err.print(f"[red]{e}[/red]")
         raise typer.Exit(2) from None
+    if kernel or sizes:
+        from rich.markup import escape
+
+        from .compat import kernel_param_problems, size_problems
+
+        problems = kernel_param_problems(settings)
+        if sizes and not problems:
+            problems = size_problems(settings)
+        if problems:
+            lines = "\n  ".join(escape(p) for p in problems)
+            err.print(f"[red]invalid settings:\n  {lines}[/red]", soft_wrap=True)  # one line per problem
+            raise typer.Exit(2)
     logging.basicConfig(
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
@@ -105,6 +119,8 @@ def run(
     from .learner import Learner, StateMismatch
 
     s = _settings(
+        kernel=True,
+        sizes=True,
         kafka_bootstrap=bootstrap,
         redis_url=redis_url,
         algorithm=algorithm,
@@ -120,7 +136,7 @@ def run(
         except StateMismatch as e:
             err.print(f"[red]{e}[/red]")
             raise typer.Exit(2) from None
-    learner.metrics.serve(s.metrics_port)
+    learner.metrics.serve(s.metrics_port, s.metrics_host)
     learner.run(_stop_on_signals())
 
 
@@ -133,11 +149,11 @@ def replica(
     """A read replica: serve mixtures from the learner's newest snapshot (inference only)."""
     from .replica import Replica
 
-    s = _settings(kafka_bootstrap=bootstrap, redis_url=redis_url, metrics_port=metrics_port)
+    s = _settings(kernel=True, kafka_bootstrap=bootstrap, redis_url=redis_url, metrics_port=metrics_port)
     _steady_malloc()
     with _unreachable_is_fatal(s):
         rep = Replica(s)
-    rep.metrics.serve(s.metrics_port)
+    rep.metrics.serve(s.metrics_port, s.metrics_host)
     rep.run(_stop_on_signals())
 
 
