@@ -18,7 +18,6 @@ sent, and if the producer still refuses it, a reference-only dead letter (header
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
 from collections import Counter
@@ -27,6 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import numpy as np
+import orjson
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from numpy.typing import NDArray
 
@@ -134,19 +134,20 @@ class TopicLabels:
 
 
 class Publisher:
-    """Writes output events and dead letters; every send is tracked until the broker acknowledges it."""
+    """Writes output events and dead letters; every send is counted in the batch's :class:`DeliveryTracker`."""
 
     def __init__(self, producer: Producer, settings: Settings, metrics: Metrics) -> None:
         self.producer = producer
         self.settings = settings
         self.metrics = metrics
-        self.tracker = DeliveryTracker()
 
-    def _output_delivered(self, input_ts: float) -> Callable[[KafkaError | None, Message], None]:
+    def _output_delivered(
+        self, tracker: DeliveryTracker, input_ts: float
+    ) -> Callable[[KafkaError | None, Message], None]:
         """Delivery callback of one output: track it, and on success count it and observe its latency."""
 
         def callback(err: KafkaError | None, msg: Message) -> None:
-            self.tracker.callback(err, msg)
+            tracker.callback(err, msg)
             if err is None:
                 self.metrics.published.inc()
                 self.metrics.latency.observe(max(0.0, time.time() - input_ts))
@@ -155,25 +156,27 @@ class Publisher:
 
     def _produce(
         self,
+        tracker: DeliveryTracker,
         topic: str,
         key: bytes | str | None,
         value: bytes,
         headers: Headers,
         on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
     ) -> None:
-        callback = on_delivery or self.tracker.callback
+        callback = on_delivery or tracker.callback
         while True:
             try:
                 self.producer.produce(topic, value=value, key=key, headers=headers, on_delivery=callback)
+                tracker.sent()
                 return
-            except BufferError:  # local queue full: let deliveries drain, then retry
+            except BufferError:  # local queue full (e.g. the broker is away): let deliveries drain, then retry
                 self.producer.poll(0.1)
 
-    def dead_letter(self, msg: Message, rejection: Rejection) -> None:
+    def dead_letter(self, msg: Message, rejection: Rejection, tracker: DeliveryTracker) -> None:
         """Send ``msg`` to the dead-letter topic with the reason; never raises on the message's own bytes."""
         value, headers = dead_letter_record(msg, rejection, self.settings.dlq_max_bytes)
         try:
-            self._produce(self.settings.dlq_topic, msg.key(), value, headers)
+            self._produce(tracker, self.settings.dlq_topic, msg.key(), value, headers)
         except KafkaException as e:
             # Refused locally (e.g. larger than the producer's message.max.bytes): a reference-only dead letter
             # still tells the operator where the message is and why it was rejected.
@@ -188,7 +191,8 @@ class Publisher:
             reference = [(k, v) for k, v in headers if k.startswith("topicstream-")]
             reference.append((H_TRUNCATED, b"true"))
             key = msg.key()
-            self._produce(self.settings.dlq_topic, key if key is None or len(key) <= 1024 else None, b"", reference)
+            small_key = key if key is None or len(key) <= 1024 else None
+            self._produce(tracker, self.settings.dlq_topic, small_key, b"", reference)
         self.metrics.dead_lettered.labels(reason=rejection.reason).inc()
 
     def publish(
@@ -199,6 +203,7 @@ class Publisher:
         labels: TopicLabels,
         algorithm: str,
         version: int,
+        tracker: DeliveryTracker,
     ) -> None:
         """One output event per article; ``theta`` rows are the mixtures, ``tokens`` the in-vocab counts."""
         s = self.settings
@@ -207,13 +212,14 @@ class Publisher:
         now = datetime.now(timezone.utc).isoformat()
         consumed_at = time.time()
         order = np.argsort(-theta, axis=1)[:, : s.top_topics_max]
-        mixtures = np.round(theta, 6).tolist()
+        mixtures = np.round(theta, 6)
         version_b, algorithm_b = str(version).encode(), algorithm.encode()
+        names = labels.labels
         for j, (msg, article) in enumerate(good):
             row = theta[j]
             top = [
-                {"topic": int(k), "weight": round(float(row[k]), 6), "label": labels.labels[k]}
-                for k in order[j]
+                {"topic": int(k), "weight": round(float(row[k]), 6), "label": names[k]}
+                for k in order[j].tolist()
                 if row[k] >= s.top_topics_threshold
             ]
             event = {
@@ -236,9 +242,10 @@ class Publisher:
             _, ts_ms = msg.timestamp()
             input_ts = ts_ms / 1000.0 if ts_ms > 0 else consumed_at
             self._produce(
+                tracker,
                 s.output_topic,
                 article.id,
-                json.dumps(event).encode(),
+                orjson.dumps(event, option=orjson.OPT_SERIALIZE_NUMPY),
                 headers,
-                self._output_delivered(input_ts),
+                self._output_delivered(tracker, input_ts),
             )

@@ -106,7 +106,7 @@ def test_snapshot_payload_round_trip_without_pickle() -> None:
 
 
 def test_drift_is_the_hellinger_distance_of_each_topic() -> None:
-    from service.learner import hellinger_rows
+    from service.checkpoint import hellinger_rows
 
     rng = np.random.default_rng(0)
     p, q = rng.dirichlet(np.ones(40), 19), rng.dirichlet(np.ones(40), 19)

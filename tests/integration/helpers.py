@@ -6,13 +6,26 @@ The fixtures that start the broker and Redis (``endpoints``, ``settings``) live 
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
+from service.metrics import Metrics
 from service.settings import Settings
+from service.worker import BatchWorker
 
-__all__ = ["article", "committed", "produce", "produce_keyed", "read_all"]
+__all__ = [
+    "BAD",
+    "article",
+    "committed",
+    "good_articles",
+    "produce",
+    "produce_keyed",
+    "read_all",
+    "run_until",
+    "sample",
+]
 
 
 def produce(
@@ -107,3 +120,41 @@ def produce_keyed(settings: Settings, records: list[tuple[bytes | None, bytes | 
     assert producer.flush(60) == 0
     assert not failures, failures
     return last
+
+
+#: One message of every kind of bad input, with the dead-letter reason it must get.
+BAD = {
+    b"not json at all": "not_json",
+    b"\xff\xfe garbage": "not_utf8",
+    b"[1, 2, 3]": "not_object",
+    b'{"text": "no id here"}': "invalid",
+    b'{"id": 42, "text": "id is not a string"}': "invalid",
+    b'{"id": "x", "text": "", "title": ""}': "invalid",
+    b'{"id": "big", "text": "' + b"a" * 5000 + b'"}': "oversize",
+}
+
+
+def good_articles(n: int, seed: int = 0) -> list[bytes]:
+    """``n`` generated articles (15 planted news topics), as input messages."""
+    from service.generator import generate_articles
+
+    return [json.dumps(a).encode() for a in generate_articles(n, seed=seed)]
+
+
+def sample(metrics: Metrics, name: str, **labels: str) -> float:
+    """The current value of one sample of ``metrics`` (0 when it has not been set), read like a scrape."""
+    value = metrics.registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
+def run_until(worker: BatchWorker, consumed: int, timeout: float = 180.0) -> None:
+    """Run ``worker`` in a thread until it has consumed ``consumed`` messages, then stop it as SIGTERM would
+    (publish and flush what is in flight, final snapshot, commit)."""
+    stop = threading.Event()
+    thread = threading.Thread(target=worker.run, args=(stop, consumed), daemon=True)
+    thread.start()
+    thread.join(timeout)
+    stop.set()
+    thread.join(60)
+    assert not thread.is_alive(), "worker did not stop"
+    assert sample(worker.metrics, "topicstream_articles_consumed_total") == consumed
