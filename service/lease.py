@@ -13,6 +13,7 @@ Keys (``P`` = ``TOPICSTREAM_REDIS_PREFIX``, name ``learner`` by default):
                            ``acquired_at`` (Unix seconds); absent when nobody holds the lease
 ``P:lease:learner:token``  the newest fencing token handed out (never expires, never decreases while Redis keeps
                            its data; after Redis lost it, a holder passes its last token as ``min_token``)
+``P:lease:learner:grace``  while the counter is missing: until when a standby leaves the lease to its old holder
 
 Every step that reads and changes a key is one Lua script, so two processes racing see one winner.
 """
@@ -36,8 +37,9 @@ __all__ = ["Holder", "Lease", "LeaseKeeper"]
 
 log = logging.getLogger(__name__)
 
-# KEYS: lease, token counter. ARGV: id, ttl ms, min token, host, pid, now, expected token ('' = any).
-# Returns the new token, or 0 when someone else holds the lease (or, with an expected token, took it meanwhile).
+# KEYS: lease, token counter, grace marker. ARGV: id, ttl ms, min token, host, pid, now, expected token ('' = any),
+# grace ms. Returns the new token, or 0 when someone else holds the lease (or, with an expected token, took it
+# meanwhile), or while a grace period after Redis lost the counter is running.
 _ACQUIRE = """
 local holder = redis.call('HGET', KEYS[1], 'id')
 if holder then
@@ -47,9 +49,23 @@ if holder then
   end
   return 0
 end
-local current = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+local raw = redis.call('GET', KEYS[2])
+local current = tonumber(raw or '0') or 0
 if ARGV[7] ~= '' and current ~= 0 and current ~= tonumber(ARGV[7]) then
   return 0
+end
+local grace = tonumber(ARGV[8])
+if (not raw) and ARGV[7] == '' and grace > 0 then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local until_ms = tonumber(redis.call('GET', KEYS[3]) or '0') or 0
+  if until_ms == 0 then
+    redis.call('SET', KEYS[3], now + grace, 'PX', 3 * grace)
+    return 0
+  end
+  if now < until_ms then
+    return 0
+  end
 end
 local token = current
 local floor = tonumber(ARGV[3])
@@ -97,8 +113,8 @@ class Lease:
     """A lease named ``name`` under ``prefix``, held for ``ttl_s`` seconds at a time.
 
     ``token`` is this process's fencing token while it holds the lease (None before the first acquisition).
-    All methods raise redis errors (ConnectionError, TimeoutError) as they come: a caller that must ride out
-    an outage uses :class:`LeaseKeeper`.
+    Methods other than :meth:`acquire` raise redis errors (ConnectionError, TimeoutError) as they come: a
+    holder that must ride out an outage uses :class:`LeaseKeeper`.
     """
 
     def __init__(self, client: redis.Redis, prefix: str = "topicstream", name: str = "learner", ttl_s: float = 10.0):
@@ -132,7 +148,7 @@ class Lease:
         """This process as a lease holder: what snapshot metas record as their writer."""
         return {"host": self.host, "pid": self.pid, "id": self.id}
 
-    def _try(self, min_token: int, expected: int | None) -> bool:
+    def _try(self, min_token: int, expected: int | None, grace_s: float = 0.0) -> bool:
         args: list[str | int | float] = [
             self.id,
             self._ttl_ms,
@@ -141,18 +157,25 @@ class Lease:
             self.pid,
             time.time(),
             expected or "",
+            max(0, round(grace_s * 1000)),
         ]
-        token = int(self._acquire(keys=[self.key, self.token_key], args=args))
+        token = int(self._acquire(keys=[self.key, self.token_key, f"{self.key}:grace"], args=args))
         if token <= 0:
             return False
         self.token = token
         return True
 
-    def try_acquire(self, min_token: int = 0) -> bool:
+    def try_acquire(self, min_token: int = 0, grace_s: float = 0.0) -> bool:
         """Take the lease if nobody holds it (or renew it if we do); never waits. The new token is greater than
         every token handed out under this prefix and than ``min_token`` (pass the last token this process held,
-        so that tokens grow even after Redis lost its data)."""
-        return self._try(min_token, None)
+        so that tokens grow even after Redis lost its data).
+
+        ``grace_s`` > 0: when the token counter is missing (a new prefix, or Redis came back empty), do not take
+        the lease until ``grace_s`` seconds after the first such attempt, so that the holder from before the
+        data loss — whose state is the newest — can :meth:`reclaim` it first (its keeper tries every ttl/3; use
+        a grace of 2 × ttl). A standby passes it; it delays the very first start on a new prefix by as much.
+        """
+        return self._try(min_token, None, grace_s)
 
     def acquire(
         self,
@@ -160,19 +183,29 @@ class Lease:
         timeout: float | None = None,
         stop: threading.Event | None = None,
         poll_s: float | None = None,
+        grace_s: float = 0.0,
     ) -> bool:
         """Wait until the lease is ours (True), ``timeout`` seconds pass or ``stop`` is set (False).
 
-        A standby polls every ``poll_s`` (default ttl/5), so it takes over within that of the holder's expiry.
+        A standby polls every ``poll_s`` (default ttl/5), so it takes over within that of the holder's expiry;
+        it keeps waiting through Redis errors. ``min_token`` and ``grace_s``: as for :meth:`try_acquire`.
         """
         poll = poll_s if poll_s is not None else self.ttl_s / 5
         deadline = None if timeout is None else time.monotonic() + timeout
         stop = stop or threading.Event()
-        while not self.try_acquire(min_token):
+        unreachable = False
+        while True:
+            try:
+                if self.try_acquire(min_token, grace_s):
+                    return True
+                unreachable = False
+            except redis.RedisError as e:  # a standby waits through a Redis outage like any other wait
+                if not unreachable:
+                    log.warning("waiting for lease %s: Redis unusable (%s); still waiting", self.key, e)
+                unreachable = True
             left = poll if deadline is None else min(poll, deadline - time.monotonic())
             if left <= 0 or stop.wait(left):
                 return False
-        return True
 
     def reclaim(self) -> bool:
         """Take the lease again after it lapsed (expired during a pause or an outage, or Redis came back
@@ -224,10 +257,11 @@ class LeaseKeeper(threading.Thread):
     """Renews a held lease every ``interval_s`` (default ttl/3) in the background.
 
     ``lost`` is set, and the thread ends, when Redis says someone else has the lease (or had it meanwhile):
-    the process must stop writing and step down. ``unreachable`` is set while Redis does not answer and cleared
-    when it does again: the learner keeps learning through an outage (its writes fail and are retried later).
-    When Redis answers again but the lease lapsed meanwhile (expired, or Redis came back empty), the keeper
-    reclaims it if nobody else held it in between (:meth:`Lease.reclaim`); ``lease.token`` then grows.
+    the process must stop writing and step down. ``unreachable`` is set while Redis does not answer (or answers
+    only with errors) and cleared when it does again: the learner keeps learning through an outage (its writes
+    fail and are retried later). When Redis answers again but the lease lapsed meanwhile (expired, or Redis came
+    back empty), the keeper reclaims it if nobody else held it in between (:meth:`Lease.reclaim`);
+    ``lease.token`` then grows.
     """
 
     def __init__(self, lease: Lease, interval_s: float | None = None):
@@ -245,15 +279,24 @@ class LeaseKeeper(threading.Thread):
     def step(self) -> None:
         """One renewal (what the thread does every interval)."""
         try:
-            if self.lease.renew() or self.lease.reclaim():
-                if self.unreachable.is_set():
-                    log.info("Redis answers again; lease %s held with token %s", self.lease.key, self.lease.token)
+            renewed = self.lease.renew()
+            before = self.lease.token
+            if renewed or self.lease.reclaim():
+                if not renewed:
+                    log.warning(
+                        "lease %s had lapsed and nobody took it: reclaimed, fencing token %s -> %s",
+                        self.lease.key,
+                        before,
+                        self.lease.token,
+                    )
+                elif self.unreachable.is_set():
+                    log.info("Redis answers again; lease %s still held", self.lease.key)
                 self.unreachable.clear()
                 return
             holder = self.lease.holder()
-        except (redis.ConnectionError, redis.TimeoutError) as e:
+        except redis.RedisError as e:  # down, timing out, refusing writes (a replica, out of memory): not usable
             if not self.unreachable.is_set():
-                log.warning("cannot renew lease %s: Redis unreachable (%s); still learning", self.lease.key, e)
+                log.warning("cannot renew lease %s: Redis unusable (%s); still learning", self.lease.key, e)
             self.unreachable.set()
             return
         self.unreachable.clear()

@@ -260,12 +260,14 @@ class SnapshotStore:
         propagate; a write interrupted by one is never committed and expires on its own.
         """
         f = Fence(*fence) if fence is not None else None
-        data = pack(payload)
+        # The version first: while Redis is down this fails within the connect timeout, before the (large,
+        # slow) pack. A version handed out but never committed is only a gap in the numbering.
         version = int(
             self._next_version(
                 keys=[self._key("snapshot", "version"), self._key("snapshot", "latest")], args=[int(min_version)]
             )
         )
+        data = pack(payload)
         writer = dict(f.writer) if f is not None and f.writer else {"host": socket.gethostname(), "pid": os.getpid()}
         meta_doc = {
             **(meta or {}),

@@ -462,6 +462,44 @@ def test_redis_restarted_empty_versions_and_tokens_continue_upward(server: Redis
         keeper.join(5)
 
 
+def test_after_redis_lost_its_data_a_waiting_standby_leaves_the_lease_to_its_old_holder(server: RedisServer) -> None:
+    """A standby that grabbed the lease the moment Redis came back empty would take over from a learner that
+    is alive and holds the newest state; with a grace period the old holder reclaims it first."""
+    a, b = lease(server, ttl_s=1.0), lease(server, ttl_s=1.0)
+    assert a.try_acquire()
+    old_token = a.token
+    keeper = LeaseKeeper(a, interval_s=1.0 / 3)
+    keeper.start()
+    stop = threading.Event()
+    got: list[bool] = []
+    standby = threading.Thread(target=lambda: got.append(b.acquire(stop=stop, poll_s=0.02, grace_s=2.0)))
+    standby.start()
+    try:
+        server.kill()
+        assert wait_until(keeper.unreachable.is_set)
+        server.start()  # empty: no lease, no token counter; the standby polls every 20 ms
+        assert wait_until(lambda: a.token != old_token)
+        assert a.token is not None and old_token is not None and a.token > old_token
+        time.sleep(2.5)  # past the grace period: the standby still does not get a lease that is held
+        assert not got and a.is_held() and not keeper.lost.is_set()
+    finally:
+        stop.set()
+        standby.join(10)
+        keeper.stop()
+        keeper.join(5)
+    assert got == [False]
+
+
+def test_grace_delays_the_first_holder_of_a_new_prefix(server: RedisServer) -> None:
+    a = lease(server)
+    assert not a.try_acquire(grace_s=0.5) and not a.try_acquire(grace_s=0.5)
+    assert wait_until(lambda: a.try_acquire(grace_s=0.5), timeout=5)
+    assert a.token == 1
+    b = lease(server)
+    assert a.release() and b.try_acquire(grace_s=60)  # the counter exists: no grace any more
+    assert b.token == 2
+
+
 # ------------------------------------------------------------------------------------------ secrets
 @pytest.fixture
 def locked(tmp_path: Path) -> Iterator[RedisServer]:
