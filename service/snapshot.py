@@ -93,22 +93,24 @@ class FencedOut(SnapshotWriteFailed):
 
 
 # --------------------------------------------------------------------------------------------- Redis client
-def connect(url: str, *, socket_timeout: float = 15.0, connect_timeout: float = 2.0, retries: int = 1) -> redis.Redis:
+def connect(url: str, *, socket_timeout: float = 10.0, connect_timeout: float = 2.0, retries: int = 1) -> redis.Redis:
     """A Redis client that fails fast while Redis is down instead of stalling its caller.
 
     redis-py's default retries a failed command 10 times; with a connect timeout that is a minute or more per
-    call during an outage. Here a failed command is retried ``retries`` times (enough to replace a connection
-    that a Redis restart closed) with redis-py's own jittered exponential backoff, and a connection attempt
-    gives up after ``connect_timeout`` seconds. ``socket_timeout`` bounds one reply, and also one whole
-    request: Python's ``sendall`` counts the timeout over the whole send, so it must cover writing the largest
-    snapshot. A malformed URL is a ValueError that names the URL without its password.
+    call during an outage. Here a command that met a broken connection is retried ``retries`` times (enough
+    to replace a connection that a Redis restart closed) with redis-py's own jittered exponential backoff; a
+    timeout is not retried, and a connection attempt gives up after ``connect_timeout`` seconds.
+    ``socket_timeout`` bounds one reply, and also one whole request: Python's ``sendall`` counts the timeout
+    over the whole send, so it must cover writing the largest snapshot (512 MB at 1 Gbit/s: about 5 s). A
+    malformed URL is a ValueError that names the URL without its password.
     """
     try:
         return redis.Redis.from_url(
             url,
             socket_timeout=socket_timeout,
             socket_connect_timeout=connect_timeout,
-            retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), retries),
+            # Only a broken connection is worth a retry (a restart closed it); a timeout would just wait again.
+            retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), retries, (redis.ConnectionError,)),
             health_check_interval=30,
         )
     except ValueError as e:
@@ -225,7 +227,7 @@ class SnapshotStore:
         cls,
         url: str,
         *,
-        socket_timeout: float = 15.0,
+        socket_timeout: float = 10.0,
         connect_timeout: float = 2.0,
         retries: int = 1,
         **kwargs: Any,
