@@ -15,7 +15,7 @@ channel ``P:snapshots``       a message with the version number each time ``late
 Writing (:meth:`SnapshotStore.save`) takes three steps. (1) One Lua call hands out a version greater than the
 counter, ``latest`` and the caller's ``min_version``: a learner that carries its last version continues from it
 even when Redis came back empty, so one number never names two models. (2) Data and meta are written with a
-short "pending" TTL, so a writer that dies here leaves nothing behind for long. (3) One Lua call commits: it
+"pending" TTL (an hour), so a writer that dies here leaves nothing behind for long. (3) One Lua call commits: it
 checks the caller's fencing token against the lease's (a paused or partitioned old writer is refused and what it
 wrote is deleted: :class:`FencedOut`), makes the keys permanent, moves ``latest`` forward, gives versions beyond
 the newest ``keep`` a TTL (a replica reading one right now can finish) and announces the version. A reader never
@@ -27,9 +27,13 @@ statistics, or whatever the caller's ``validate`` finds — is one :class:`Snaps
 :meth:`SnapshotStore.load_newest_readable` walks the kept versions newest first and returns the newest readable
 one with the list of those it skipped and why.
 
+The Lua steps touch keys they derive from the prefix: one Redis server (or a primary with replicas), not a
+Redis Cluster.
+
 Payloads are nested dicts of JSON values and numpy arrays (a kernel's ``state_dict``, the vocabulary's, the
 offsets), stored by :func:`service.snapshot_format.pack` as a JSON document followed by the arrays' raw bytes
-(no pickle); :func:`pack`, :func:`unpack` and :class:`SnapshotCorrupt` are re-exported here.
+(no pickle); :func:`pack`, :func:`unpack`, :class:`SnapshotCorrupt` and :data:`STATISTICS` (the keys of
+the statistics that must be non-negative) are re-exported here.
 """
 
 from __future__ import annotations
@@ -48,9 +52,10 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.retry import Retry
 
 from .redact import redact_url
-from .snapshot_format import SnapshotCorrupt, check_payload, pack, unpack
+from .snapshot_format import STATISTICS, SnapshotCorrupt, check_payload, pack, unpack
 
 __all__ = [
+    "STATISTICS",
     "Fence",
     "FencedOut",
     "LoadedSnapshot",
@@ -160,7 +165,8 @@ return v
 
 # KEYS: latest, data, meta, kept, fence key (or '' when unfenced). ARGV: version, fenced, token, keep,
 # ttl of superseded versions (ms), channel, key prefix of versions ("P:snapshot:").
-# Returns {1, 0} moved, {0, latest} stored but latest is newer, {-1, token} fenced out, {-2, 0} data gone.
+# Returns {1, previous latest} moved, {0, latest} stored but latest was already newer (only unfenced writers
+# racing each other get there), {-1, lease's token} fenced out, {-2, 0} the data vanished before the commit.
 _COMMIT = """
 if ARGV[2] == '1' then
   local current = redis.call('GET', KEYS[5])
@@ -259,7 +265,9 @@ class SnapshotStore:
         ``fence`` the commit happens only while the fence's token is still the lease's newest; otherwise what
         was written is deleted and :class:`FencedOut` is raised. :class:`SnapshotWriteFailed` when the data
         vanished before the commit (Redis restarted mid-write). Redis errors (ConnectionError, TimeoutError)
-        propagate; a write interrupted by one is never committed and expires on its own.
+        propagate: a write they interrupt before its commit expires on its own; one whose commit reply was
+        lost may have been committed (``latest_version()`` says). Were ``latest`` already newer (unfenced writers
+        racing each other), the version is stored and kept but ``latest`` stays where it is.
         """
         f = Fence(*fence) if fence is not None else None
         # The version first: while Redis is down this fails within the connect timeout, before the (large,

@@ -18,12 +18,19 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SnapshotCorrupt", "check_payload", "pack", "unpack"]
+__all__ = ["STATISTICS", "SnapshotCorrupt", "check_payload", "pack", "unpack"]
 
 _MAGIC = b"TSNAP2"
 _HEAD = len(_MAGIC) + 8  # magic, then the JSON document's length as a little-endian u64
 _DTYPE = re.compile(r"[<>|=][biufcSUV][1-9][0-9]{0,5}")  # byte order, kind, item size
 _CHUNK = 1 << 20  # elements per step of the finite / non-negative scans (bounded temporary memory)
+
+
+# Keys under which the kernels' and the vocabulary's state hold counts (never negative): what a reader passes
+# to :func:`check_payload` as ``nonnegative``. SCVB0: phi (N^Φ), nz; online HDP: topic_stat, topic_total;
+# particle filter: rows, nk, refcnt, weights; vocabulary: counts. tests/test_snapshot_store.py checks every
+# registered kernel's trained state against it.
+STATISTICS = ("phi", "nz", "topic_stat", "topic_total", "rows", "nk", "refcnt", "weights", "counts")
 
 
 class SnapshotCorrupt(RuntimeError):

@@ -16,11 +16,8 @@ import numpy as np
 import pytest
 
 from kernels import ALGORITHMS
-from service.snapshot_format import SnapshotCorrupt, check_payload, pack, unpack
+from service.snapshot_format import STATISTICS, SnapshotCorrupt, check_payload, pack, unpack
 from service.text import Vocabulary
-
-# The statistics of every kernel and of the vocabulary: what a learner passes as ``nonnegative``.
-STATISTICS = ("phi", "nz", "topic_stat", "topic_total", "nk", "rows", "refcnt", "weights", "counts")
 
 
 def sample_payload() -> dict[str, Any]:
