@@ -276,6 +276,18 @@ def test_only_the_newest_keep_versions_stay_and_uncommitted_writes_are_not_fallb
     assert store.latest_version() == 6 and store.kept_versions()[0] == 6
 
 
+def test_snapshots_written_before_the_kept_index_existed_are_still_fallbacks(store: SnapshotStore) -> None:
+    for i in range(1, 4):
+        store.save(payload(i), meta_for(i))
+    store.r.delete("t:snapshot:kept")  # the layout of earlier releases: no index
+    store.r.set(data_key(store, 4), b"x", ex=60)  # and an uncommitted write above latest
+    store.r.set(meta_key(store, 4), b"{}", ex=60)
+    assert store.kept_versions() == [3, 2, 1]
+    truncate_half(store, 3)
+    found = store.load_newest_readable()
+    assert found is not None and found.version == 2 and [v for v, _ in found.skipped] == [3]
+
+
 # ------------------------------------------------------------------------------------------ versions
 def test_versions_never_go_backwards_after_flushall(store: SnapshotStore) -> None:
     last = 0
