@@ -61,3 +61,12 @@ def test_scrub_removes_the_password_and_the_url_from_any_message() -> None:
     assert "p@ss" not in out and "p%40ss" not in out and "w0rd" not in out
     assert "redis:6379" in out
     assert scrub("nothing to hide", "redis://localhost/0") == "nothing to hide"
+
+
+@pytest.mark.parametrize("url", ["redis://:hunter2@host:notaport/0", "http://:hunter2@host/0"])
+def test_a_malformed_redis_url_is_reported_without_its_password(url: str) -> None:
+    from service.snapshot import connect
+
+    with pytest.raises(ValueError, match=r"invalid Redis URL \w+://\*\*\*@host") as caught:
+        connect(url)
+    assert "hunter2" not in str(caught.value)
