@@ -82,10 +82,17 @@ def _unreachable_is_fatal(settings: Settings) -> Iterator[None]:
     import redis
     from confluent_kafka import KafkaException
 
+    from .redact import redact_url, scrub
+
     try:
         yield
-    except redis.exceptions.ConnectionError as e:
-        err.print(f"[red]cannot reach Redis at {settings.redis_url}: {e}[/red] (TOPICSTREAM_REDIS_URL)")
+    except redis.exceptions.AuthenticationError as e:
+        url, why = redact_url(settings.redis_url), scrub(str(e), settings.redis_url)
+        err.print(f"[red]Redis at {url} refused the credentials: {why}[/red] (TOPICSTREAM_REDIS_URL)")
+        raise typer.Exit(3) from None
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as e:
+        url, why = redact_url(settings.redis_url), scrub(str(e), settings.redis_url)
+        err.print(f"[red]cannot reach Redis at {url}: {why}[/red] (TOPICSTREAM_REDIS_URL)")
         raise typer.Exit(3) from None
     except KafkaException as e:
         err.print(f"[red]Kafka at {settings.kafka_bootstrap}: {e}[/red] (TOPICSTREAM_KAFKA_BOOTSTRAP)")
