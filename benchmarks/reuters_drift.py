@@ -138,7 +138,7 @@ def main() -> None:
         baseline=baseline,
         x="articles",
         title=f"Reuters-21578, {days[0]} to {days[-1]}, replayed in time order",
-        source=f"{len(days):,} articles, {s.algorithm}, K = {s.topics}, a snapshot every {s.batch_size} articles",
+        source=f"{len(days):,} articles, K = {s.topics}, a snapshot every {s.batch_size} articles",
         top_ticks=month_ticks(days),
     )
     print(f"wrote {args.png} and {args.html} from {len(records)} history records", file=sys.stderr)

@@ -33,7 +33,7 @@ __all__ = ["DEFAULT_MAX_POINTS", "TOP_WORDS", "SummaryHistory", "compact", "vict
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_POINTS = 240
-"""Records kept per prefix: with K = 100 topics a record is ~10 kB, so ~2.5 MB in Redis at most."""
+"""Records kept per prefix: with K = 100 topics a record is ~15 kB, so under 4 MB in Redis at most."""
 TOP_WORDS = 10
 """Top words kept per topic and record (enough to tell what a topic meant then)."""
 
