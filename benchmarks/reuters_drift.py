@@ -126,6 +126,8 @@ def main() -> None:
             file=sys.stderr,
         )
         records, names = load(redis.Redis.from_url(s.redis_url), s.redis_prefix)
+    if len(records) < 2:
+        sys.exit(f"the learner left {len(records)} history records under {s.redis_prefix!r}: nothing to draw")
 
     then_articles = next((i for i, day in enumerate(days) if day >= args.then), len(days))
     baseline = next((i for i, r in enumerate(records) if r["articles_learned"] >= then_articles), 0)
