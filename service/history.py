@@ -135,7 +135,3 @@ class SummaryHistory:
             except (json.JSONDecodeError, UnicodeDecodeError):
                 log.warning("history record %s under %r is not JSON; left out", name, self.records_key)
         return out
-
-    def clear(self) -> None:
-        """Delete the whole history of this prefix."""
-        self.r.delete(self.versions_key, self.records_key)
