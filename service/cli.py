@@ -286,6 +286,60 @@ def subscribe(
 
 
 @app.command()
+def report(
+    out: Annotated[Path, typer.Option("--out", "-o", help="HTML page to write")] = Path("topicstream-report.html"),
+    png: Annotated[Path | None, typer.Option(help="PNG to write; default: the page's path with .png")] = None,
+    top: Annotated[int, typer.Option(min=1, max=20, help="Topics drawn over time")] = 8,
+    since: Annotated[
+        str | None, typer.Option(help="Compare now with this long ago (90s, 15m, 24h, 7d); default: the oldest")
+    ] = None,
+    x: Annotated[str, typer.Option(help="Horizontal axis: time or articles")] = "time",
+    redis_url: RedisUrl = None,
+) -> None:
+    """Write a self-contained HTML page and a PNG of how the topics drifted (from the history kept in Redis)."""
+    import redis
+    from rich.markup import escape
+
+    from .report import ReportUnavailable, baseline_index, load, parse_duration, write_report
+
+    if x not in ("time", "articles"):
+        raise typer.BadParameter(f"expected time or articles, got {x!r}", param_hint="--x")
+    try:
+        since_s = parse_duration(since) if since is not None else None
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--since") from None
+    s = _settings(redis_url=redis_url)
+    with _unreachable_is_fatal(s):
+        records, names = load(redis.Redis.from_url(s.redis_url, socket_timeout=30), s.redis_prefix)
+    if not records:
+        err.print(
+            f"no summary history under Redis prefix {s.redis_prefix!r} yet: is the learner running? "
+            "(TOPICSTREAM_REDIS_PREFIX)"
+        )
+        raise typer.Exit(1)
+    png_path = png or out.with_suffix(".png")
+    try:
+        write_report(
+            records,
+            out,
+            png_path,
+            names,
+            top=top,
+            baseline=baseline_index(records, since_s),
+            x=x,
+            source=f"Redis prefix {s.redis_prefix!r}",
+        )
+    except ReportUnavailable as e:
+        err.print(f"[red]{escape(str(e))}[/red]")
+        raise typer.Exit(2) from None
+    except OSError as e:
+        err.print(f"[red]cannot write the report: {escape(str(e))}[/red]")
+        raise typer.Exit(2) from None
+    first, last = records[0]["version"], records[-1]["version"]
+    err.print(f"wrote {out} and {png_path} ({len(records)} snapshots kept, versions {first}..{last})")
+
+
+@app.command()
 def demo(
     articles: Annotated[
         Path | None, typer.Option(help="JSONL(.gz) file of articles to replay; default: generated articles")
