@@ -1,6 +1,6 @@
 """The README's drift picture: the dated Reuters-21578 stream replayed in time order through the real learner.
 
-Starts a local broker and Redis (:class:`service.localstack.LocalStack`), produces the file into a fresh input
+Starts a local broker and Redis (:class:`service.dev.localstack.LocalStack`), produces the file into a fresh input
 topic with one partition (the file is sorted by ``published_at``, so the topic is in time order), runs
 :class:`service.learner.Learner` in this process with a snapshot after every batch, appends each snapshot's
 ``P:summary`` to the bounded :class:`service.history.SummaryHistory` (the call the learner makes at each
@@ -27,10 +27,10 @@ from pathlib import Path
 import redis
 
 from benchmarks._corpus import shared_data_dir
+from service.dev.localstack import LocalStack
 from service.history import SummaryHistory
 from service.kafka import ensure_topics
 from service.learner import Learner
-from service.localstack import LocalStack
 from service.report import load, write_report
 from service.settings import Settings, load_settings
 from service.source import iter_lines, produce_lines

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import random
 import threading
 import time
 from collections.abc import Callable
@@ -32,11 +31,12 @@ from numpy.typing import NDArray
 
 from kernels import TopicModel
 
+from .backoff import Backoff
 from .metrics import Metrics
 from .pipeline import TopicLabels
-from .snapshot import SnapshotInfo, SnapshotStore
+from .snapshot import FencedOut, SnapshotInfo, SnapshotStore
 
-__all__ = ["Backoff", "Capture", "SnapshotWriter", "hellinger_rows"]
+__all__ = ["Capture", "SnapshotWriter", "hellinger_rows"]
 
 log = logging.getLogger(__name__)
 
@@ -51,30 +51,6 @@ def hellinger_rows(p: NDArray[np.floating], q: NDArray[np.floating], block: int 
         d = np.sqrt(p[i : i + block], dtype=np.float64) - np.sqrt(q[i : i + block], dtype=np.float64)
         out[i : i + block] = np.sqrt(0.5 * np.einsum("ij,ij->i", d, d))
     return out
-
-
-@dataclass
-class Backoff:
-    """Exponential backoff with full jitter, capped: the n-th consecutive failure waits up to
-    ``min(cap, base · 2^(n-1))`` seconds; a success resets it."""
-
-    base: float = 1.0
-    cap: float = 60.0
-    failures: int = 0
-    not_before: float = 0.0
-
-    def ready(self, now: float | None = None) -> bool:
-        return (time.monotonic() if now is None else now) >= self.not_before
-
-    def failed(self, now: float | None = None) -> float:
-        self.failures += 1
-        delay = random.uniform(0.5, 1.0) * min(self.cap, self.base * 2 ** (self.failures - 1))
-        self.not_before = (time.monotonic() if now is None else now) + delay
-        return delay
-
-    def succeeded(self) -> None:
-        self.failures = 0
-        self.not_before = 0.0
 
 
 @dataclass
@@ -99,13 +75,21 @@ class SnapshotWriter:
         store: SnapshotStore,
         metrics: Metrics,
         wait_acknowledged: Callable[[int, threading.Event], bool],
+        save: Callable[[Capture], SnapshotInfo],
         on_written: Callable[[Capture, SnapshotInfo], None],
+        on_idle: Callable[[], None] | None = None,
+        idle_s: float = 2.0,
     ) -> None:
         self.store = store
         self.metrics = metrics
         self.wait_acknowledged = wait_acknowledged
+        self.save = save
         self.on_written = on_written
+        self.on_idle = on_idle
+        self.idle_s = idle_s
         self.backoff = Backoff()
+        #: Set when Redis refused a write because another learner holds a newer fencing token.
+        self.fenced = threading.Event()
         self._queue: queue.Queue[Future[Capture] | None] = queue.Queue(maxsize=1)
         self._idle = threading.Event()
         self._idle.set()
@@ -120,7 +104,7 @@ class SnapshotWriter:
 
     def ready(self) -> bool:
         """True when a new capture would be written now (not busy, not backing off after a failure)."""
-        return not self.busy and self.backoff.ready()
+        return not self.busy and self.backoff.ready(time.monotonic()) and not self.fenced.is_set()
 
     def capture(
         self,
@@ -156,7 +140,12 @@ class SnapshotWriter:
 
     def _loop(self) -> None:
         while True:
-            job = self._queue.get()
+            try:
+                job = self._queue.get(timeout=self.idle_s)
+            except queue.Empty:
+                if self.on_idle is not None:
+                    self.on_idle()
+                continue
             try:
                 if job is None:
                     return
@@ -177,9 +166,14 @@ class SnapshotWriter:
             log.warning("not writing the snapshot of batch %d: its outputs were not acknowledged", cap.seq)
             return
         try:
-            info = self.store.save(cap.payload, cap.meta)
+            info = self.save(cap)
+        except FencedOut as e:
+            self.fenced.set()
+            self.metrics.errors.labels(kind="fenced").inc()
+            log.error("snapshot refused: %s; another learner holds a newer fencing token, stepping down", e)
+            return
         except Exception as e:
-            delay = self.backoff.failed()
+            delay = self.backoff.failed(time.monotonic())
             self.metrics.snapshot_failures.inc()
             log.warning("snapshot failed (%s: %s); next attempt in %.1f s at the earliest", type(e).__name__, e, delay)
             return

@@ -19,11 +19,15 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.markup import escape
+
+from evaluation.command import eval_command
 
 from .settings import Settings, SettingsError, load_settings
+from .tables import topics_table
 
 app = typer.Typer(help="Streaming topic models over Kafka.", no_args_is_help=True, add_completion=False)
+app.command("eval")(eval_command)
 err = Console(stderr=True)
 
 Bootstrap = Annotated[str | None, typer.Option("--bootstrap", help="Kafka bootstrap servers (host:port)")]
@@ -123,7 +127,8 @@ def run(
 ) -> None:
     """The learner: consume articles, learn topics, publish mixtures, snapshot to Redis."""
     from .kafka import ensure_topics
-    from .learner import Learner, StateMismatch
+    from .learner import Learner, LeaseLost, StateMismatch
+    from .metrics import Metrics
 
     s = _settings(
         kernel=True,
@@ -135,16 +140,24 @@ def run(
         metrics_port=metrics_port,
     )
     _steady_malloc()
+    metrics = Metrics("learner")
+    metrics.serve(s.metrics_port, s.metrics_host)  # before the lease: a standby shows up on dashboards too
+    stop = _stop_on_signals()
     with _unreachable_is_fatal(s):
         if create_topics:
             ensure_topics(s, {s.input_topic: 1, s.output_topic: 1, s.dlq_topic: 1})
         try:
-            learner = Learner(s)
+            learner = Learner(s, metrics=metrics, stop=stop)
         except StateMismatch as e:
-            err.print(f"[red]{e}[/red]")
+            err.print(f"[red]{escape(str(e))}[/red]")
             raise typer.Exit(2) from None
-    learner.metrics.serve(s.metrics_port, s.metrics_host)
-    learner.run(_stop_on_signals())
+        except LeaseLost:
+            return  # stopped (SIGTERM) while waiting as a standby
+    try:
+        learner.run(stop)
+    except LeaseLost as e:
+        err.print(f"[red]{escape(str(e))}[/red]")
+        raise typer.Exit(1) from None
 
 
 @app.command()
@@ -191,26 +204,6 @@ def produce(
         raise typer.Exit(2) from None
     dt = time.monotonic() - t0
     err.print(f"produced {n} articles to {s.input_topic} in {dt:.1f}s ({n / max(dt, 1e-9):.0f}/s)")
-
-
-def topics_table(summary: dict[str, Any], n_words: int = 8, limit: int | None = None) -> Table:
-    """The topics of a snapshot summary as a rich table, most prevalent first."""
-    table = Table(
-        title=f"{summary['algorithm']} · snapshot v{summary['version']} · "
-        f"{summary['articles_learned']:,} articles · {summary['topics_used']} topics used · "
-        f"drift {summary['model_drift']:.3f}",
-        title_justify="left",
-    )
-    table.add_column("topic", justify="right")
-    table.add_column("prevalence", justify="right")
-    table.add_column("drift", justify="right")
-    table.add_column("top words")
-    rows = sorted(summary["topics"], key=lambda t: -t["prevalence"])
-    for t in rows[:limit]:
-        table.add_row(
-            str(t["topic"]), f"{t['prevalence']:.3f}", f"{t['drift']:.3f}", " ".join(t["top_words"][:n_words])
-        )
-    return table
 
 
 @app.command("topics")
@@ -350,12 +343,7 @@ def demo(
     duration: Annotated[float | None, typer.Option(help="Stop after this many seconds")] = None,
 ) -> None:
     """`make run`: start a local broker + Redis (unless configured), stream articles, show live topics."""
-    from .demo import run_demo
+    from .dev.demo import run_demo
 
     s = _settings(algorithm=algorithm, topics=topics)
     run_demo(s, articles=articles, rate=rate, duration=duration)
-
-
-from service.evaluation import eval_command  # noqa: E402
-
-app.command("eval")(eval_command)

@@ -50,6 +50,9 @@ def make_consumer(settings: Settings, group_id: str, **overrides: Any) -> _Consu
         "partition.assignment.strategy": "cooperative-sticky",
         "max.poll.interval.ms": settings.max_poll_interval_ms,
         "session.timeout.ms": min(settings.session_timeout_ms, settings.max_poll_interval_ms),
+        # A third of the session timeout, as Kafka advises: librdkafka's fixed 3 s default lets any short session
+        # (tests use 3 s) expire on one late heartbeat, and every expiry is a rebalance.
+        "heartbeat.interval.ms": max(100, min(settings.session_timeout_ms, settings.max_poll_interval_ms) // 3),
         # Prefetch a few batches, not librdkafka's default 64 MB per partition: memory stays flat and small.
         "queued.max.messages.kbytes": 16384,
         **settings.kafka_config,

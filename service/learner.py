@@ -8,15 +8,24 @@ The batch loop is :class:`service.worker.BatchWorker`'s; the learner supplies wh
 * now and then (every N batches or T seconds) a snapshot of model + vocabulary + the offsets they reflect is
   written to Redis off the batch loop (:mod:`service.checkpoint`).
 
-On start the newest snapshot is restored (settings that changed are applied where the kernel allows it, or refused
-with one line: :func:`service.compat.restore_plan`) and partitions are read from the offsets it records, so the
-model never contains an article twice and never misses one. SIGTERM/SIGINT finish the batch in flight, publish
-and flush it, write a final snapshot, commit and leave the group.
+One writer per Redis prefix: before it restores anything or joins the consumer group, a learner takes the lease
+(:mod:`service.lease`); a second learner waits as a standby (``topicstream_learner_standby`` = 1) and takes over
+once the active one stops renewing it. Every snapshot write carries the lease's fencing token, and Redis refuses
+it when a newer learner has taken over: the old one then steps down (:class:`LeaseLost`).
+
+On start the newest *readable* snapshot is restored (a corrupt newest version is skipped, logged and counted;
+settings that changed are applied where the kernel allows it, or refused with one line:
+:func:`service.compat.restore_plan`) and partitions are read from the offsets it records, so the model never
+contains an article twice and never misses one. Versions never go backwards: the learner carries its last version
+and fencing token, and when Redis comes back empty it writes its state again at once. SIGTERM/SIGINT finish the
+batch in flight, publish and flush it, write a final snapshot, commit, release the lease and leave the group.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -30,21 +39,27 @@ from kernels.registry import kernel_class
 
 from .checkpoint import Capture, SnapshotWriter, hellinger_rows
 from .compat import restore_plan
+from .history import SummaryHistory
+from .lease import Lease, LeaseKeeper
 from .metrics import Metrics
 from .pipeline import TopicLabels
 from .schemas import Rejection
 from .settings import Settings
-from .snapshot import SnapshotInfo, SnapshotStore
+from .snapshot import STATISTICS, NoReadableSnapshot, SnapshotInfo, SnapshotStore
 from .text import Vocabulary
 from .worker import BatchWorker, InFlight, ModelRef
 
-__all__ = ["Learner", "StateMismatch", "hellinger_rows"]
+__all__ = ["Learner", "LeaseLost", "StateMismatch", "hellinger_rows"]
 
 log = logging.getLogger(__name__)
 
 
 class StateMismatch(RuntimeError):
-    """The snapshot in Redis was made with settings that contradict the current ones."""
+    """The snapshot in Redis was made with settings that contradict the current ones (or none is readable)."""
+
+
+class LeaseLost(RuntimeError):
+    """Another learner took over this prefix: this one stopped writing and left."""
 
 
 class Learner(BatchWorker):
@@ -58,6 +73,7 @@ class Learner(BatchWorker):
         metrics: Metrics | None = None,
         consumer_overrides: dict[str, Any] | None = None,
         store: SnapshotStore | None = None,
+        stop: threading.Event | None = None,
     ) -> None:
         s = settings
         self.store = store or SnapshotStore.from_url(
@@ -66,45 +82,93 @@ class Learner(BatchWorker):
         super().__init__(s, metrics or Metrics("learner"), s.learner_group(), consumer_overrides)
         self.version = 0
         self.articles_learned = 0
+        self.lease = Lease(self.store.r, s.redis_prefix, ttl_s=s.lease_ttl_s)
+        self._take_lease(stop)
         self.model, self.vocab = self._restore_or_create()
+        self.keeper = LeaseKeeper(self.lease)
+        self.keeper.start()
         log.info("compiling the %s kernel (cached on disk after the first start)", s.algorithm)
         type(self.model).warm_up(**s.kernel_params)
         self.labels = TopicLabels(self.model.topic_word(), self.vocab.slot_words())
         self.metrics.describe_model(s.algorithm, s.topics, s.vocab_size)
-        self.writer = SnapshotWriter(self.store, self.metrics, self.wait_acknowledged, self._written)
+        self.writer = SnapshotWriter(
+            self.store, self.metrics, self.wait_acknowledged, self._save, self._written, self._check_redis_empty
+        )
         self._batches_since_snapshot = 0
         self._last_snapshot = time.monotonic()
         self._last_gauges = 0.0
+        self._republish = threading.Event()
 
     # ------------------------------------------------------------------ state
+    def _take_lease(self, stop: threading.Event | None) -> None:
+        """Become the one active learner of this prefix, waiting as a standby while another one is."""
+        if not self.lease.try_acquire():
+            holder = self.lease.holder()
+            who = f"{holder.host} pid {holder.pid} (token {holder.token})" if holder else "another learner"
+            log.warning(
+                "standby: %s holds the learner lease of prefix %r; waiting to take over",
+                who,
+                self.settings.redis_prefix,
+            )
+            self.metrics.standby.set(1)
+            # After Redis lost its data, leave the lease to its old holder for a while (it reclaims it).
+            if not self.lease.acquire(stop=stop, grace_s=2 * self.lease.ttl_s):
+                raise LeaseLost("stopped while waiting as a standby")
+            self.metrics.standby.set(0)
+        self.metrics.lease_token.set(self.lease.token or 0)
+        log.info(
+            "holding the learner lease of prefix %r (fencing token %s)", self.settings.redis_prefix, self.lease.token
+        )
+
     def _restore_or_create(self) -> tuple[TopicModel, Vocabulary]:
         s = self.settings
-        loaded = self.store.load()
+        built: dict[int, tuple[TopicModel, Vocabulary]] = {}
+
+        def build(meta: dict[str, Any], payload: dict[str, Any]) -> None:
+            # Shapes and values the checksum cannot vouch for: the kernel's and vocabulary's own checks.
+            kstate = payload["kernel"]
+            built[int(meta["version"])] = (
+                kernel_class(kstate["algorithm"]).from_state(kstate),
+                Vocabulary.from_state(payload["vocabulary"]),
+            )
+
+        try:
+            loaded = self.store.load_newest_readable(nonnegative=STATISTICS, validate=build)
+        except NoReadableSnapshot as e:
+            raise StateMismatch(
+                f"no snapshot under Redis prefix {s.redis_prefix!r} is readable ({e}); refusing to start a new "
+                "model over them: inspect or delete them, or use another TOPICSTREAM_REDIS_PREFIX"
+            ) from None
         if loaded is None:
             log.info("no snapshot under prefix %r: starting a fresh %s model", s.redis_prefix, s.algorithm)
             factory: Callable[..., TopicModel] = kernel_class(s.algorithm)
             model = factory(n_topics=s.topics, n_words=s.vocab_size, seed=s.seed, **s.kernel_params)
             return model, Vocabulary(s.vocab_size, admit_count=s.vocab_admit_count)
-        meta, payload = loaded
+        for version, reason in loaded.skipped:
+            self.metrics.snapshot_fallbacks.inc()
+            log.error("snapshot %d is unreadable (%s): skipped", version, reason)
+        if loaded.skipped:
+            log.warning("restoring snapshot %d, the newest readable one", loaded.version)
+        meta, payload = loaded.meta, loaded.payload
         plan = restore_plan(s, payload)
         if plan.refused:
             raise StateMismatch(
                 f"the snapshot under Redis prefix {s.redis_prefix!r} does not match the settings:\n  "
                 + "\n  ".join(plan.refused)
             )
-        model = kernel_class(s.algorithm).from_state(payload["kernel"])
-        vocab = Vocabulary.from_state(payload["vocabulary"])
+        model, vocab = built[loaded.version]
         plan.apply_to(model, vocab)
         for line in plan.applied:
             log.info("%s", line)
         self.positions = {(t, int(p)): int(o) for t, p, o in payload["offsets"]}
-        self.version = int(meta["version"])
+        # Continue above everything this prefix has seen, even versions whose data is unreadable.
+        self.version = max([int(meta["version"]), *(v for v, _ in loaded.skipped)])
         self.articles_learned = int(payload.get("articles_learned", 0))
         self.metrics.snapshot_version.set(self.version)
         self.metrics.snapshot_timestamp.set(float(meta["created_at"]))
         log.info(
             "restored snapshot %d (%d articles learned); offsets %s",
-            self.version,
+            loaded.version,
             self.articles_learned,
             self.positions,
         )
@@ -152,6 +216,8 @@ class Learner(BatchWorker):
     # ------------------------------------------------------------------ snapshots
     def _snapshot_due(self) -> bool:
         s = self.settings
+        if self._republish.is_set():
+            return True
         if self._batches_since_snapshot == 0:
             return False
         return (
@@ -172,34 +238,55 @@ class Learner(BatchWorker):
             self.writer.capture, self._seq, self.model, vocab_state, slot_words, offsets, extra, meta
         )
         self.writer.submit(future)
+        self._republish.clear()
         self._batches_since_snapshot = 0
         self._last_snapshot = time.monotonic()
         self.metrics.batch_duration.labels(stage="snapshot").observe(time.perf_counter() - t0)
+
+    def _save(self, cap: Capture) -> SnapshotInfo:
+        """Write a capture (writer thread): never below our last version, only while our fencing token is the
+        newest."""
+        return self.store.save(cap.payload, cap.meta, min_version=self.version, fence=self.lease.fence())
+
+    def _check_redis_empty(self) -> None:
+        """Writer thread, while idle: Redis came back without our snapshots (restarted without persistence)?
+        Then write the state again at once rather than at the next due time."""
+        try:
+            if self.version and self.store.is_empty():
+                log.warning(
+                    "Redis holds no snapshot under prefix %r any more: writing version > %d now",
+                    self.settings.redis_prefix,
+                    self.version,
+                )
+                self._republish.set()
+        except Exception:  # Redis down: the keeper and the writer report it
+            return
 
     def _written(self, cap: Capture, info: SnapshotInfo) -> None:
         """After a snapshot is in Redis (writer thread): labels, summary, metrics."""
         self.labels = cap.labels
         self.version = info.version
+        self.metrics.lease_token.set(self.lease.token or 0)
         model_drift = float(np.dot(cap.weights, cap.drift))
-        self.store.put_summary(
-            {
-                "version": info.version,
-                "algorithm": self.settings.algorithm,
-                "created_at": info.created_at,
-                "articles_learned": cap.meta["articles_learned"],
-                "topics_used": cap.topics_used,
-                "model_drift": model_drift,
-                "topics": [
-                    {
-                        "topic": k,
-                        "prevalence": float(cap.weights[k]),
-                        "drift": float(cap.drift[k]),
-                        "top_words": cap.labels.top_words[k],
-                    }
-                    for k in range(len(cap.weights))
-                ],
-            }
-        )
+        summary = {
+            "version": info.version,
+            "algorithm": self.settings.algorithm,
+            "created_at": info.created_at,
+            "articles_learned": cap.meta["articles_learned"],
+            "topics_used": cap.topics_used,
+            "model_drift": model_drift,
+            "topics": [
+                {
+                    "topic": k,
+                    "prevalence": float(cap.weights[k]),
+                    "drift": float(cap.drift[k]),
+                    "top_words": cap.labels.top_words[k],
+                }
+                for k in range(len(cap.weights))
+            ],
+        }
+        self.store.put_summary(summary)
+        SummaryHistory(self.store.r, self.store.prefix).append(summary)
         m = self.metrics
         m.snapshot_size.set(info.size_bytes)
         m.snapshot_version.set(info.version)
@@ -227,22 +314,45 @@ class Learner(BatchWorker):
         """Publish and flush what is in flight, then write a snapshot of everything learned and wait for it."""
         self.flush()
         self.writer.wait_idle()
-        if self._batches_since_snapshot and not self.broken:
+        if self._batches_since_snapshot and not self.broken and not self.lease_lost:
             self._take_snapshot()
             self.writer.wait_idle()
 
+    @property
+    def lease_lost(self) -> bool:
+        return self.keeper.lost.is_set() or self.writer.fenced.is_set()
+
+    def run(
+        self,
+        stop: threading.Event | None = None,
+        max_messages: int | None = None,
+        until: Callable[[], bool] | None = None,
+    ) -> None:
+        """As :meth:`BatchWorker.run`; raises :class:`LeaseLost` when another learner took over meanwhile."""
+        super().run(stop, max_messages, lambda: self.lease_lost or (until is not None and until()))
+        if self.lease_lost:
+            raise LeaseLost(f"another learner took over prefix {self.settings.redis_prefix!r}; this one stopped")
+
     def close(self) -> None:
-        """Publish and flush what is in flight, write a final snapshot, commit, leave the group."""
+        """Publish and flush what is in flight, write a final snapshot, commit, release the lease, leave."""
         try:
-            if not self.broken:
-                self.checkpoint()
-            else:
+            if self.broken:
                 log.error("a delivery failed: not snapshotting a model whose outputs are not acknowledged")
+            elif self.lease_lost:
+                self.flush()  # outputs already computed still go out; no snapshot: it would be refused
+            else:
+                self.checkpoint()
         finally:
             self.writer.close()
+            self.keeper.stop()
+            if not self.lease_lost:
+                with contextlib.suppress(Exception):  # Redis down: the lease simply expires
+                    self.lease.release()
             self.lane.shutdown(wait=True)
             self.consumer.close()
 
     def abandon(self) -> None:
+        """Stop as SIGKILL would: nothing flushed, committed or snapshotted, the lease left to expire."""
         super().abandon()
         self.writer.close(timeout=30)
+        self.keeper.stop()

@@ -3,7 +3,7 @@
 Replicas form their own consumer group on the input topic (so they scale with its partitions) and run the same
 batch loop as the learner (:class:`service.worker.BatchWorker`: stage timings, lag, consume and commit errors
 are the same metrics). They never change the model or the vocabulary. Bad input is the learner's to dead-letter; a
-replica skips it and counts it under ``topicstream_errors_total{kind="rejected_input"}``.
+replica skips it and counts it under ``topicstream_articles_rejected_total{reason}``.
 
 A follower thread polls Redis for a newer snapshot every ``poll_s`` seconds, loads it in the background (falling
 back to the newest readable kept version when the newest is corrupt) and the loop switches to it between two
@@ -153,7 +153,7 @@ class Replica(BatchWorker):
         return None  # the group's committed offsets
 
     def reject(self, msg: Message, rejection: Rejection, batch: InFlight) -> None:
-        self.metrics.errors.labels(kind="rejected_input").inc()
+        self.metrics.rejected.labels(reason=rejection.reason).inc()
 
     def encode(self, batch: InFlight, bags: list[Any]) -> None:
         served = self.served

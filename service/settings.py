@@ -63,6 +63,13 @@ class Settings(BaseSettings):
     snapshot_keep: int = Field(3, ge=1, description="Snapshot versions kept in Redis")
     snapshot_ttl_s: int = Field(7 * 24 * 3600, ge=60, description="Expiry of a superseded snapshot, seconds")
     redis_prefix: str = Field("topicstream", description="Prefix of every Redis key")
+    lease_ttl_s: float = Field(
+        10.0,
+        ge=1.0,
+        le=300.0,
+        description="Lease of the one active learner per Redis prefix: a standby takes over this long after the "
+        "active one stops renewing it",
+    )
 
     # Input and output.
     max_article_bytes: int = Field(1_000_000, ge=64, description="Larger messages are dead-lettered")

@@ -39,8 +39,8 @@ def iter_lines(path: str | Path) -> Iterator[bytes]:
 
 
 def generated_lines(n: int | None, seed: int) -> Iterator[bytes]:
-    """Synthetic articles from :mod:`service.generator` as JSON lines."""
-    from .generator import generate_articles
+    """Synthetic articles from :mod:`service.dev.generator` as JSON lines."""
+    from .dev.generator import generate_articles
 
     for article in generate_articles(n, seed=seed):
         yield json.dumps(article).encode()

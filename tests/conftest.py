@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from service.dev.localstack import LocalStack
 from service.kafka import ensure_topics
-from service.localstack import LocalStack
 from service.settings import Settings, load_settings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -89,6 +89,7 @@ def settings(endpoints: Endpoints) -> Settings:
         metrics_port=0,
         max_poll_interval_ms=3000,
         session_timeout_ms=3000,
+        lease_ttl_s=2,
     )
     ensure_topics(s, {s.input_topic: 2, s.output_topic: 1, s.dlq_topic: 1})
     return s

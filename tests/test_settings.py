@@ -52,7 +52,7 @@ def test_cli_exits_2_with_the_message(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_unreachable_redis_is_one_clear_line_and_exit_3(monkeypatch: pytest.MonkeyPatch) -> None:
-    from service.localstack import free_port
+    from service.dev.localstack import free_port
 
     monkeypatch.setenv("TOPICSTREAM_REDIS_URL", f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
     result = CliRunner().invoke(app, ["topics"])

@@ -136,7 +136,7 @@ BAD = {
 
 def good_articles(n: int, seed: int = 0) -> list[bytes]:
     """``n`` generated articles (15 planted news topics), as input messages."""
-    from service.generator import generate_articles
+    from service.dev.generator import generate_articles
 
     return [json.dumps(a).encode() for a in generate_articles(n, seed=seed)]
 

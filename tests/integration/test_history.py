@@ -11,8 +11,7 @@ import pytest
 import redis
 
 from service.history import TOP_WORDS, SummaryHistory, compact, victims
-
-from .conftest import Endpoints
+from tests.conftest import Endpoints
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.localstack import free_port
+from service.dev.localstack import free_port
 from service.settings import Settings
 from service.snapshot import SnapshotStore
 

@@ -36,10 +36,10 @@ import pytest
 from confluent_kafka import Producer
 from prometheus_client import start_http_server
 
-from service.generator import generate_articles
+from service.dev.generator import generate_articles
+from service.dev.localstack import free_port, wait_for_port
 from service.kafka import ensure_topics
 from service.learner import Learner
-from service.localstack import free_port, wait_for_port
 from service.metrics import Metrics
 from service.replica import Replica
 from service.settings import Settings
@@ -161,7 +161,10 @@ def _serve(metrics: Metrics) -> tuple[int, Any]:
 @pytest.fixture
 def running(settings: Settings, prometheus_binary: str, tmp_path: Path) -> Iterator[tuple[Prometheus, Any]]:
     """Learner, replica, a steady producer and Prometheus, all running; yields (Prometheus, replica's server)."""
-    s = settings.model_copy(update={"vocab_size": 16384, "snapshot_every_s": 1.0, "snapshot_every_batches": 5})
+    # The deployed topology: replicas publish, the learner does not (deploy/README.md, "Who publishes").
+    s = settings.model_copy(
+        update={"vocab_size": 16384, "snapshot_every_s": 1.0, "snapshot_every_batches": 5, "learner_publish": False}
+    )
     rs = s.model_copy(update={"output_topic": s.output_topic + "-replica", "group_id": s.group_id + "-replicas"})
     ensure_topics(rs, {rs.output_topic: 1})
     stop = threading.Event()

@@ -19,8 +19,7 @@ from typer.testing import CliRunner
 from service.cli import app
 from service.history import SummaryHistory
 from service.report import analyse, baseline_index, load, parse_duration, write_report
-
-from .conftest import Endpoints
+from tests.conftest import Endpoints
 
 pytestmark = pytest.mark.integration
 

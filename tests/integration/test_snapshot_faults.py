@@ -22,8 +22,8 @@ import redis
 from typer.testing import CliRunner
 
 from service.cli import app
+from service.dev.localstack import free_port, local_binary, wait_for_port
 from service.lease import Lease, LeaseKeeper
-from service.localstack import free_port, local_binary, wait_for_port
 from service.snapshot import (
     FencedOut,
     NoReadableSnapshot,
