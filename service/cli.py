@@ -170,6 +170,68 @@ def produce(
     err.print(f"produced {n} articles to {s.input_topic} in {dt:.1f}s ({n / max(dt, 1e-9):.0f}/s)")
 
 
+@app.command()
+def feeds(
+    file: Annotated[
+        Path | None, typer.Argument(help="File of feed URLs, one per line (adds to TOPICSTREAM_FEEDS)")
+    ] = None,
+    interval: Annotated[float | None, typer.Option(help="Seconds between two fetches of one feed")] = None,
+    timeout: Annotated[float | None, typer.Option(help="Longest wait for one feed's answer, seconds")] = None,
+    once: Annotated[bool, typer.Option("--once", help="Poll every feed once, then exit")] = False,
+    bootstrap: Bootstrap = None,
+    redis_url: RedisUrl = None,
+    metrics_port: MetricsPort = None,
+) -> None:
+    """Poll RSS/Atom feeds and produce their new entries to the input topic, each article once."""
+    import redis
+
+    from .feeds import FeedPoller, read_feed_list
+    from .kafka import DeliveryError, ensure_topics, make_producer
+    from .seen import SeenIds
+
+    s = _settings(
+        kafka_bootstrap=bootstrap,
+        redis_url=redis_url,
+        metrics_port=metrics_port,
+        feed_interval_s=interval,
+        feed_timeout_s=timeout,
+    )
+    try:
+        urls = read_feed_list(file, s.feeds)
+    except (OSError, ValueError) as e:
+        err.print(f"[red]feed list: {e}[/red] (the FILE argument or TOPICSTREAM_FEEDS)")
+        raise typer.Exit(2) from None
+    if not urls:
+        err.print("[red]no feeds: pass a file of URLs or set TOPICSTREAM_FEEDS[/red]")
+        raise typer.Exit(2)
+    with _unreachable_is_fatal(s):
+        ensure_topics(s, {s.input_topic: 1})
+        client = redis.Redis.from_url(s.redis_url, socket_timeout=30, socket_connect_timeout=10)
+        seen = SeenIds(client, s.redis_prefix, max_ids=s.feed_seen_max, max_age_s=s.feed_seen_days * 86400)
+        poller = FeedPoller(
+            urls,
+            make_producer(s),
+            s.input_topic,
+            seen,
+            interval_s=s.feed_interval_s,
+            timeout_s=s.feed_timeout_s,
+            backoff_max_s=s.feed_backoff_max_s,
+        )
+        poller.metrics.serve(s.metrics_port)
+        err.print(f"polling {len(urls)} feed(s) every {s.feed_interval_s:g}s into {s.input_topic}")
+        try:
+            if once:
+                n = poller.poll_once()
+                err.print(f"produced {n} new entries to {s.input_topic}")
+            else:
+                poller.run(_stop_on_signals())
+        except DeliveryError as e:
+            err.print(f"[red]{e}[/red] (TOPICSTREAM_KAFKA_BOOTSTRAP)")
+            raise typer.Exit(3) from None
+        finally:
+            poller.close()
+
+
 def topics_table(summary: dict[str, Any], n_words: int = 8, limit: int | None = None) -> Table:
     """The topics of a snapshot summary as a rich table, most prevalent first."""
     table = Table(
