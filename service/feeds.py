@@ -294,7 +294,8 @@ class FeedPoller:
     def _failed(self, feed: FeedState, error: FeedError) -> None:
         feed.failures += 1
         delay = min(self.backoff_max_s, self.interval_s * 2 ** min(feed.failures - 1, 30))
-        feed.next_at = time.monotonic() + max(delay, min(error.retry_after, self.backoff_max_s))
+        delay = max(delay, min(error.retry_after, self.backoff_max_s))
+        feed.next_at = time.monotonic() + delay
         self.metrics.requests.labels(feed=feed.url, result="error").inc()
         self.metrics.errors.labels(feed=feed.url, kind=error.kind).inc()
         log.warning("feed %s: %s (failure %d; next try in %.0fs)", feed.url, error, feed.failures, delay)

@@ -3,7 +3,8 @@
 **No consumer group.** A subscriber wants every partition and keeps no offsets, so it *assigns* itself the
 partitions instead of joining a group: it starts reading at once (a group join costs a rebalance on Kafka and up
 to ``max.poll.interval.ms`` on the local broker), and it is the same thing on real Kafka. Partitions added later
-are picked up from their beginning (metadata is re-read every ``refresh_s``).
+are picked up from their beginning (metadata is re-read every ``refresh_s``; every 2 s while the topic does not
+exist yet).
 
 **Where it starts.** ``from_beginning`` reads each partition from its first output. Otherwise it starts *now*:
 at the first offset whose timestamp is at least the start time (a ListOffsets lookup by time; "none yet" means
@@ -56,7 +57,8 @@ class OutputReader:
         return set(meta.partitions)
 
     def _refresh(self) -> None:
-        self._next_refresh = time.monotonic() + self.refresh_s
+        # Until the topic exists (the learner creates it), look again every 2 s rather than every refresh_s.
+        self._next_refresh = time.monotonic() + (self.refresh_s if self.assigned else min(2.0, self.refresh_s))
         new = sorted(self._partitions() - self.assigned)
         if not new:
             return
