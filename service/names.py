@@ -46,6 +46,22 @@ class TopicNames:
         """Forget the name of ``topic``; True when it had one."""
         return bool(self.r.hdel(self.key, str(topic)))
 
+    def remap(self, moves: dict[int, int | None]) -> dict[int, str]:
+        """Carry names across a lineage event in one transaction: the name of topic ``old`` moves to ``new`` for
+        each ``old: new`` in ``moves`` (``None``: the topic is gone and its name with it). A name already on a
+        ``new`` id that is not itself moved away is kept. Returns the names afterwards."""
+        current = self.all()
+        after = {k: v for k, v in current.items() if k not in moves}
+        for old, new in moves.items():
+            if new is not None and old in current and new not in after:
+                after[new] = current[old]
+        pipe = self.r.pipeline(transaction=True)
+        pipe.delete(self.key)
+        if after:
+            pipe.hset(self.key, mapping={str(k): v for k, v in after.items()})
+        pipe.execute()
+        return dict(sorted(after.items()))
+
     def get(self, topic: int) -> str | None:
         raw = self.r.hget(self.key, str(topic))
         return raw.decode("utf-8") if isinstance(raw, bytes) else raw

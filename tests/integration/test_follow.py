@@ -74,6 +74,17 @@ def test_label_names_topics_and_the_topics_table_shows_them(settings: Settings) 
     assert TopicNames(store.r, s.redis_prefix).get(0) == "Oil prices"
 
 
+def test_names_follow_a_lineage_event(settings: Settings) -> None:
+    names = TopicNames(redis.Redis.from_url(settings.redis_url), settings.redis_prefix)
+    names.set(1, "Oil")
+    names.set(2, "Tennis")
+    names.set(3, "Music")
+    # Topic 1 became 4, topic 2 died, topic 3 stays; 5 is a new topic without a name.
+    assert names.remap({1: 4, 2: None, 5: 6}) == {3: "Music", 4: "Oil"}
+    assert names.all() == {3: "Music", 4: "Oil"}
+    assert names.remap({3: 4}) == {4: "Oil"}  # a name in the way is kept (the moved one is dropped)
+
+
 def test_words_are_re_resolved_when_a_new_summary_appears(settings: Settings) -> None:
     s = settings
     client = redis.Redis.from_url(s.redis_url)
