@@ -33,12 +33,26 @@ Topics = Annotated[int | None, typer.Option("--topics", "-k", help="Number of to
 MetricsPort = Annotated[int | None, typer.Option("--metrics-port", help="Port of /metrics (0 disables)")]
 
 
-def _settings(**overrides: Any) -> Settings:
+def _settings(*, kernel: bool = False, sizes: bool = False, **overrides: Any) -> Settings:
+    """The settings, or exit 2 with one line per problem; ``kernel``: check TOPICSTREAM_KERNEL_PARAMS against the
+    kernel; ``sizes``: check that W × K fits this machine and Redis (see :mod:`service.compat`)."""
     try:
         settings = load_settings(**overrides)
     except SettingsError as e:
         err.print(f"[red]{e}[/red]")
         raise typer.Exit(2) from None
+    if kernel or sizes:
+        from rich.markup import escape
+
+        from .compat import kernel_param_problems, size_problems
+
+        problems = kernel_param_problems(settings)
+        if sizes and not problems:
+            problems = size_problems(settings)
+        if problems:
+            lines = "\n  ".join(escape(p) for p in problems)
+            err.print(f"[red]invalid settings:\n  {lines}[/red]", soft_wrap=True)  # one line per problem
+            raise typer.Exit(2)
     logging.basicConfig(
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
@@ -68,10 +82,17 @@ def _unreachable_is_fatal(settings: Settings) -> Iterator[None]:
     import redis
     from confluent_kafka import KafkaException
 
+    from .redact import redact_url, scrub
+
     try:
         yield
-    except redis.exceptions.ConnectionError as e:
-        err.print(f"[red]cannot reach Redis at {settings.redis_url}: {e}[/red] (TOPICSTREAM_REDIS_URL)")
+    except redis.exceptions.AuthenticationError as e:
+        url, why = redact_url(settings.redis_url), scrub(str(e), settings.redis_url)
+        err.print(f"[red]Redis at {url} refused the credentials: {why}[/red] (TOPICSTREAM_REDIS_URL)")
+        raise typer.Exit(3) from None
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as e:
+        url, why = redact_url(settings.redis_url), scrub(str(e), settings.redis_url)
+        err.print(f"[red]cannot reach Redis at {url}: {why}[/red] (TOPICSTREAM_REDIS_URL)")
         raise typer.Exit(3) from None
     except KafkaException as e:
         err.print(f"[red]Kafka at {settings.kafka_bootstrap}: {e}[/red] (TOPICSTREAM_KAFKA_BOOTSTRAP)")
@@ -105,6 +126,8 @@ def run(
     from .learner import Learner, StateMismatch
 
     s = _settings(
+        kernel=True,
+        sizes=True,
         kafka_bootstrap=bootstrap,
         redis_url=redis_url,
         algorithm=algorithm,
@@ -120,7 +143,7 @@ def run(
         except StateMismatch as e:
             err.print(f"[red]{e}[/red]")
             raise typer.Exit(2) from None
-    learner.metrics.serve(s.metrics_port)
+    learner.metrics.serve(s.metrics_port, s.metrics_host)
     learner.run(_stop_on_signals())
 
 
@@ -133,11 +156,11 @@ def replica(
     """A read replica: serve mixtures from the learner's newest snapshot (inference only)."""
     from .replica import Replica
 
-    s = _settings(kafka_bootstrap=bootstrap, redis_url=redis_url, metrics_port=metrics_port)
+    s = _settings(kernel=True, kafka_bootstrap=bootstrap, redis_url=redis_url, metrics_port=metrics_port)
     _steady_malloc()
     with _unreachable_is_fatal(s):
         rep = Replica(s)
-    rep.metrics.serve(s.metrics_port)
+    rep.metrics.serve(s.metrics_port, s.metrics_host)
     rep.run(_stop_on_signals())
 
 
@@ -197,7 +220,7 @@ def feeds(
         feed_timeout_s=timeout,
     )
     try:
-        urls = read_feed_list(file, s.feeds)
+        urls = read_feed_list(file, s.feeds or "")
     except (OSError, ValueError) as e:
         err.print(f"[red]feed list: {e}[/red] (the FILE argument or TOPICSTREAM_FEEDS)")
         raise typer.Exit(2) from None
@@ -403,6 +426,60 @@ def label(
             err.print(f"[red]{e}[/red]")
             raise typer.Exit(2) from None
         err.print(f"topic {topic} is now {stored!r}")
+
+
+@app.command()
+def report(
+    out: Annotated[Path, typer.Option("--out", "-o", help="HTML page to write")] = Path("topicstream-report.html"),
+    png: Annotated[Path | None, typer.Option(help="PNG to write; default: the page's path with .png")] = None,
+    top: Annotated[int, typer.Option(min=1, max=20, help="Topics drawn over time")] = 8,
+    since: Annotated[
+        str | None, typer.Option(help="Compare now with this long ago (90s, 15m, 24h, 7d); default: the oldest")
+    ] = None,
+    x: Annotated[str, typer.Option(help="Horizontal axis: time or articles")] = "time",
+    redis_url: RedisUrl = None,
+) -> None:
+    """Write a self-contained HTML page and a PNG of how the topics drifted (from the history kept in Redis)."""
+    import redis
+    from rich.markup import escape
+
+    from .report import ReportUnavailable, baseline_index, load, parse_duration, write_report
+
+    if x not in ("time", "articles"):
+        raise typer.BadParameter(f"expected time or articles, got {x!r}", param_hint="--x")
+    try:
+        since_s = parse_duration(since) if since is not None else None
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--since") from None
+    s = _settings(redis_url=redis_url)
+    with _unreachable_is_fatal(s):
+        records, names = load(redis.Redis.from_url(s.redis_url, socket_timeout=30), s.redis_prefix)
+    if not records:
+        err.print(
+            f"no summary history under Redis prefix {s.redis_prefix!r} yet: is the learner running? "
+            "(TOPICSTREAM_REDIS_PREFIX)"
+        )
+        raise typer.Exit(1)
+    png_path = png or out.with_suffix(".png")
+    try:
+        write_report(
+            records,
+            out,
+            png_path,
+            names,
+            top=top,
+            baseline=baseline_index(records, since_s),
+            x=x,
+            source=f"Redis prefix {s.redis_prefix!r}",
+        )
+    except ReportUnavailable as e:
+        err.print(f"[red]{escape(str(e))}[/red]")
+        raise typer.Exit(2) from None
+    except OSError as e:
+        err.print(f"[red]cannot write the report: {escape(str(e))}[/red]")
+        raise typer.Exit(2) from None
+    first, last = records[0]["version"], records[-1]["version"]
+    err.print(f"wrote {out} and {png_path} ({len(records)} snapshots kept, versions {first}..{last})")
 
 
 @app.command()

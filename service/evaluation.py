@@ -62,7 +62,8 @@ import numpy as np
 import typer
 from numpy.typing import NDArray
 
-from kernels import ALGORITHMS, Batch
+from kernels import Batch
+from kernels.registry import ALGORITHM_NAMES, kernel_class
 from service.text import Tokenizer
 
 __all__ = [
@@ -495,15 +496,15 @@ def evaluate(
     ``on_batch(docs_done, docs_total)`` is called after every training batch (a progress bar). Returns the
     ``topicstream eval`` JSON object (see the module docstring for how each value is measured).
     """
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {sorted(ALGORITHMS)}")
+    if algorithm not in ALGORITHM_NAMES:
+        raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {sorted(ALGORITHM_NAMES)}")
     if batch_size < 1:
         raise ValueError(f"batch size must be >= 1, got {batch_size}")
     if not test_articles:
         raise ValueError("no test documents")
     corpus = prepare_corpus(train_articles, test_articles, vocab_size=vocab_size, seed=seed, shuffle=shuffle)
     params = dict(params or {})
-    kernel_cls: Any = ALGORITHMS[algorithm]
+    kernel_cls: Any = kernel_class(algorithm)
     model = kernel_cls(n_topics=topics, n_words=corpus.n_words, seed=seed, **params)
     train_seconds = 0.0
     done = 0
@@ -628,9 +629,16 @@ def eval_command(
         raise typer.BadParameter("--train is required", param_hint="--train")
     if test is not None and not test.exists():
         raise typer.BadParameter(f"{test} does not exist", param_hint="--test")
-    if algorithm not in ALGORITHMS:
-        raise typer.BadParameter(f"choose one of {sorted(ALGORITHMS)}", param_hint="--algorithm")
+    if algorithm not in ALGORITHM_NAMES:
+        raise typer.BadParameter(f"choose one of {sorted(ALGORITHM_NAMES)}", param_hint="--algorithm")
     params = _parse_params(param or [])
+    from service.compat import param_problems
+
+    base = {"n_topics": "--topics", "n_words": "--vocab-size", "seed": "--seed"}
+    problems = param_problems(algorithm, topics, vocab_size, params, seed=seed, source="--param", base=base)
+    if problems:  # one line per problem, before any article is read
+        typer.echo("invalid settings:\n  " + "\n  ".join(problems), err=True)
+        raise typer.Exit(2)
     articles = load_articles(train, max_docs)
     if test is None:
         try:

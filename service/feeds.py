@@ -8,8 +8,9 @@ or an overlapping poll never produces one twice: claim the ids, produce, wait fo
 acknowledged ones seen.
 
 A feed that fails (timeout, connection refused, an HTTP error, a body that is not a feed) is retried after
-``interval · 2^(failures-1)`` seconds, capped at ``backoff_max_s`` (and never sooner than a ``Retry-After``
-header asks); its first success resets that.
+``interval · 2^(failures-1)`` seconds, capped at ``backoff_max_s``, less up to 10 % of jitter
+(:class:`service.backoff.Backoff`), and never sooner than a ``Retry-After`` header asks; its first success resets
+that.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import feedparser
 from confluent_kafka import KafkaError, Message, Producer
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from .backoff import Backoff
 from .entries import entry_article
 from .seen import SeenIds
 
@@ -205,9 +207,9 @@ class FeedState:
     once, and the seen-id store absorbs the repeats)."""
 
     url: str
+    backoff: Backoff
     etag: str | None = None
     modified: str | None = None
-    failures: int = 0
     next_at: float = 0.0  # monotonic time of the next fetch
 
 
@@ -242,7 +244,8 @@ class FeedPoller:
         workers: int = 8,
         metrics: FeedMetrics | None = None,
     ) -> None:
-        self.feeds = [FeedState(u) for u in urls]
+        backoff_max_s = max(backoff_max_s, interval_s)
+        self.feeds = [FeedState(u, Backoff(base_s=interval_s, cap_s=backoff_max_s, jitter=0.1)) for u in urls]
         if not self.feeds:
             raise ValueError("no feeds to poll")
         self.producer = producer
@@ -250,7 +253,7 @@ class FeedPoller:
         self.seen = seen
         self.interval_s = interval_s
         self.timeout_s = timeout_s
-        self.backoff_max_s = max(backoff_max_s, interval_s)
+        self.backoff_max_s = backoff_max_s
         self.metrics = metrics or FeedMetrics()
         self._pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(self.feeds))), thread_name_prefix="feed")
 
@@ -272,7 +275,8 @@ class FeedPoller:
             events += [(feed, e) for e in parsed]
         produced = self._produce(events)
         for feed, fetched in done:
-            feed.etag, feed.modified, feed.failures = fetched.etag, fetched.modified, 0
+            feed.etag, feed.modified = fetched.etag, fetched.modified
+            feed.backoff.succeeded()
             feed.next_at = time.monotonic() + self.interval_s
             self.metrics.last_success.labels(feed=feed.url).set(time.time())
         return produced
@@ -292,13 +296,12 @@ class FeedPoller:
         return fetched, events
 
     def _failed(self, feed: FeedState, error: FeedError) -> None:
-        feed.failures += 1
-        delay = min(self.backoff_max_s, self.interval_s * 2 ** min(feed.failures - 1, 30))
-        delay = max(delay, min(error.retry_after, self.backoff_max_s))
-        feed.next_at = time.monotonic() + delay
+        now = time.monotonic()
+        delay = max(feed.backoff.failed(now), min(error.retry_after, self.backoff_max_s))
+        feed.next_at = now + delay
         self.metrics.requests.labels(feed=feed.url, result="error").inc()
         self.metrics.errors.labels(feed=feed.url, kind=error.kind).inc()
-        log.warning("feed %s: %s (failure %d; next try in %.0fs)", feed.url, error, feed.failures, delay)
+        log.warning("feed %s: %s (failure %d; next try in %.0fs)", feed.url, error, feed.backoff.failures, delay)
 
     def _produce(self, events: list[tuple[FeedState, dict[str, Any]]]) -> int:
         from .kafka import DeliveryError

@@ -81,9 +81,11 @@ def produce_lines(
         while True:
             try:
                 producer.produce(topic, value=line, key=_key_of(line), on_delivery=tracker.callback)
+                tracker.sent()
                 break
             except BufferError:
                 producer.poll(0.1)
         producer.poll(0)
-    flush_all(producer, tracker)
+    flush_all(producer)
+    tracker.raise_on_failure()
     return tracker.acked

@@ -23,9 +23,8 @@ from service.settings import Settings
 from service.snapshot import SnapshotStore
 from service.subscriber import OutputReader, TopicChoice, matching_articles
 
-from .conftest import produce
+from .helpers import produce, run_until
 from .test_cli import env_for
-from .test_learner import run_until
 
 pytestmark = pytest.mark.integration
 

@@ -17,8 +17,7 @@ from service.localstack import free_port
 from service.settings import Settings
 from service.snapshot import SnapshotStore
 
-from .conftest import committed, produce
-from .test_learner import BAD, good_articles
+from .helpers import BAD, committed, good_articles, produce
 
 pytestmark = pytest.mark.integration
 
