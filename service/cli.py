@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
 from evaluation.command import eval_command
 
@@ -206,6 +207,68 @@ def produce(
     err.print(f"produced {n} articles to {s.input_topic} in {dt:.1f}s ({n / max(dt, 1e-9):.0f}/s)")
 
 
+@app.command()
+def feeds(
+    file: Annotated[
+        Path | None, typer.Argument(help="File of feed URLs, one per line (adds to TOPICSTREAM_FEEDS)")
+    ] = None,
+    interval: Annotated[float | None, typer.Option(help="Seconds between two fetches of one feed")] = None,
+    timeout: Annotated[float | None, typer.Option(help="Longest wait for one feed's answer, seconds")] = None,
+    once: Annotated[bool, typer.Option("--once", help="Poll every feed once, then exit")] = False,
+    bootstrap: Bootstrap = None,
+    redis_url: RedisUrl = None,
+    metrics_port: MetricsPort = None,
+) -> None:
+    """Poll RSS/Atom feeds and produce their new entries to the input topic, each article once."""
+    import redis
+
+    from .feeds import FeedPoller, read_feed_list
+    from .kafka import DeliveryError, ensure_topics, make_producer
+    from .seen import SeenIds
+
+    s = _settings(
+        kafka_bootstrap=bootstrap,
+        redis_url=redis_url,
+        metrics_port=metrics_port,
+        feed_interval_s=interval,
+        feed_timeout_s=timeout,
+    )
+    try:
+        urls = read_feed_list(file, s.feeds or "")
+    except (OSError, ValueError) as e:
+        err.print(f"[red]feed list: {e}[/red] (the FILE argument or TOPICSTREAM_FEEDS)")
+        raise typer.Exit(2) from None
+    if not urls:
+        err.print("[red]no feeds: pass a file of URLs or set TOPICSTREAM_FEEDS[/red]")
+        raise typer.Exit(2)
+    with _unreachable_is_fatal(s):
+        ensure_topics(s, {s.input_topic: 1})
+        client = redis.Redis.from_url(s.redis_url, socket_timeout=30, socket_connect_timeout=10)
+        seen = SeenIds(client, s.redis_prefix, max_ids=s.feed_seen_max, max_age_s=s.feed_seen_days * 86400)
+        poller = FeedPoller(
+            urls,
+            make_producer(s),
+            s.input_topic,
+            seen,
+            interval_s=s.feed_interval_s,
+            timeout_s=s.feed_timeout_s,
+            backoff_max_s=s.feed_backoff_max_s,
+        )
+        poller.metrics.serve(s.metrics_port)
+        err.print(f"polling {len(urls)} feed(s) every {s.feed_interval_s:g}s into {s.input_topic}")
+        try:
+            if once:
+                n = poller.poll_once()
+                err.print(f"produced {n} new entries to {s.input_topic}")
+            else:
+                poller.run(_stop_on_signals())
+        except DeliveryError as e:
+            err.print(f"[red]{e}[/red] (TOPICSTREAM_KAFKA_BOOTSTRAP)")
+            raise typer.Exit(3) from None
+        finally:
+            poller.close()
+
+
 @app.command("topics")
 def show_topics(
     redis_url: RedisUrl = None,
@@ -213,69 +276,146 @@ def show_topics(
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON")] = False,
 ) -> None:
     """Print the current topics (top words, prevalence, drift) from the newest snapshot in Redis."""
+    from .names import TopicNames
     from .snapshot import SnapshotStore
 
     s = _settings(redis_url=redis_url)
     with _unreachable_is_fatal(s):
-        summary = SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix).summary()
+        store = SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix)
+        summary = store.summary()
+        names = TopicNames(store.r, s.redis_prefix).all()
     if summary is None:
         err.print(f"no snapshot under Redis prefix {s.redis_prefix!r} yet: is the learner running?")
         raise typer.Exit(1)
     if as_json:
         print(json.dumps(summary))
     else:
-        Console().print(topics_table(summary, limit=limit))
+        Console().print(topics_table(summary, limit=limit, names=names))
+
+
+def matches_table(matches: list[Any], words: str, version: Any) -> Table:
+    """The topics that ``words`` resolved to (``service.follow.Match`` list), best first."""
+    table = Table(title=f"topics for {words!r} · snapshot v{version}", title_justify="left")
+    for col, justify in (("topic", "right"), ("name", "left"), ("score", "right"), ("top words", "left")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for m in matches:
+        table.add_row(str(m.topic), m.name or "", f"{m.score:.2f}", " ".join(m.top_words[:8]))
+    return table
 
 
 @app.command()
 def subscribe(
-    topic: Annotated[int, typer.Argument(help="Topic id to follow")],
+    topic: Annotated[int | None, typer.Argument(help="Topic id to follow")] = None,
+    words: Annotated[
+        str | None, typer.Option("--words", "-w", help="Follow the topics these words mean (re-resolved per snapshot)")
+    ] = None,
+    max_topics: Annotated[int, typer.Option(help="Most topics followed for --words")] = 3,
     min_weight: Annotated[float, typer.Option(help="Least weight of the topic in the article")] = 0.0,
     from_beginning: Annotated[bool, typer.Option(help="Start from the oldest output")] = False,
     limit: Annotated[int | None, typer.Option(help="Stop after N matching articles")] = None,
     bootstrap: Bootstrap = None,
+    redis_url: RedisUrl = None,
 ) -> None:
-    """Follow the articles tagged with a topic (filters on headers; prints one JSON line per article)."""
-    import uuid
+    """Follow the articles tagged with a topic, or with the topics some words mean (one JSON line per article)."""
+    import redis
 
-    from .kafka import make_consumer
-    from .pipeline import H_TOPICS
+    from .follow import query_words
+    from .names import TopicNames
+    from .snapshot import SnapshotStore
+    from .subscriber import OutputReader, TopicChoice, matching_articles
 
-    s = _settings(kafka_bootstrap=bootstrap)
-    consumer = make_consumer(
-        s,
-        f"topicstream-subscribe-{uuid.uuid4().hex[:8]}",
-        **{"auto.offset.reset": "earliest" if from_beginning else "latest"},
-    )
-    consumer.subscribe([s.output_topic])
+    if (topic is None) == (words is None):
+        err.print("[red]give a topic id or --words, not both[/red]")
+        raise typer.Exit(2)
+    if words is not None:
+        try:
+            query_words(words)
+        except ValueError as e:
+            err.print(f"[red]{e}[/red]")
+            raise typer.Exit(2) from None
+    s = _settings(kafka_bootstrap=bootstrap, redis_url=redis_url)
     stop = _stop_on_signals()
-    wanted, seen = str(topic).encode(), 0
-    try:
-        while not stop.is_set() and (limit is None or seen < limit):
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error():
-                continue
-            tags = dict(msg.headers() or []).get(H_TOPICS) or b""
-            if wanted not in (tags if isinstance(tags, bytes) else tags.encode()).split(b","):
-                continue
-            event = json.loads(msg.value() or b"{}")
-            weight = event["mixture"][topic]
-            if weight < min_weight:
-                continue
-            print(
-                json.dumps(
-                    {
-                        "id": event["id"],
-                        "title": event.get("title"),
-                        "weight": weight,
-                        "model_version": event["model"]["version"],
-                    }
-                ),
-                flush=True,
-            )
-            seen += 1
-    finally:
-        consumer.close()
+    out = Console(stderr=True)
+
+    def show(matches: list[Any], summary: dict[str, Any]) -> None:
+        if matches:
+            out.print(matches_table(matches, words or "", summary.get("version")))
+        else:
+            out.print(f"no topic of snapshot v{summary.get('version')} has any of {words!r} yet; waiting")
+
+    with _unreachable_is_fatal(s):
+        client = redis.Redis.from_url(s.redis_url, socket_timeout=30, socket_connect_timeout=10)
+        store = SnapshotStore(client, prefix=s.redis_prefix)
+        choice = TopicChoice(
+            store,
+            TopicNames(client, s.redis_prefix),
+            words=words,
+            fixed=frozenset() if topic is None else frozenset({topic}),
+            max_topics=max_topics,
+            on_change=show,
+        )
+        if words is not None and not choice.update() and choice.version is None:
+            out.print(f"no snapshot under Redis prefix {s.redis_prefix!r} yet; waiting for the learner")
+        reader = OutputReader(s, s.output_topic, from_beginning)
+        seen = 0
+        try:
+            for line in matching_articles(reader, choice, min_weight):
+                if stop.is_set() or (limit is not None and seen >= limit):
+                    break
+                if line is not None:
+                    print(json.dumps(line), flush=True)
+                    seen += 1
+                    if limit is not None and seen >= limit:
+                        break
+        finally:
+            reader.close()
+
+
+@app.command()
+def label(
+    topic: Annotated[int | None, typer.Argument(help="Topic id to name (none: list the names)")] = None,
+    name: Annotated[str | None, typer.Argument(help='The name, e.g. "Oil prices"')] = None,
+    clear: Annotated[bool, typer.Option("--clear", help="Forget the topic's name")] = False,
+    redis_url: RedisUrl = None,
+) -> None:
+    """Name a topic (kept in Redis with the model), forget a name with --clear, or list the names."""
+    from .names import TopicNames
+    from .snapshot import SnapshotStore
+
+    s = _settings(redis_url=redis_url)
+    with _unreachable_is_fatal(s):
+        store = SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix)
+        names = TopicNames(store.r, s.redis_prefix)
+        if topic is None:
+            if clear or name is not None:
+                err.print("[red]--clear needs a topic id[/red]")
+                raise typer.Exit(2)
+            summary = store.summary() or {"topics": []}
+            words = {t["topic"]: " ".join(t["top_words"][:8]) for t in summary["topics"]}
+            table = Table(title=f"topic names under Redis prefix {s.redis_prefix!r}", title_justify="left")
+            for col in ("topic", "name", "top words"):
+                table.add_column(col)
+            for k, n in names.all().items():
+                table.add_row(str(k), n, words.get(k, ""))
+            Console().print(table)
+            return
+        if clear == (name is not None):
+            err.print('[red]give a name, e.g. topicstream label 3 "Oil prices", or --clear[/red]')
+            raise typer.Exit(2)
+        current = store.summary()
+        if current is not None and not any(t["topic"] == topic for t in current["topics"]):
+            err.print(f"[red]snapshot v{current['version']} has no topic {topic}[/red]")
+            raise typer.Exit(2)
+        if clear:
+            err.print(f"topic {topic}: name cleared" if names.clear(topic) else f"topic {topic} had no name")
+            return
+        assert name is not None
+        try:
+            stored = names.set(topic, name)
+        except ValueError as e:
+            err.print(f"[red]{e}[/red]")
+            raise typer.Exit(2) from None
+        err.print(f"topic {topic} is now {stored!r}")
 
 
 @app.command()

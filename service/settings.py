@@ -94,6 +94,18 @@ class Settings(BaseSettings):
     session_timeout_ms: int = Field(45_000, ge=1000, description="Kafka session.timeout.ms")
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
 
+    # Feeds (topicstream feeds).
+    feeds: str | None = Field(
+        None, description="RSS/Atom feed URLs for topicstream feeds, separated by spaces or commas"
+    )
+    feed_interval_s: float = Field(300.0, gt=0, description="Seconds between two fetches of one feed")
+    feed_timeout_s: float = Field(10.0, gt=0, description="Longest wait for one feed's answer, seconds")
+    feed_backoff_max_s: float = Field(3600.0, gt=0, description="Longest wait before retrying a failing feed, seconds")
+    feed_seen_max: int = Field(1_000_000, ge=1, description="Article ids remembered to skip repeats (newest kept)")
+    feed_seen_days: float = Field(
+        30.0, gt=0, description="Days an article id is remembered (> an entry's life in a feed)"
+    )
+
     @field_validator("kafka_bootstrap")
     @classmethod
     def _check_bootstrap(cls, v: str) -> str:

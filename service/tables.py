@@ -9,8 +9,10 @@ from rich.table import Table
 __all__ = ["topics_table"]
 
 
-def topics_table(summary: dict[str, Any], n_words: int = 8, limit: int | None = None) -> Table:
-    """The topics of a snapshot summary as a rich table, most prevalent first."""
+def topics_table(
+    summary: dict[str, Any], n_words: int = 8, limit: int | None = None, names: dict[int, str] | None = None
+) -> Table:
+    """The topics of a snapshot summary as a rich table, most prevalent first (with their names, if any)."""
     table = Table(
         title=f"{summary['algorithm']} · snapshot v{summary['version']} · "
         f"{summary['articles_learned']:,} articles · {summary['topics_used']} topics used · "
@@ -18,12 +20,14 @@ def topics_table(summary: dict[str, Any], n_words: int = 8, limit: int | None = 
         title_justify="left",
     )
     table.add_column("topic", justify="right")
+    if names:
+        table.add_column("name")
     table.add_column("prevalence", justify="right")
     table.add_column("drift", justify="right")
     table.add_column("top words")
     rows = sorted(summary["topics"], key=lambda t: -t["prevalence"])
     for t in rows[:limit]:
-        table.add_row(
-            str(t["topic"]), f"{t['prevalence']:.3f}", f"{t['drift']:.3f}", " ".join(t["top_words"][:n_words])
-        )
+        cells = [str(t["topic"])] + ([names.get(t["topic"], "")] if names else [])
+        cells += [f"{t['prevalence']:.3f}", f"{t['drift']:.3f}", " ".join(t["top_words"][:n_words])]
+        table.add_row(*cells)
     return table

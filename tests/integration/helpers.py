@@ -19,6 +19,7 @@ __all__ = [
     "BAD",
     "article",
     "committed",
+    "env_for",
     "good_articles",
     "produce",
     "produce_keyed",
@@ -158,3 +159,8 @@ def run_until(worker: BatchWorker, consumed: int, timeout: float = 180.0) -> Non
     thread.join(60)
     assert not thread.is_alive(), "worker did not stop"
     assert sample(worker.metrics, "topicstream_articles_consumed_total") == consumed
+
+
+def env_for(s: Settings) -> dict[str, str]:
+    fields = ("kafka_bootstrap", "redis_url", "input_topic", "output_topic", "dlq_topic", "redis_prefix")
+    return {f"TOPICSTREAM_{f.upper()}": str(getattr(s, f)) for f in fields}

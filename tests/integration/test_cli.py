@@ -15,14 +15,9 @@ from service.cli import app
 from service.learner import Learner
 from service.settings import Settings
 
-from .helpers import good_articles, read_all, run_until, sample
+from .helpers import env_for, good_articles, read_all, run_until, sample
 
 pytestmark = pytest.mark.integration
-
-
-def env_for(s: Settings) -> dict[str, str]:
-    fields = ("kafka_bootstrap", "redis_url", "input_topic", "output_topic", "dlq_topic", "redis_prefix")
-    return {f"TOPICSTREAM_{f.upper()}": str(getattr(s, f)) for f in fields}
 
 
 def test_produce_file_then_topics_and_subscribe(settings: Settings, tmp_path: Path) -> None:

@@ -1,0 +1,176 @@
+"""``topicstream subscribe``: read the output topic and pick the articles of some topics, chosen by id or by words.
+
+**No consumer group.** A subscriber wants every partition and keeps no offsets, so it *assigns* itself the
+partitions instead of joining a group: it starts reading at once (a group join costs a rebalance on Kafka and up
+to ``max.poll.interval.ms`` on the local broker), and it is the same thing on real Kafka. Partitions added later
+are picked up from their beginning (metadata is re-read every ``refresh_s``; every 2 s while the topic does not
+exist yet).
+
+**Where it starts.** ``from_beginning`` reads each partition from its first output. Otherwise it starts *now*:
+at the first offset whose timestamp is at least the start time (a ListOffsets lookup by time; "none yet" means
+the partition's end). The local broker (Tansu) answers that lookup with offset 0 when no output is newer, so
+until a partition yields its first output stamped at or after the start time, older ones are skipped; on Kafka
+the offset found is that output, so the guard is a no-op there.
+
+**Words.** :class:`TopicChoice` resolves words to topics (:func:`service.follow.resolve`) against the newest
+summary in Redis and re-resolves whenever a new snapshot version appears, so the subscription follows the
+topics its words mean as the model moves.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, Message, TopicPartition
+
+from .follow import Match, resolve
+from .kafka import make_consumer
+from .names import TopicNames
+from .settings import Settings
+from .snapshot import SnapshotStore
+
+__all__ = ["OutputReader", "TopicChoice", "matching_articles"]
+
+
+class OutputReader:
+    """Messages of one topic from every partition, without a consumer group (see the module docstring)."""
+
+    def __init__(self, settings: Settings, topic: str, from_beginning: bool, refresh_s: float = 30.0) -> None:
+        self.topic = topic
+        self.refresh_s = refresh_s
+        self.consumer: Consumer = make_consumer(settings, f"topicstream-subscribe-{uuid.uuid4().hex[:8]}")
+        self.start_ms = int(time.time() * 1000)
+        self.from_beginning = from_beginning
+        self.assigned: set[int] = set()
+        self._guarded: set[int] = set()  # partitions still skipping outputs older than start_ms
+        self._next_refresh = 0.0
+
+    def _partitions(self) -> set[int]:
+        meta = self.consumer.list_topics(self.topic, timeout=10).topics.get(self.topic)
+        if meta is None or meta.error is not None:
+            return set()
+        return set(meta.partitions)
+
+    def _refresh(self) -> None:
+        # Until the topic exists (the learner creates it), look again every 2 s rather than every refresh_s.
+        self._next_refresh = time.monotonic() + (self.refresh_s if self.assigned else min(2.0, self.refresh_s))
+        new = sorted(self._partitions() - self.assigned)
+        if not new:
+            return
+        first = not self.assigned
+        if self.from_beginning or not first:
+            tps = [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in new]
+        else:
+            found = self.consumer.offsets_for_times([TopicPartition(self.topic, p, self.start_ms) for p in new], 10)
+            tps = []
+            for tp in found:
+                if tp.offset >= 0:
+                    self._guarded.add(tp.partition)
+                tps.append(TopicPartition(self.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_END))
+        self.consumer.incremental_assign(tps)
+        self.assigned.update(new)
+
+    def poll(self, timeout: float = 0.5) -> Message | None:
+        """The next message (None on a quiet ``timeout``)."""
+        if time.monotonic() >= self._next_refresh:
+            self._refresh()
+        msg = self.consumer.poll(timeout)
+        if msg is None or msg.error() is not None:
+            return None
+        p = msg.partition()
+        if p in self._guarded:
+            _, ts = msg.timestamp()
+            if ts < self.start_ms:
+                return None
+            self._guarded.discard(p)
+        return msg
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+@dataclass
+class TopicChoice:
+    """The topics followed: fixed ids, or the topics that ``words`` mean in the newest summary."""
+
+    store: SnapshotStore
+    names: TopicNames | None = None
+    words: str | None = None
+    fixed: frozenset[int] = frozenset()
+    max_topics: int = 3
+    on_change: Callable[[list[Match], dict[str, Any]], None] | None = None
+    recheck_s: float = 2.0
+    topics: frozenset[int] = frozenset()
+    matches: list[Match] = field(default_factory=list)
+    version: int | None = None
+    _next_check: float = 0.0
+    _resolved: bool = False
+
+    def __post_init__(self) -> None:
+        if self.words is None:
+            self.topics = self.fixed
+
+    def update(self, now: float | None = None) -> bool:
+        """Re-resolve the words if a new summary appeared since the last call (at most every ``recheck_s``);
+        True when the followed topics changed."""
+        now = time.monotonic() if now is None else now
+        if self.words is None or now < self._next_check:
+            return False
+        self._next_check = now + self.recheck_s
+        latest = self.store.latest_version()
+        if latest is None or latest == self.version:
+            return False
+        summary = self.store.summary()
+        if summary is None or summary.get("version") == self.version:
+            return False
+        self.version = summary.get("version")
+        names = self.names.all() if self.names is not None else {}
+        matches = resolve(summary, self.words, names, max_topics=self.max_topics)
+        topics = frozenset(m.topic for m in matches)
+        changed = topics != self.topics or not self._resolved
+        self.matches, self.topics, self._resolved = matches, topics, True
+        if changed and self.on_change is not None:
+            self.on_change(matches, summary)
+        return changed
+
+
+def _tags(msg: Message) -> set[int]:
+    from .pipeline import H_TOPICS
+
+    raw = dict(msg.headers() or []).get(H_TOPICS) or b""
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    return {int(t) for t in text.split(",") if t.strip().isdigit()}
+
+
+def matching_articles(
+    reader: OutputReader, choice: TopicChoice, min_weight: float = 0.0
+) -> Iterator[dict[str, Any] | None]:
+    """Endless: one dict (id, title, topic, weight, model version) per output tagged with a followed topic whose
+    weight is at least ``min_weight``, and None after each quiet poll (so the caller can check for a stop)."""
+    while True:
+        choice.update()
+        msg = reader.poll(0.5)
+        if msg is None:
+            yield None
+            continue
+        hit = _tags(msg) & choice.topics
+        if not hit:
+            continue
+        event = json.loads(msg.value() or b"{}")
+        mixture = event.get("mixture") or []
+        topic = max(hit, key=lambda k: mixture[k] if k < len(mixture) else 0.0)
+        weight = mixture[topic] if topic < len(mixture) else 0.0
+        if weight < min_weight:
+            continue
+        yield {
+            "id": event["id"],
+            "title": event.get("title"),
+            "topic": topic,
+            "weight": weight,
+            "model_version": event["model"]["version"],
+        }

@@ -1,0 +1,271 @@
+"""`topicstream feeds` against a real broker, a real Redis and feeds served by a local HTTP server.
+
+The server serves what each test writes: RSS 2.0, Atom, RSS without GUIDs, a feed that answers 304 to a matching
+conditional request (every feed here does), one that never answers in time, one that is not XML.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from email.utils import formatdate
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import redis
+from typer.testing import CliRunner
+
+from service.cli import app
+from service.feeds import FeedPoller
+from service.kafka import make_producer
+from service.seen import SeenIds
+from service.settings import Settings
+
+from .helpers import read_all
+
+pytestmark = pytest.mark.integration
+
+
+@dataclass
+class FeedServer:
+    """Serves ``feeds[path] = bytes`` on 127.0.0.1 with ETag and Last-Modified; ``/slow`` answers after
+    ``release`` is set (never, within a test's timeout)."""
+
+    feeds: dict[str, bytes] = field(default_factory=dict)
+    conditional_hits: list[str] = field(default_factory=list)
+    release: threading.Event = field(default_factory=threading.Event)
+    server: ThreadingHTTPServer | None = None
+
+    def url(self, path: str) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.server_address[1]}{path}"
+
+    def start(self) -> None:
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path == "/slow":
+                    owner.release.wait(30)
+                body = owner.feeds.get(self.path)
+                if body is None:
+                    self.send_error(404)
+                    return
+                etag = '"' + hashlib.sha256(body).hexdigest()[:16] + '"'
+                if self.headers.get("If-None-Match") == etag:
+                    owner.conditional_hits.append(self.path)
+                    self.send_response(304)
+                    self.send_header("ETag", etag)
+                    self.end_headers()
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "application/xml")
+                self.send_header("ETag", etag)
+                self.send_header("Last-Modified", formatdate(usegmt=True))
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request: object, client_address: object) -> None:
+                pass  # the timed-out client of /slow has hung up: a broken pipe here is expected
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.release.set()
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+
+
+def rss(items: list[tuple[str | None, str | None, str]]) -> bytes:
+    """RSS 2.0 with items (guid, link, title); a None guid or link is left out."""
+    parts = []
+    for guid, link, title in items:
+        g = f"<guid isPermaLink='false'>{guid}</guid>" if guid else ""
+        lk = f"<link>{link}</link>" if link else ""
+        parts.append(
+            f"<item>{g}{lk}<title>{title}</title><description>&lt;p&gt;{title} story &amp;amp; more"
+            f"&lt;/p&gt;</description><pubDate>Mon, 23 Nov 2026 10:00:00 GMT</pubDate></item>"
+        )
+    return (
+        f"<?xml version='1.0'?><rss version='2.0'><channel><title>Wire</title>{''.join(parts)}</channel></rss>"
+    ).encode()
+
+
+def atom(entries: list[tuple[str, str]]) -> bytes:
+    body = "".join(
+        f"<entry><id>{i}</id><title>{t}</title><updated>2026-11-23T10:00:00Z</updated>"
+        f"<link href='https://atom.example/{i}'/><content type='html'>&lt;b&gt;{t}&lt;/b&gt; text</content></entry>"
+        for i, t in entries
+    )
+    return (
+        "<?xml version='1.0'?><feed xmlns='http://www.w3.org/2005/Atom'><title>Atom desk</title>"
+        f"<id>urn:desk</id><updated>2026-11-23T10:00:00Z</updated>{body}</feed>"
+    ).encode()
+
+
+@pytest.fixture
+def server() -> Iterator[FeedServer]:
+    srv = FeedServer()
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def poller(s: Settings, srv: FeedServer, paths: list[str], **kwargs: float) -> FeedPoller:
+    client = redis.Redis.from_url(s.redis_url)
+    return FeedPoller(
+        [srv.url(p) for p in paths],
+        make_producer(s),
+        s.input_topic,
+        SeenIds(client, s.redis_prefix, **kwargs),  # type: ignore[arg-type]
+        interval_s=60,
+        timeout_s=1.0,
+    )
+
+
+def ids_of(s: Settings, expected: int) -> list[str]:
+    msgs = read_all(s, s.input_topic, expected, timeout=30)
+    for m in msgs:
+        assert m.key().decode() == json.loads(m.value())["id"]
+    return [json.loads(m.value())["id"] for m in msgs]
+
+
+PATHS = ["/rss.xml", "/atom.xml", "/noguid.xml", "/slow", "/page.html"]
+
+
+def write_feeds(srv: FeedServer) -> None:
+    srv.feeds["/rss.xml"] = rss([("r1", "https://wire.example/1", "Oil"), ("r2", "https://wire.example/2", "Gas")])
+    srv.feeds["/atom.xml"] = atom([("urn:a1", "Opec"), ("urn:a2", "Rates")])
+    srv.feeds["/noguid.xml"] = rss(
+        [
+            (None, "HTTPS://Wire.Example/3?utm_source=feed&amp;id=3#top", "Linked"),
+            (None, "https://wire.example/3?id=3", "Same page, other campaign"),
+            (None, None, "No link either"),
+        ]
+    )
+    srv.feeds["/slow"] = rss([("s1", None, "Never arrives")])
+    srv.feeds["/page.html"] = b"<html><body><p>Not a feed</p></body></html>"
+
+
+def test_poll_restart_and_conditional_get(settings: Settings, server: FeedServer) -> None:
+    s = settings
+    write_feeds(server)
+    first = poller(s, server, PATHS)
+    try:
+        assert first.poll_once() == 6
+        m = first.metrics
+        assert m.errors.labels(feed=server.url("/slow"), kind="timeout")._value.get() == 1
+        assert m.errors.labels(feed=server.url("/page.html"), kind="not_a_feed")._value.get() == 1
+        assert m.duplicates.labels(feed=server.url("/noguid.xml"))._value.get() == 1  # one page, two links
+        # The second poll is conditional: nothing changed, so 304s and nothing produced.
+        assert first.poll_once(now=float("inf")) == 0
+        assert sorted(server.conditional_hits) == ["/atom.xml", "/noguid.xml", "/rss.xml"]
+        assert m.requests.labels(feed=server.url("/rss.xml"), result="304")._value.get() == 1
+        # A new entry appears in one feed.
+        server.feeds["/rss.xml"] = rss([("r3", None, "Pipeline"), ("r1", "https://wire.example/1", "Oil")])
+        assert first.poll_once(now=float("inf")) == 1
+    finally:
+        first.close()
+
+    # A restart: a new poller with no HTTP state fetches everything again and produces nothing.
+    again = poller(s, server, PATHS)
+    try:
+        assert again.poll_once() == 0
+        assert again.metrics.duplicates.labels(feed=server.url("/atom.xml"))._value.get() == 2
+    finally:
+        again.close()
+
+    ids = ids_of(s, 7)
+    assert len(ids) == len(set(ids)) == 7
+    hashed = [i for i in ids if i.startswith("sha256:")]
+    assert len(hashed) == 1
+    assert set(ids) - set(hashed) == {"r1", "r2", "r3", "urn:a1", "urn:a2", "https://wire.example/3?id=3"}
+    events = {json.loads(m.value())["id"]: json.loads(m.value()) for m in read_all(s, s.input_topic, 7, timeout=30)}
+    assert events["urn:a1"]["text"] == "Opec text" and events["urn:a1"]["source"] == "Atom desk"
+    assert events["r1"]["text"] == "Oil story & more" and events["r1"]["published_at"] == "2026-11-23T10:00:00Z"
+
+
+def test_overlapping_pollers_produce_each_entry_once(settings: Settings, server: FeedServer) -> None:
+    s = settings
+    feeds = {f"/f{j}.xml": rss([(f"g{j}-{i}", None, f"Story {i}") for i in range(20)]) for j in range(3)}
+    feeds["/shared.xml"] = rss([(f"g0-{i}", None, f"Story {i}") for i in range(10, 30)])  # overlaps /f0.xml
+    server.feeds.update(feeds)
+    pollers = [poller(s, server, list(feeds)) for _ in range(3)]
+    counts: list[int] = []
+    try:
+        threads = [threading.Thread(target=lambda p=p: counts.append(p.poll_once())) for p in pollers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        for p in pollers:
+            p.close()
+    distinct = 3 * 20 + 10
+    assert sum(counts) == distinct, counts
+    ids = ids_of(s, distinct)
+    assert len(ids) == len(set(ids)) == distinct
+
+
+def test_seen_ids_are_bounded_by_size(settings: Settings, server: FeedServer) -> None:
+    s = settings
+    server.feeds["/big.xml"] = rss([(f"b{i}", None, f"Story {i}") for i in range(30)])
+    p = poller(s, server, ["/big.xml"], max_ids=10)
+    try:
+        assert p.poll_once() == 30
+        assert len(p.seen) == 10
+    finally:
+        p.close()
+
+
+def test_feeds_command(settings: Settings, server: FeedServer, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    s = settings
+    write_feeds(server)
+    listing = tmp_path / "feeds.txt"
+    listing.write_text("# two good feeds and a page\n" + "\n".join(server.url(p) for p in PATHS if p != "/slow"))
+    env = {
+        "TOPICSTREAM_KAFKA_BOOTSTRAP": s.kafka_bootstrap,
+        "TOPICSTREAM_REDIS_URL": s.redis_url,
+        "TOPICSTREAM_INPUT_TOPIC": s.input_topic,
+        "TOPICSTREAM_REDIS_PREFIX": s.redis_prefix,
+        "TOPICSTREAM_METRICS_PORT": "0",
+        "TOPICSTREAM_FEEDS": server.url("/slow"),
+        "TOPICSTREAM_FEED_TIMEOUT_S": "1",
+    }
+    runner = CliRunner()
+    result = runner.invoke(app, ["feeds", str(listing), "--once"], env=env)
+    assert result.exit_code == 0, result.output
+    assert "polling 5 feed(s)" in result.output and "produced 6 new entries" in result.output
+    result = runner.invoke(app, ["feeds", str(listing), "--once"], env=env)
+    assert "produced 0 new entries" in result.output
+    assert len(ids_of(s, 6)) == 6
+    bad = runner.invoke(app, ["feeds", "--once"], env={**env, "TOPICSTREAM_FEEDS": "ftp://nope"})
+    assert bad.exit_code == 2 and "TOPICSTREAM_FEEDS" in bad.output and "Traceback" not in bad.output
+
+
+def test_a_claim_left_by_a_crash_expires_so_the_entry_is_never_lost(settings: Settings) -> None:
+    client = redis.Redis.from_url(settings.redis_url)
+    crashed = SeenIds(client, settings.redis_prefix, claim_s=0.5)
+    other = SeenIds(client, settings.redis_prefix, claim_s=0.5)
+    assert crashed.claim(["x", "y"]) == [True, True]
+    crashed.mark(["y"])  # "x" was produced but its poller died before marking it
+    assert other.claim(["x", "y"]) == [False, False]
+    import time
+
+    time.sleep(0.6)
+    assert other.claim(["x", "y"]) == [True, False]
+    other.release(["x"])
+    assert "y" in other and "x" not in other and len(other) == 1

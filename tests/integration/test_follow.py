@@ -1,0 +1,219 @@
+"""Topic names, subscribe by words, and the group-less output reader, against a real broker and Redis.
+
+``test_subscribe_by_words_precision`` runs the learner on the generator's planted-topic stream and measures, for
+a few word queries, how many of the delivered articles are of the planted topic the words describe.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import redis
+from confluent_kafka import Producer
+from typer.testing import CliRunner
+
+from service.cli import app
+from service.dev.generator import PLANTED_TOPICS, generate_articles
+from service.learner import Learner
+from service.names import TopicNames
+from service.pipeline import H_TOPICS
+from service.settings import Settings
+from service.snapshot import SnapshotStore
+from service.subscriber import OutputReader, TopicChoice, matching_articles
+
+from .helpers import env_for, produce, run_until
+
+pytestmark = pytest.mark.integration
+
+
+def summary_of(version: int, desks: dict[int, str]) -> dict:
+    """A summary whose topic k carries the first words of planted desk ``desks[k]``."""
+    return {
+        "version": version,
+        "algorithm": "scvb0",
+        "articles_learned": 100,
+        "topics_used": len(desks),
+        "model_drift": 0.0,
+        "topics": [
+            {"topic": k, "prevalence": 1 / len(desks), "drift": 0.0, "top_words": PLANTED_TOPICS[d][:10]}
+            for k, d in sorted(desks.items())
+        ],
+    }
+
+
+def publish(store: SnapshotStore, summary: dict) -> None:
+    """What the learner does for a new version, as far as readers of the summary are concerned."""
+    store.put_summary(summary)
+    store.r.set(f"{store.prefix}:snapshot:latest", summary["version"])
+
+
+def test_label_names_topics_and_the_topics_table_shows_them(settings: Settings) -> None:
+    s = settings
+    store = SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix)
+    publish(store, summary_of(4, {0: "energy", 1: "tennis", 2: "music"}))
+    runner, env = CliRunner(), env_for(s)
+    ok = runner.invoke(app, ["label", "0", "  Oil   prices "], env=env)
+    assert ok.exit_code == 0 and "'Oil prices'" in ok.output, ok.output
+    assert runner.invoke(app, ["label", "2", "Charts"], env=env).exit_code == 0
+    assert TopicNames(store.r, s.redis_prefix).all() == {0: "Oil prices", 2: "Charts"}
+    listing = runner.invoke(app, ["label"], env=env)
+    assert "Oil prices" in listing.output and "oil gas opec" in listing.output
+    table = runner.invoke(app, ["topics"], env=env)
+    assert "name" in table.output and "Oil prices" in table.output
+    for bad in (["label", "7", "No such topic"], ["label", "1", "   "], ["label", "1"], ["label", "--clear"]):
+        result = runner.invoke(app, bad, env=env)
+        assert result.exit_code == 2 and "Traceback" not in result.output, (bad, result.output)
+    assert runner.invoke(app, ["label", "--clear", "2"], env=env).exit_code == 0
+    assert TopicNames(store.r, s.redis_prefix).all() == {0: "Oil prices"}
+    # A new snapshot (the learner rewrites the summary) keeps the names.
+    publish(store, summary_of(5, {0: "energy", 1: "tennis", 2: "music"}))
+    assert TopicNames(store.r, s.redis_prefix).get(0) == "Oil prices"
+
+
+def test_names_follow_a_lineage_event(settings: Settings) -> None:
+    names = TopicNames(redis.Redis.from_url(settings.redis_url), settings.redis_prefix)
+    names.set(1, "Oil")
+    names.set(2, "Tennis")
+    names.set(3, "Music")
+    # Topic 1 became 4, topic 2 died, topic 3 stays; 5 is a new topic without a name.
+    assert names.remap({1: 4, 2: None, 5: 6}) == {3: "Music", 4: "Oil"}
+    assert names.all() == {3: "Music", 4: "Oil"}
+    assert names.remap({3: 4}) == {4: "Oil"}  # a name in the way is kept (the moved one is dropped)
+
+
+def test_words_are_re_resolved_when_a_new_summary_appears(settings: Settings) -> None:
+    s = settings
+    client = redis.Redis.from_url(s.redis_url)
+    store = SnapshotStore(client, prefix=s.redis_prefix)
+    changes: list[list[int]] = []
+    choice = TopicChoice(
+        store,
+        TopicNames(client, s.redis_prefix),
+        words="oil opec",
+        on_change=lambda m, _: changes.append([x.topic for x in m]),
+    )
+    assert not choice.update(now=0) and choice.topics == frozenset()  # no summary yet
+    publish(store, summary_of(1, {0: "tennis", 3: "energy", 5: "music"}))
+    assert choice.update(now=10) and choice.topics == {3}
+    assert not choice.update(now=20)  # same version: nothing to do
+    publish(store, summary_of(2, {0: "tennis", 3: "music", 5: "energy"}))  # the model moved
+    assert not choice.update(now=20.5)  # checked at most every recheck_s
+    assert choice.update(now=30) and choice.topics == {5}
+    assert changes == [[3], [5]]
+
+
+def output(i: int, topics: list[int]) -> tuple[bytes, list[tuple[str, bytes]]]:
+    mixture = [0.0] * 8
+    for k in topics:
+        mixture[k] = 1 / len(topics)
+    event = {"id": f"o{i}", "title": f"t{i}", "mixture": mixture, "model": {"version": 1}}
+    return json.dumps(event).encode(), [(H_TOPICS, ",".join(map(str, topics)).encode())]
+
+
+def test_reader_starts_now_without_a_group_join(settings: Settings) -> None:
+    s = settings
+    producer = Producer({"bootstrap.servers": s.kafka_bootstrap})
+
+    def send(ids: range) -> None:
+        for i in ids:
+            value, headers = output(i, [i % 3])
+            producer.produce(s.output_topic, value=value, headers=headers)
+        assert producer.flush(30) == 0
+
+    send(range(0, 20))
+    time.sleep(0.05)  # the reader's start time must come after the old outputs' timestamps
+    t0 = time.monotonic()
+    reader = OutputReader(s, s.output_topic, from_beginning=False)
+    choice = TopicChoice(SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix), fixed=frozenset({1}))
+    got: list[str] = []
+    first_at = None
+    try:
+        lines = matching_articles(reader, choice)
+        next(lines)  # assigned and polled once
+        send(range(20, 40))
+        deadline = time.monotonic() + 30
+        while len(got) < 7 and time.monotonic() < deadline:
+            line = next(lines)
+            if line is not None:
+                first_at = first_at or time.monotonic() - t0
+                got.append(line["id"])
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:  # nothing else may come
+            line = next(lines)
+            if line is not None:
+                got.append(line["id"])
+    finally:
+        reader.close()
+    assert got == [f"o{i}" for i in range(20, 40) if i % 3 == 1]
+    print(f"\nsubscriber: first article {first_at:.2f}s after start (no group join)")
+
+
+DESKS = {
+    "energy": "oil opec crude",
+    "elections": "election voters",
+    "tennis": "tennis wimbledon",
+    "health": "vaccine hospital",
+}
+
+
+def test_subscribe_by_words_precision(settings: Settings) -> None:
+    # Longer group timeouts than the fixture's 3 s: the learner's session must survive a loaded machine (the
+    # local broker's join then waits up to 10 s).
+    update = {"topics": 20, "batch_size": 200, "snapshot_every_batches": 5}
+    s = settings.model_copy(update={**update, "max_poll_interval_ms": 10_000, "session_timeout_ms": 10_000})
+    n = 6000
+    labels = {}
+    values = []
+    for a in generate_articles(n, seed=11):
+        labels[a["id"]] = a.pop("label")  # the learner must not see it; precision uses it
+        values.append(json.dumps(a).encode())
+    produce(s, values)
+    run_until(Learner(s), n)
+    store = SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix)
+    names = TopicNames(store.r, s.redis_prefix)
+    precision: dict[float, dict[str, float]] = {0.0: {}, 0.5: {}}
+    for desk, words in DESKS.items():
+        reader = OutputReader(s, s.output_topic, from_beginning=True)
+        choice = TopicChoice(store, names, words=words, max_topics=1)
+        delivered: list[tuple[str, float]] = []
+        quiet = 0
+        try:
+            for line in matching_articles(reader, choice, min_weight=0.0):
+                if line is None:
+                    quiet += 1
+                    if quiet >= 4 and delivered:
+                        break
+                    continue
+                quiet = 0
+                delivered.append((line["id"], line["weight"]))
+        finally:
+            reader.close()
+        assert len({i for i, _ in delivered}) == len(delivered)  # each output read once
+        total = sum(v == desk for v in labels.values())
+        for min_weight, by_desk in precision.items():
+            kept = [i for i, w in delivered if w >= min_weight]
+            planted = sum(labels[i] == desk for i in kept)
+            by_desk[desk] = planted / len(kept)
+            print(
+                f"\n{words!r} -> topic {sorted(choice.topics)} ({' '.join(choice.matches[0].top_words[:5])}), "
+                f"--min-weight {min_weight}: {len(kept)} delivered, {planted} of the planted topic "
+                f"(precision {by_desk[desk]:.1%}, recall {planted / total:.1%} of its {total})"
+            )
+    for min_weight, by_desk in precision.items():
+        mean = sum(by_desk.values()) / len(by_desk)
+        print(f"--min-weight {min_weight}: mean precision over {len(by_desk)} queries {mean:.1%}")
+    # The planted topic must make up most of what is delivered (a wrong topic would give about 1/15), and
+    # asking for a larger share of the article must not lower precision.
+    assert all(p > 0.4 for p in precision[0.0].values()), precision
+    assert all(precision[0.5][d] >= precision[0.0][d] for d in DESKS), precision
+
+    # The command: the table of chosen topics on stderr, then JSON lines.
+    result = CliRunner().invoke(
+        app, ["subscribe", "--words", "oil opec", "--from-beginning", "--limit", "3"], env=env_for(s)
+    )
+    assert result.exit_code == 0, result.output
+    assert "topics for 'oil opec'" in result.output
+    lines = [json.loads(x) for x in result.stdout.splitlines() if x.startswith("{")]
+    assert len(lines) == 3 and all(labels[x["id"]] for x in lines)
