@@ -12,6 +12,7 @@ computes the per-minibatch step sizes and corpus sizes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -20,6 +21,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ._base import StateValue, TopicModel, check_interval, check_positive_int
 from ._batch import Batch
+from ._moves import birth_column, birth_counts, delete_column, merge_columns
 from ._schedule import StepSize
 
 __all__ = ["SCVB0"]
@@ -591,3 +593,23 @@ class SCVB0(TopicModel):
     @classmethod
     def _unit_test_params(cls) -> dict[str, Any]:
         return {"batch_size": 4, "window": 2000.0, "transform_passes": 5}
+
+    # ------------------------------------------------------------------ topic moves (kernels.hygiene)
+    def merge_topics(self, into: int, src: int) -> None:
+        """Merge topic ``src`` into ``into`` (N^Φ columns and N^Z added); ``src`` is left empty (φ uniform)."""
+        merge_columns(self.phi_, self.nz_, into, src)
+
+    def delete_topic(self, k: int) -> None:
+        """Empty topic ``k``, reassigning its expected tokens to the others (``kernels._moves.delete_column``)."""
+        delete_column(self.phi_, self.nz_, self.scale_, self.scale_, float(self.eta), self.topic_weights(), k)
+
+    def birth_topic(
+        self, k: int, word_ids: ArrayLike, word_probs: ArrayLike, share: float
+    ) -> tuple[float, Callable[[], None]]:
+        """Give topic ``k`` a ``share`` of the window's tokens with word distribution ``word_probs`` over
+        ``word_ids``, taken from the other topics word by word (``kernels._moves.birth_column``).
+
+        Returns the tokens moved and a function that undoes the move.
+        """
+        ids, counts = birth_counts(word_ids, word_probs, share, float(self.nz_.sum()))
+        return birth_column(self.phi_, self.nz_, self.scale_, self.scale_, k, ids, counts)
