@@ -122,7 +122,7 @@ def mass_topics(weights: ArrayLike, mass: float = 0.95) -> int:
     w = np.sort(np.asarray(weights, dtype=np.float64))[::-1]
     if w.size == 0 or not w.sum() > 0:
         return 0
-    return int(min(w.size, np.searchsorted(np.cumsum(w) / w.sum(), mass) + 1))
+    return min(int(w.size), int(np.searchsorted(np.cumsum(w) / w.sum(), mass)) + 1)
 
 
 class TopicHygiene:
@@ -136,6 +136,10 @@ class TopicHygiene:
         Topics with a weight under this are deleted (0 disables).
     empty_below : float
         A slot with a weight under this is free for a birth.
+    max_merges : int or None
+        Merges per call; ``None``: a quarter of the slots. A bound, so that a snapshot taken before the topics
+        have separated (the first batches of a stream, when every topic is still near the corpus mean) cannot
+        collapse the model.
     max_births : int
         Birth proposals per call (0 disables births).
     birth_quantile : float
@@ -152,6 +156,7 @@ class TopicHygiene:
         *,
         retire_below: float = 0.0,
         empty_below: float = 1e-4,
+        max_merges: int | None = None,
         max_births: int = 2,
         birth_quantile: float = 0.2,
         birth_min_gain: float = 0.002,
@@ -160,6 +165,8 @@ class TopicHygiene:
         check_interval("threshold", threshold, 0.0, 1.0, low_open=True)
         check_interval("retire_below", retire_below, 0.0, 1.0, high_open=True)
         check_interval("empty_below", empty_below, 0.0, 1.0, high_open=True)
+        if max_merges is not None:
+            check_positive_int("max_merges", max_merges)
         if isinstance(max_births, bool) or not isinstance(max_births, int) or max_births < 0:
             raise ValueError(f"max_births must be a non-negative integer, got {max_births!r}")
         check_interval("birth_quantile", birth_quantile, 0.0, 1.0, low_open=True)
@@ -168,6 +175,7 @@ class TopicHygiene:
         self.threshold = float(threshold)
         self.retire_below = float(retire_below)
         self.empty_below = float(empty_below)
+        self.max_merges = max_merges
         self.max_births = int(max_births)
         self.birth_quantile = float(birth_quantile)
         self.birth_min_gain = float(birth_min_gain)
@@ -217,7 +225,8 @@ class TopicHygiene:
         np.fill_diagonal(dist, np.inf)
         dead = np.zeros(live.size, dtype=bool)
         events: list[Event] = []
-        while True:
+        limit = self.max_merges if self.max_merges is not None else max(1, int(model.n_topics) // 4)
+        while len(events) < limit:
             flat = int(np.argmin(dist))
             i, j = divmod(flat, dist.shape[0])
             d = float(dist[i, j])
@@ -291,7 +300,9 @@ class TopicHygiene:
         ce, pe = c[entries], p[entries]
         # start: the worst document's words, weighted by their surprise
         seed_doc = worst[0]
-        psi = np.bincount(w_of, weights=np.where(d_of == seed_doc, ce / pe, 0.0), minlength=words.size)
+        psi: NDArray[np.float64] = np.bincount(
+            w_of, weights=np.where(d_of == seed_doc, ce / pe, 0.0), minlength=words.size
+        ).astype(np.float64)
         psi = psi / psi.sum() + 1e-12
         pi = np.where(np.arange(build.n_docs) == seed_doc, 0.5, 0.1)
         for _ in range(self.em_iterations):
@@ -300,7 +311,7 @@ class TopicHygiene:
             cr = ce * r
             pi = np.bincount(d_of, weights=cr, minlength=build.n_docs) / np.maximum(n_d, 1e-300)
             pi = np.clip(pi, 1e-6, 1.0 - 1e-6)
-            psi = np.bincount(w_of, weights=cr, minlength=words.size) + 1e-12
+            psi = np.bincount(w_of, weights=cr, minlength=words.size).astype(np.float64) + 1e-12
             psi /= psi.sum()
         share = float(cr.sum() / c.sum())
         keep = psi > 1e-4 * psi.max()

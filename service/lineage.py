@@ -180,11 +180,11 @@ class LineageStore:
     def recent(self, n: int | None = None) -> list[LineageEvent]:
         """The newest ``n`` events (all kept if ``None``), newest first."""
         raw = self.client.lrange(self.key, 0, -1 if n is None else max(n, 1) - 1)
-        return [LineageEvent.from_json(r) for r in raw]  # type: ignore[union-attr]
+        return [LineageEvent.from_json(r) for r in raw]
 
     def counts(self) -> dict[str, int]:
         """Events ever pushed, by kind (not trimmed)."""
-        raw: dict[Any, Any] = self.client.hgetall(self.counts_key)  # type: ignore[assignment]
+        raw: dict[Any, Any] = self.client.hgetall(self.counts_key)
         return {(k.decode() if isinstance(k, bytes) else str(k)): int(v) for k, v in raw.items()}
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from kernels import SCVB0, Batch, OnlineHDP, ParticleFilterLDA
 from kernels.hygiene import DEFAULT_THRESHOLD, Event, TopicHygiene, hellinger_matrix, mass_topics
+from kernels.scvb0 import minka_alpha
 
 GEN_RECOVERY = 0.40
 LDA_RECOVERY = 0.25
@@ -45,7 +46,7 @@ def lda_corpus(n_docs: int, seed: int, *, late_topic: bool = False) -> tuple[np.
 def generator_corpus() -> tuple[np.ndarray, Batch]:
     """8,000 demo articles in stream order, and the planted desks' word distributions over the same vocabulary."""
     from service.evaluation import prepare_corpus
-    from service.generator import PLANTED_TOPICS, _ZIPF_S, generate_articles
+    from service.generator import _ZIPF_S, PLANTED_TOPICS, generate_articles
 
     arts = list(generate_articles(8001, seed=0))
     c = prepare_corpus(arts[:8000], arts[8000:], vocab_size=5000, seed=0, shuffle=False)
@@ -174,3 +175,30 @@ def test_mass_topics_counts_the_topics_that_hold_the_mass():
     assert mass_topics([0.5, 0.3, 0.15, 0.05]) == 3
     assert mass_topics([0.96, 0.04]) == 1
     assert mass_topics(np.full(10, 0.1)) == 10
+
+
+# ------------------------------------------------------------------------------------------------ learned α
+@pytest.mark.parametrize("alpha_true", [0.05, 0.3, 2.0])
+def test_minka_fixed_point_recovers_a_dirichlet_alpha(alpha_true):
+    rng = np.random.default_rng(1)
+    theta = rng.dirichlet(np.full(20, alpha_true), size=2000)
+    counts = np.array([rng.multinomial(200, t) for t in theta], dtype=np.float64)
+    est = minka_alpha(counts, 1.0, iterations=200)
+    assert abs(est - alpha_true) < 0.15 * alpha_true
+
+
+def test_learned_alpha_moves_and_round_trips():
+    truth, docs = lda_corpus(600, 4)
+    m = SCVB0(n_topics=len(truth), n_words=truth.shape[1], seed=0, alpha=1.0, learn_alpha=True)
+    for start in range(0, 600, 100):
+        m.partial_fit(docs.slice(start, start + 100))
+    # The corpus was drawn with α = 0.1; from 1.0 the learned α falls (to ≈ 0.66 after 600 documents, ≈ 0.35 in
+    # the long run: CVB0's expected counts are smoother than sampled ones, so the fixed point overestimates α).
+    assert m.alpha_ < 0.8
+    again = SCVB0.from_state(m.state_dict())
+    assert again.alpha_ == m.alpha_
+    fixed = SCVB0(n_topics=len(truth), n_words=truth.shape[1], seed=0, alpha=1.0)
+    fixed.partial_fit(docs.slice(0, 100))
+    assert fixed.alpha_ == 1.0
+    with pytest.raises(ValueError, match="learn_alpha"):
+        SCVB0(n_topics=3, n_words=10, learn_alpha="yes")
