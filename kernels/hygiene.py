@@ -94,6 +94,7 @@ class SupportsTopicMoves(Protocol):
 
     n_topics: int
     n_words: int
+    n_docs_seen_: int
 
     def topic_word(self) -> NDArray[np.float64]: ...
 
@@ -136,6 +137,12 @@ class TopicHygiene:
         Topics with a weight under this are deleted (0 disables).
     empty_below : float
         A slot with a weight under this is free for a birth.
+    warmup_docs : int or None
+        No retirements or merges before the model has learned from this many documents (``None``: 40 per topic
+        slot). Early in a stream the topics have not separated yet: on 20 Newsgroups at K = 100, dozens of
+        topics are still within Hellinger 0.1 of one another after 3,000 documents, merging them only churns
+        slots (91 merges in one pass with a 2,000-document warm-up, 7 with 4,000) and costs held-out
+        likelihood and coherence.
     max_merges : int or None
         Merges per call; ``None``: a quarter of the slots. A bound, so that a snapshot taken before the topics
         have separated (the first batches of a stream, when every topic is still near the corpus mean) cannot
@@ -156,6 +163,7 @@ class TopicHygiene:
         *,
         retire_below: float = 0.0,
         empty_below: float = 1e-4,
+        warmup_docs: int | None = None,
         max_merges: int | None = None,
         max_births: int = 2,
         birth_quantile: float = 0.2,
@@ -165,6 +173,10 @@ class TopicHygiene:
         check_interval("threshold", threshold, 0.0, 1.0, low_open=True)
         check_interval("retire_below", retire_below, 0.0, 1.0, high_open=True)
         check_interval("empty_below", empty_below, 0.0, 1.0, high_open=True)
+        if warmup_docs is not None and (
+            isinstance(warmup_docs, bool) or not isinstance(warmup_docs, int) or warmup_docs < 0
+        ):
+            raise ValueError(f"warmup_docs must be a non-negative integer or None, got {warmup_docs!r}")
         if max_merges is not None:
             check_positive_int("max_merges", max_merges)
         if isinstance(max_births, bool) or not isinstance(max_births, int) or max_births < 0:
@@ -175,6 +187,7 @@ class TopicHygiene:
         self.threshold = float(threshold)
         self.retire_below = float(retire_below)
         self.empty_below = float(empty_below)
+        self.warmup_docs = warmup_docs
         self.max_merges = max_merges
         self.max_births = int(max_births)
         self.birth_quantile = float(birth_quantile)
@@ -187,8 +200,11 @@ class TopicHygiene:
         for name in ("merge_topics", "delete_topic", "birth_topic"):
             if not callable(getattr(model, name, None)):
                 raise TypeError(f"{type(model).__name__} does not support topic moves (no {name})")
-        events = self._retire(model)
-        events += self._merge(model)
+        events: list[Event] = []
+        warmup = self.warmup_docs if self.warmup_docs is not None else 40 * int(model.n_topics)
+        if int(model.n_docs_seen_) >= warmup:
+            events += self._retire(model)
+            events += self._merge(model)
         if recent_docs is not None and self.max_births > 0:
             docs = as_batch(recent_docs, model.n_words)
             if docs.n_docs >= 4:
