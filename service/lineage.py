@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -25,7 +25,7 @@ import redis
 
 from kernels.hygiene import Event
 
-__all__ = ["Lineage", "LineageEvent", "LineageStore", "render_lineage"]
+__all__ = ["Lineage", "LineageEvent", "LineageStore", "render_lineage", "stamp"]
 
 #: Events kept in ``P:lineage`` by default.
 DEFAULT_KEEP = 1000
@@ -186,6 +186,12 @@ class LineageStore:
         """Events ever pushed, by kind (not trimmed)."""
         raw: dict[Any, Any] = self.client.hgetall(self.counts_key)
         return {(k.decode() if isinstance(k, bytes) else str(k)): int(v) for k, v in raw.items()}
+
+
+def stamp(events: Sequence[LineageEvent], version: int, at: float) -> list[LineageEvent]:
+    """``events`` with their snapshot version and time set: the learner records moves before
+    ``SnapshotStore.save`` (so the mapping goes into the payload) and learns the version only from it."""
+    return [replace(e, version=int(version), time=float(at)) for e in events]
 
 
 def render_lineage(events: Sequence[LineageEvent]) -> list[str]:

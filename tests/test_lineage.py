@@ -11,7 +11,7 @@ import redis
 
 from kernels import SCVB0
 from kernels.hygiene import Event, TopicHygiene
-from service.lineage import Lineage, LineageEvent, LineageStore, render_lineage
+from service.lineage import Lineage, LineageEvent, LineageStore, render_lineage, stamp
 from service.localstack import free_port, local_binary, wait_for_port
 from tests.test_hygiene import lda_corpus, stream
 
@@ -46,6 +46,7 @@ def test_ids_are_never_reused_and_merged_ids_have_successors():
     assert lin.successor(3) is None and lin.successor(0) is None
     ids = lin.slot_ids
     assert len(set(ids)) == len(ids) and not set(ids) & {0, 1, 3}
+    assert stamp(out, 12, 5.0)[1] == LineageEvent("birth", 5, 3, None, 0.1, 12, 5.0)
     again = Lineage.from_state(lin.state_dict())
     assert again.state_dict() == lin.state_dict()
     with pytest.raises(ValueError, match="slot"):
