@@ -30,13 +30,13 @@ run: $(STAMP)
 	$(BIN)/topicstream demo $(if $(ARTICLES),--articles $(ARTICLES)) --rate $(RATE) $(ARGS)
 
 test: $(STAMP)
-	$(BIN)/ruff check kernels service tests benchmarks
+	$(BIN)/ruff check kernels service evaluation tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check kernels service tests benchmarks
-	$(BIN)/ruff format --check kernels service tests benchmarks
+	$(BIN)/ruff check kernels service evaluation tests benchmarks
+	$(BIN)/ruff format --check kernels service evaluation tests benchmarks
 	$(BIN)/mypy
 
 $(VENV)/.bench: $(STAMP)

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from evaluation import document_completion as _split_halves
+from evaluation import heldout_loglik_per_word as heldout_loglik
 from kernels import Batch
-from service.evaluation import document_completion as _split_halves
-from service.evaluation import heldout_loglik_per_word as heldout_loglik
 from service.text import Tokenizer
 
 __all__ = ["document_completion", "heldout_loglik", "load_corpus", "shared_data_dir", "tokenize"]
@@ -108,7 +108,7 @@ def load_corpus(
 def document_completion(batch: Batch, seed: int = 0) -> tuple[Batch, Batch]:
     """Split each document's tokens 50/50 at random: (observed half, held-out half).
 
-    The project's one scorer (:func:`service.evaluation.document_completion`), without the row index.
+    The project's one scorer (:func:`evaluation.document_completion`), without the row index.
     """
     observed, held_out, _ = _split_halves(batch, seed)
     return observed, held_out

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from service.dev.localstack import LocalStack, free_port
 from service.kafka import ensure_topics
-from service.localstack import LocalStack, free_port
 from service.settings import load_settings
 from service.source import produce_lines
 
@@ -36,7 +36,7 @@ DEFAULT_CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "data" 
 def corpus_lines(path: Path | None, n: int) -> Iterator[bytes]:
     """``n`` articles: the corpus cycled with unique ids, or generated articles when there is no corpus."""
     if path is None or not path.exists():
-        from service.generator import generate_articles
+        from service.dev.generator import generate_articles
 
         for a in generate_articles(n, seed=0):
             yield json.dumps(a).encode()

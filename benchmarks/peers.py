@@ -10,7 +10,7 @@ loop, the checkpoints and the scoring are shared:
 * ``infer(docs)``: θ for documents with the topics fixed. Each library's *own* inference where it has one
   (our ``transform``, gensim ``inference``, scikit-learn ``transform``, tomotopy ``infer``); Vowpal Wabbit
   predicts nothing with minibatches > 1 and its prediction updates the model, so it uses the shared fixed-φ
-  folding-in :func:`service.evaluation.fold_in`. The shared fold-in is also reported for every method
+  folding-in :func:`evaluation.fold_in`. The shared fold-in is also reported for every method
   (``heldout_loglik_foldin``), so the φ's can be compared with one θ estimator.
 
 The runner pins every thread pool to one thread (set in the environment by ``run_all``) and measures the time
@@ -33,8 +33,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from kernels import Batch
-from service.evaluation import (
+from evaluation import (
     PreparedCorpus,
     fold_in,
     heldout_loglik_per_word,
@@ -42,6 +41,7 @@ from service.evaluation import (
     peak_rss_mb,
     score_model,
 )
+from kernels import Batch
 
 ALPHA = 0.1  # document–topic Dirichlet prior, the same for every LDA method
 ETA = 0.01  # topic–word Dirichlet prior

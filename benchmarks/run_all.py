@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.peers import FLOOR, REFERENCE
-from service.evaluation import load_articles, prepare_corpus, split_articles
+from evaluation import load_articles, prepare_corpus, split_articles
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"

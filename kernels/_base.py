@@ -2,7 +2,10 @@
 
 A kernel is a single-pass, constant-memory estimator over a stream of bag-of-words documents:
 
-* settings (hyperparameters) are stored untouched by ``__init__`` and checked in one place, ``_validate_params``;
+* settings (hyperparameters) are stored untouched by ``__init__`` and checked in one place, ``_validate_params``
+  (also reachable without building a model: ``check_params``; and on a trained one: ``set_params``, which refuses
+  the settings in ``restore_fixed`` that size or define the learned state);
+* ``state_bytes`` gives the size of the learned state for given settings, from the arrays' shapes;
 * learned state lives in attributes ending in ``_`` and is created by ``_init_state``;
 * ``partial_fit`` consumes one batch once; memory never depends on how many batches were seen;
 * ``state_dict`` / ``from_state`` round-trip exactly, random generator included, so a restored kernel continues
@@ -66,7 +69,62 @@ class TopicModel(abc.ABC):
     n_words: int
     seed: int
 
+    #: Settings that a model restored from a snapshot cannot take a new value for, because the learned state's
+    #: shapes or meaning depend on them (:meth:`set_params` refuses them). Each kernel adds its own, saying why.
+    restore_fixed: ClassVar[frozenset[str]] = frozenset({"n_topics", "n_words", "seed"})
+
     # ------------------------------------------------------------------ settings
+    @classmethod
+    def params_with_defaults(cls, **params: Any) -> dict[str, Any]:
+        """Every ``__init__`` setting: ``params`` over the defaults. ``TypeError`` for an unknown or missing name."""
+        bound = inspect.signature(cls.__init__).bind(None, **params)
+        bound.apply_defaults()
+        return {name: value for name, value in list(bound.arguments.items())[1:]}
+
+    @classmethod
+    def _settings_only(cls: type[T], **params: Any) -> T:
+        """A model with its settings stored and no learned state (what ``__init__`` does before ``_setup``)."""
+        model = cls.__new__(cls)
+        for name, value in cls.params_with_defaults(**params).items():
+            setattr(model, name, value)
+        return model
+
+    @classmethod
+    def check_params(cls, **params: Any) -> None:
+        """Validate settings exactly as ``__init__`` would, without allocating the learned state.
+
+        ``params`` are ``__init__``'s keyword arguments (``n_topics`` and ``n_words`` included). Raises
+        ``TypeError`` for an unknown or missing name and ``ValueError`` naming the first bad value (the checks are
+        those of ``_validate_params``, the one place each kernel validates its settings).
+        """
+        model = cls._settings_only(**params)
+        model._validate_base_params()
+        model._validate_params()
+
+    def set_params(self: T, **params: Any) -> T:
+        """Give this (possibly trained or restored) model new settings, keeping what it learned.
+
+        Refuses (``ValueError``) the names in :attr:`restore_fixed` and any value :meth:`check_params` rejects;
+        the model is unchanged then. Values derived from settings (step-size tables) are rebuilt.
+        """
+        fixed = sorted(set(params) & self.restore_fixed)
+        if fixed:
+            raise ValueError(f"{', '.join(fixed)} cannot change on a model with learned state")
+        type(self).check_params(**{**self.get_params(), **params})
+        for name, value in params.items():
+            setattr(self, name, value)
+        self._validate_params()
+        return self
+
+    @classmethod
+    def state_bytes(cls, n_topics: int, n_words: int, **params: Any) -> int:
+        """Bytes of the arrays in :meth:`state_dict` for these settings (what a snapshot stores), from their shapes.
+
+        Each kernel implements it from the shapes its ``_init_state`` allocates; ``tests/test_compat.py`` compares
+        it with the packed size of a real model's state.
+        """
+        raise NotImplementedError(f"{cls.__name__} does not report its state size")
+
     @classmethod
     def _param_names(cls) -> list[str]:
         sig = inspect.signature(cls.__init__)

@@ -589,6 +589,20 @@ class OnlineHDP(TopicModel):
     """
 
     algorithm: ClassVar[str] = "ohdp"
+    #: ``inference`` is fixed on a restored model besides K, W and the seed: it decides what the state holds
+    #: (λ − η and the stick parameters (u, v) of length K−1 for ``stick``; N^Φ and the expected tables per topic,
+    #: length K, for ``collapsed``). Every other setting can change: γ, α0, η enter each update and read-out
+    #: afresh, the schedule (κ, τ0, ρ_min) is evaluated at the stored update count, and ``doc_topics``, ``tol``,
+    #: ``max_iter``, ``sequential``, ``batch_size`` and ``window`` shape only the document step and future updates.
+    restore_fixed: ClassVar[frozenset[str]] = TopicModel.restore_fixed | {"inference"}
+
+    @classmethod
+    def state_bytes(cls, n_topics: int, n_words: int, **params: Any) -> int:
+        """``topic_stat`` (W×K), ``topic_total`` (K), the sticks and ``topic_rank`` (K), 8 bytes each."""
+        K, W = int(n_topics), int(n_words)
+        stick = cls.params_with_defaults(n_topics=K, n_words=W, **params)["inference"] == "stick"
+        sticks = 2 * (K - 1) if stick else K  # (u, v) of length K-1, or the tables per topic and an empty v
+        return 8 * (W * K + K + sticks + K)
 
     def __init__(
         self,

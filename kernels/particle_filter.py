@@ -128,6 +128,37 @@ class ParticleFilterLDA(TopicModel):
     """
 
     algorithm: ClassVar[str] = "pf"
+    #: Fixed on a restored model, besides K, W and the seed: every setting that sizes an array of the state —
+    #: P (``n_particles``), the pool (``pool_factor``, and ``n_rejuvenate`` through C), the reservoir or
+    #: history (``rejuvenation``, ``reservoir_size``, ``history_tokens``, ``history_docs``) and the Gibbs
+    #: buffer (``init_docs``, ``init_max_tokens``). The rest can change: α and β enter each proposal afresh,
+    #: ``ess_threshold`` only decides when to resample, and the Gibbs settings (``init_sweeps``,
+    #: ``init_restarts``, ``init_holdout``) act at initialisation only (not at all once it has happened).
+    restore_fixed: ClassVar[frozenset[str]] = TopicModel.restore_fixed | {
+        "n_particles",
+        "pool_factor",
+        "n_rejuvenate",
+        "rejuvenation",
+        "reservoir_size",
+        "history_tokens",
+        "history_docs",
+        "init_docs",
+        "init_max_tokens",
+    }
+
+    @classmethod
+    def state_bytes(cls, n_topics: int, n_words: int, **params: Any) -> int:
+        """Bytes of the arrays :meth:`_init_state` allocates (the module docstring's memory formula, exactly)."""
+        m = cls._settings_only(n_topics=n_topics, n_words=n_words, **params)
+        P, W, K = int(m.n_particles), int(n_words), int(n_topics)
+        C, R, D = m._sizes()
+        cap = int(m.init_max_tokens) if m.init_docs > 0 else 1
+        pool = 4 * C * K + 8 * C + 8 * C + 4 * W * P + 4 * W + W  # rows, refcnt, free, ptr, div, div_mark
+        particles = 8 * P * K + 8 * P  # nk, weights
+        reservoir = 4 * R + 4 * R + 2 * R * P + 4 * R + R  # res_w, res_slot, res_z, rdiv, rdiv_mark
+        docs = 4 * (D * P + 1) * K + 16 * (D * P + 1) + 4 * D * P + 24 * D  # drows, dref+dfree, dptr, slot_*
+        rest = 8 * (nb.N_CTR + nb.N_FST) + 8 * 4 + 4 * cap + 8 * (int(m.init_docs) + 1)  # ctr, fst, prng, buffer
+        return pool + particles + reservoir + docs + rest
 
     def __init__(
         self,

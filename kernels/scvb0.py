@@ -413,6 +413,18 @@ class SCVB0(TopicModel):
     """
 
     algorithm: ClassVar[str] = "scvb0"
+    #: Only K, W and the seed are fixed on a restored model. The state (N^Φ = s·M, N^Z, the update count t) has
+    #: the same meaning under any other setting: the priors α, η enter each update and read-out afresh (Eqs. 5,
+    #: 9), the Φ and Θ schedules are evaluated at the stored t and at each document's token count, and
+    #: ``batch_size``, ``burn_in``, ``window`` and ``transform_passes`` shape only future updates. The seed acts
+    #: only on a new model: a restored one continues the stored random generator.
+    restore_fixed: ClassVar[frozenset[str]] = TopicModel.restore_fixed
+
+    @classmethod
+    def state_bytes(cls, n_topics: int, n_words: int, **params: Any) -> int:
+        """N^Φ (W×K) and N^Z (K), float64 (see :meth:`_init_state`); the other state is a few scalars."""
+        K, W = int(n_topics), int(n_words)
+        return 8 * (W * K + K)
 
     def __init__(
         self,

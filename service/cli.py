@@ -19,11 +19,15 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.markup import escape
+
+from evaluation.command import eval_command
 
 from .settings import Settings, SettingsError, load_settings
+from .tables import topics_table
 
 app = typer.Typer(help="Streaming topic models over Kafka.", no_args_is_help=True, add_completion=False)
+app.command("eval")(eval_command)
 err = Console(stderr=True)
 
 Bootstrap = Annotated[str | None, typer.Option("--bootstrap", help="Kafka bootstrap servers (host:port)")]
@@ -33,12 +37,26 @@ Topics = Annotated[int | None, typer.Option("--topics", "-k", help="Number of to
 MetricsPort = Annotated[int | None, typer.Option("--metrics-port", help="Port of /metrics (0 disables)")]
 
 
-def _settings(**overrides: Any) -> Settings:
+def _settings(*, kernel: bool = False, sizes: bool = False, **overrides: Any) -> Settings:
+    """The settings, or exit 2 with one line per problem; ``kernel``: check TOPICSTREAM_KERNEL_PARAMS against the
+    kernel; ``sizes``: check that W × K fits this machine and Redis (see :mod:`service.compat`)."""
     try:
         settings = load_settings(**overrides)
     except SettingsError as e:
         err.print(f"[red]{e}[/red]")
         raise typer.Exit(2) from None
+    if kernel or sizes:
+        from rich.markup import escape
+
+        from .compat import kernel_param_problems, size_problems
+
+        problems = kernel_param_problems(settings)
+        if sizes and not problems:
+            problems = size_problems(settings)
+        if problems:
+            lines = "\n  ".join(escape(p) for p in problems)
+            err.print(f"[red]invalid settings:\n  {lines}[/red]", soft_wrap=True)  # one line per problem
+            raise typer.Exit(2)
     logging.basicConfig(
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
@@ -68,10 +86,17 @@ def _unreachable_is_fatal(settings: Settings) -> Iterator[None]:
     import redis
     from confluent_kafka import KafkaException
 
+    from .redact import redact_url, scrub
+
     try:
         yield
-    except redis.exceptions.ConnectionError as e:
-        err.print(f"[red]cannot reach Redis at {settings.redis_url}: {e}[/red] (TOPICSTREAM_REDIS_URL)")
+    except redis.exceptions.AuthenticationError as e:
+        url, why = redact_url(settings.redis_url), scrub(str(e), settings.redis_url)
+        err.print(f"[red]Redis at {url} refused the credentials: {why}[/red] (TOPICSTREAM_REDIS_URL)")
+        raise typer.Exit(3) from None
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as e:
+        url, why = redact_url(settings.redis_url), scrub(str(e), settings.redis_url)
+        err.print(f"[red]cannot reach Redis at {url}: {why}[/red] (TOPICSTREAM_REDIS_URL)")
         raise typer.Exit(3) from None
     except KafkaException as e:
         err.print(f"[red]Kafka at {settings.kafka_bootstrap}: {e}[/red] (TOPICSTREAM_KAFKA_BOOTSTRAP)")
@@ -102,9 +127,12 @@ def run(
 ) -> None:
     """The learner: consume articles, learn topics, publish mixtures, snapshot to Redis."""
     from .kafka import ensure_topics
-    from .learner import Learner, StateMismatch
+    from .learner import Learner, LeaseLost, StateMismatch
+    from .metrics import Metrics
 
     s = _settings(
+        kernel=True,
+        sizes=True,
         kafka_bootstrap=bootstrap,
         redis_url=redis_url,
         algorithm=algorithm,
@@ -112,16 +140,24 @@ def run(
         metrics_port=metrics_port,
     )
     _steady_malloc()
+    metrics = Metrics("learner")
+    metrics.serve(s.metrics_port, s.metrics_host)  # before the lease: a standby shows up on dashboards too
+    stop = _stop_on_signals()
     with _unreachable_is_fatal(s):
         if create_topics:
             ensure_topics(s, {s.input_topic: 1, s.output_topic: 1, s.dlq_topic: 1})
         try:
-            learner = Learner(s)
+            learner = Learner(s, metrics=metrics, stop=stop)
         except StateMismatch as e:
-            err.print(f"[red]{e}[/red]")
+            err.print(f"[red]{escape(str(e))}[/red]")
             raise typer.Exit(2) from None
-    learner.metrics.serve(s.metrics_port)
-    learner.run(_stop_on_signals())
+        except LeaseLost:
+            return  # stopped (SIGTERM) while waiting as a standby
+    try:
+        learner.run(stop)
+    except LeaseLost as e:
+        err.print(f"[red]{escape(str(e))}[/red]")
+        raise typer.Exit(1) from None
 
 
 @app.command()
@@ -133,11 +169,11 @@ def replica(
     """A read replica: serve mixtures from the learner's newest snapshot (inference only)."""
     from .replica import Replica
 
-    s = _settings(kafka_bootstrap=bootstrap, redis_url=redis_url, metrics_port=metrics_port)
+    s = _settings(kernel=True, kafka_bootstrap=bootstrap, redis_url=redis_url, metrics_port=metrics_port)
     _steady_malloc()
     with _unreachable_is_fatal(s):
         rep = Replica(s)
-    rep.metrics.serve(s.metrics_port)
+    rep.metrics.serve(s.metrics_port, s.metrics_host)
     rep.run(_stop_on_signals())
 
 
@@ -168,26 +204,6 @@ def produce(
         raise typer.Exit(2) from None
     dt = time.monotonic() - t0
     err.print(f"produced {n} articles to {s.input_topic} in {dt:.1f}s ({n / max(dt, 1e-9):.0f}/s)")
-
-
-def topics_table(summary: dict[str, Any], n_words: int = 8, limit: int | None = None) -> Table:
-    """The topics of a snapshot summary as a rich table, most prevalent first."""
-    table = Table(
-        title=f"{summary['algorithm']} · snapshot v{summary['version']} · "
-        f"{summary['articles_learned']:,} articles · {summary['topics_used']} topics used · "
-        f"drift {summary['model_drift']:.3f}",
-        title_justify="left",
-    )
-    table.add_column("topic", justify="right")
-    table.add_column("prevalence", justify="right")
-    table.add_column("drift", justify="right")
-    table.add_column("top words")
-    rows = sorted(summary["topics"], key=lambda t: -t["prevalence"])
-    for t in rows[:limit]:
-        table.add_row(
-            str(t["topic"]), f"{t['prevalence']:.3f}", f"{t['drift']:.3f}", " ".join(t["top_words"][:n_words])
-        )
-    return table
 
 
 @app.command("topics")
@@ -263,6 +279,60 @@ def subscribe(
 
 
 @app.command()
+def report(
+    out: Annotated[Path, typer.Option("--out", "-o", help="HTML page to write")] = Path("topicstream-report.html"),
+    png: Annotated[Path | None, typer.Option(help="PNG to write; default: the page's path with .png")] = None,
+    top: Annotated[int, typer.Option(min=1, max=20, help="Topics drawn over time")] = 8,
+    since: Annotated[
+        str | None, typer.Option(help="Compare now with this long ago (90s, 15m, 24h, 7d); default: the oldest")
+    ] = None,
+    x: Annotated[str, typer.Option(help="Horizontal axis: time or articles")] = "time",
+    redis_url: RedisUrl = None,
+) -> None:
+    """Write a self-contained HTML page and a PNG of how the topics drifted (from the history kept in Redis)."""
+    import redis
+    from rich.markup import escape
+
+    from .report import ReportUnavailable, baseline_index, load, parse_duration, write_report
+
+    if x not in ("time", "articles"):
+        raise typer.BadParameter(f"expected time or articles, got {x!r}", param_hint="--x")
+    try:
+        since_s = parse_duration(since) if since is not None else None
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--since") from None
+    s = _settings(redis_url=redis_url)
+    with _unreachable_is_fatal(s):
+        records, names = load(redis.Redis.from_url(s.redis_url, socket_timeout=30), s.redis_prefix)
+    if not records:
+        err.print(
+            f"no summary history under Redis prefix {s.redis_prefix!r} yet: is the learner running? "
+            "(TOPICSTREAM_REDIS_PREFIX)"
+        )
+        raise typer.Exit(1)
+    png_path = png or out.with_suffix(".png")
+    try:
+        write_report(
+            records,
+            out,
+            png_path,
+            names,
+            top=top,
+            baseline=baseline_index(records, since_s),
+            x=x,
+            source=f"Redis prefix {s.redis_prefix!r}",
+        )
+    except ReportUnavailable as e:
+        err.print(f"[red]{escape(str(e))}[/red]")
+        raise typer.Exit(2) from None
+    except OSError as e:
+        err.print(f"[red]cannot write the report: {escape(str(e))}[/red]")
+        raise typer.Exit(2) from None
+    first, last = records[0]["version"], records[-1]["version"]
+    err.print(f"wrote {out} and {png_path} ({len(records)} snapshots kept, versions {first}..{last})")
+
+
+@app.command()
 def demo(
     articles: Annotated[
         Path | None, typer.Option(help="JSONL(.gz) file of articles to replay; default: generated articles")
@@ -273,12 +343,7 @@ def demo(
     duration: Annotated[float | None, typer.Option(help="Stop after this many seconds")] = None,
 ) -> None:
     """`make run`: start a local broker + Redis (unless configured), stream articles, show live topics."""
-    from .demo import run_demo
+    from .dev.demo import run_demo
 
     s = _settings(algorithm=algorithm, topics=topics)
     run_demo(s, articles=articles, rate=rate, duration=duration)
-
-
-from service.evaluation import eval_command  # noqa: E402
-
-app.command("eval")(eval_command)

@@ -8,8 +8,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import Consumer as _Consumer
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -38,9 +39,9 @@ def _base(settings: Settings) -> dict[str, str | int | bool]:
     return {"bootstrap.servers": settings.kafka_bootstrap, "client.id": "topicstream"}
 
 
-def make_consumer(settings: Settings, group_id: str, **overrides: str | int | bool) -> _Consumer:
+def make_consumer(settings: Settings, group_id: str, **overrides: Any) -> _Consumer:
     """A consumer that never commits by itself and never stores offsets behind our back."""
-    conf: dict[str, str | int | bool] = {
+    conf: dict[str, Any] = {
         **_base(settings),
         "group.id": group_id,
         "enable.auto.commit": False,
@@ -49,6 +50,9 @@ def make_consumer(settings: Settings, group_id: str, **overrides: str | int | bo
         "partition.assignment.strategy": "cooperative-sticky",
         "max.poll.interval.ms": settings.max_poll_interval_ms,
         "session.timeout.ms": min(settings.session_timeout_ms, settings.max_poll_interval_ms),
+        # A third of the session timeout, as Kafka advises: librdkafka's fixed 3 s default lets any short session
+        # (tests use 3 s) expire on one late heartbeat, and every expiry is a rebalance.
+        "heartbeat.interval.ms": max(100, min(settings.session_timeout_ms, settings.max_poll_interval_ms) // 3),
         # Prefetch a few batches, not librdkafka's default 64 MB per partition: memory stays flat and small.
         "queued.max.messages.kbytes": 16384,
         **settings.kafka_config,
@@ -66,6 +70,9 @@ def make_producer(settings: Settings, **overrides: str | int | bool) -> Producer
         "batch.num.messages": 10_000,
         "queue.buffering.max.messages": 500_000,
         "max.in.flight.requests.per.connection": 5,
+        # Retry until the broker answers: a broker outage of minutes must not fail a batch (and stop the
+        # learner); permanent errors (too large, not authorised) are still reported at once.
+        "message.timeout.ms": 0,
         **settings.kafka_config,
         **overrides,
     }
@@ -92,47 +99,52 @@ def ensure_topics(settings: Settings, topics: dict[str, int], timeout: float = 3
 
 @dataclass
 class DeliveryTracker:
-    """Counts broker acknowledgements and remembers failures, for one batch at a time.
+    """Counts one batch's sends and the broker's acknowledgements, and remembers failures.
 
-    Use :meth:`callback` as ``on_delivery``; after ``producer.flush()`` call :meth:`raise_on_failure`.
-    ``on_ack`` is called with each acknowledged message (for metrics).
+    Call :meth:`sent` for each message handed to the producer and use :meth:`callback` as its ``on_delivery``;
+    the batch is :attr:`done` when every send has been answered, and :attr:`failures` says whether any failed.
+    Callbacks run inside ``producer.poll``/``flush`` (on the polling thread); the lock makes reads from other
+    threads safe.
     """
 
-    on_ack: Callable[[Message], None] | None = None
+    pending: int = 0
     acked: int = 0
     failures: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
+    def sent(self) -> None:
+        with self._lock:
+            self.pending += 1
+
     def callback(self, err: KafkaError | None, msg: Message) -> None:
         with self._lock:
+            self.pending -= 1
             if err is not None:
                 self.failures.append(f"{msg.topic()}: {err}")
-                return
-            self.acked += 1
-        if self.on_ack is not None:
-            self.on_ack(msg)
+            else:
+                self.acked += 1
+
+    @property
+    def done(self) -> bool:
+        with self._lock:
+            return self.pending <= 0
 
     def raise_on_failure(self) -> None:
         with self._lock:
             if self.failures:
-                failures, self.failures = self.failures, []
-                raise DeliveryError(f"{len(failures)} message(s) not acknowledged, e.g. {failures[0]}")
-
-    def reset(self) -> None:
-        with self._lock:
-            self.acked = 0
-            self.failures.clear()
+                raise DeliveryError(f"{len(self.failures)} message(s) not acknowledged, e.g. {self.failures[0]}")
 
 
-def flush_all(producer: Producer, tracker: DeliveryTracker, timeout: float = 60.0) -> None:
-    """Wait until every queued message is acknowledged; raise :class:`DeliveryError` otherwise."""
-    deadline = time.monotonic() + timeout
-    remaining = producer.flush(timeout)
-    while remaining and time.monotonic() < deadline:
-        remaining = producer.flush(1.0)
-    if remaining:
-        raise DeliveryError(f"{remaining} message(s) still unacknowledged after {timeout:.0f}s")
-    tracker.raise_on_failure()
+def flush_all(producer: Producer, timeout: float | None = None) -> None:
+    """Wait until every queued message is answered by the broker (``timeout`` None: as long as it takes).
+
+    With ``message.timeout.ms`` = 0 (see :func:`make_producer`) a message is retried until the broker takes it,
+    so during a broker outage this waits for the broker to come back instead of failing the batch.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while producer.flush(1.0):
+        if deadline is not None and time.monotonic() > deadline:
+            raise DeliveryError(f"{len(producer)} message(s) still unacknowledged after {timeout:.0f}s")
 
 
 def next_offsets(msgs: Iterable[Message]) -> dict[tuple[str, int], int]:

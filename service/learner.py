@@ -1,23 +1,29 @@
 """``topicstream run``: the learner. One process, one writer of the model.
 
-Per batch of messages (see ``../shared/notes/architecture.md``, "Delivery guarantee"):
+The batch loop is :class:`service.worker.BatchWorker`'s; the learner supplies what is its own:
 
-1. decode and validate; bad messages go to the dead-letter topic with the reason;
-2. tokenize, map words to vocabulary slots (resetting the kernel's statistics of recycled slots);
-3. ``partial_fit_transform``: learn from the batch and get each article's mixture;
-4. publish one output event per good article;
-5. flush the producer: every output and dead letter of the batch is acknowledged by the broker;
-6. commit the batch's offsets (only now: at least once, never lost);
-7. every N batches or T seconds, snapshot model + vocabulary + the offsets they reflect to Redis
-   (:mod:`service.checkpoint`).
+* bad messages go to the dead-letter topic with the reason;
+* words are mapped to vocabulary slots, learning new words (recycled slots are reset in the kernel first);
+* the kernel learns from the batch and returns each article's mixture (``partial_fit_transform``);
+* now and then (every N batches or T seconds) a snapshot of model + vocabulary + the offsets they reflect is
+  written to Redis off the batch loop (:mod:`service.checkpoint`).
 
-On start the newest snapshot is restored and partitions are read from the offsets it records, so the model never
-contains an article twice and never misses one. SIGTERM/SIGINT finish the batch, snapshot, commit and leave the
-group.
+One writer per Redis prefix: before it restores anything or joins the consumer group, a learner takes the lease
+(:mod:`service.lease`); a second learner waits as a standby (``topicstream_learner_standby`` = 1) and takes over
+once the active one stops renewing it. Every snapshot write carries the lease's fencing token, and Redis refuses
+it when a newer learner has taken over: the old one then steps down (:class:`LeaseLost`).
+
+On start the newest *readable* snapshot is restored (a corrupt newest version is skipped, logged and counted;
+settings that changed are applied where the kernel allows it, or refused with one line:
+:func:`service.compat.restore_plan`) and partitions are read from the offsets it records, so the model never
+contains an article twice and never misses one. Versions never go backwards: the learner carries its last version
+and fencing token, and when Redis comes back empty it writes its state again at once. SIGTERM/SIGINT finish the
+batch in flight, publish and flush it, write a final snapshot, commit, release the lease and leave the group.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -25,42 +31,41 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Message
 from numpy.typing import NDArray
 
-from kernels import ALGORITHMS, TopicModel
+from kernels import TopicModel
+from kernels.registry import kernel_class
 
-from .checkpoint import Checkpointer
-from .kafka import make_consumer, make_producer
+from .checkpoint import Capture, SnapshotWriter, hellinger_rows
+from .compat import restore_plan
+from .history import SummaryHistory
+from .lease import Lease, LeaseKeeper
 from .metrics import Metrics
-from .pipeline import Publisher, TopicLabels, decode_batch, tokenize
+from .pipeline import TopicLabels
+from .schemas import Rejection
 from .settings import Settings
-from .snapshot import SnapshotStore
-from .text import Tokenizer, Vocabulary
+from .snapshot import STATISTICS, NoReadableSnapshot, SnapshotInfo, SnapshotStore
+from .text import Vocabulary
+from .worker import BatchWorker, InFlight, ModelRef
 
-__all__ = ["Learner", "StateMismatch"]
+__all__ = ["Learner", "LeaseLost", "StateMismatch", "hellinger_rows"]
 
 log = logging.getLogger(__name__)
 
 
 class StateMismatch(RuntimeError):
-    """The snapshot in Redis was made with settings that contradict the current ones."""
+    """The snapshot in Redis was made with settings that contradict the current ones (or none is readable)."""
 
 
-def hellinger_rows(p: NDArray[np.floating], q: NDArray[np.floating], block: int = 8) -> NDArray[np.float64]:
-    """Hellinger distance between matching rows of two row-stochastic matrices.
-
-    Works through ``block`` rows at a time so the temporaries stay small next to a K×W matrix.
-    """
-    out = np.empty(p.shape[0], dtype=np.float64)
-    for i in range(0, p.shape[0], block):
-        d = np.sqrt(p[i : i + block], dtype=np.float64) - np.sqrt(q[i : i + block], dtype=np.float64)
-        out[i : i + block] = np.sqrt(0.5 * np.einsum("ij,ij->i", d, d))
-    return out
+class LeaseLost(RuntimeError):
+    """Another learner took over this prefix: this one stopped writing and left."""
 
 
-class Learner:
-    """The learning loop. ``run`` blocks until ``stop`` is set (or ``max_batches`` are done)."""
+class Learner(BatchWorker):
+    """The learning loop. ``run`` blocks until ``stop`` is set."""
+
+    role = "learner"
 
     def __init__(
         self,
@@ -68,241 +73,286 @@ class Learner:
         metrics: Metrics | None = None,
         consumer_overrides: dict[str, Any] | None = None,
         store: SnapshotStore | None = None,
+        stop: threading.Event | None = None,
     ) -> None:
-        self.settings = s = settings
-        self.metrics = metrics or Metrics("learner")
+        s = settings
         self.store = store or SnapshotStore.from_url(
             s.redis_url, prefix=s.redis_prefix, keep=s.snapshot_keep, ttl_s=s.snapshot_ttl_s
         )
-        self.tokenizer = Tokenizer()
-        self.offsets: dict[tuple[str, int], int] = {}
+        super().__init__(s, metrics or Metrics("learner"), s.learner_group(), consumer_overrides)
         self.version = 0
         self.articles_learned = 0
-        self._prev_phi: NDArray[np.float32] | None = None
+        self.lease = Lease(self.store.r, s.redis_prefix, ttl_s=s.lease_ttl_s)
+        self._take_lease(stop)
         self.model, self.vocab = self._restore_or_create()
+        self.keeper = LeaseKeeper(self.lease)
+        self.keeper.start()
         log.info("compiling the %s kernel (cached on disk after the first start)", s.algorithm)
         type(self.model).warm_up(**s.kernel_params)
         self.labels = TopicLabels(self.model.topic_word(), self.vocab.slot_words())
         self.metrics.describe_model(s.algorithm, s.topics, s.vocab_size)
-        self.consumer = make_consumer(s, s.learner_group(), **(consumer_overrides or {}))
-        self.producer = make_producer(s)
-        self.publisher = Publisher(self.producer, s, self.metrics)
-        self.checkpointer = Checkpointer(
-            self.producer, self.publisher.tracker, self.consumer, self._snapshot, s, self.metrics
+        self.writer = SnapshotWriter(
+            self.store, self.metrics, self.wait_acknowledged, self._save, self._written, self._check_redis_empty
         )
-        self._assigned: set[tuple[str, int]] = set()
+        self._batches_since_snapshot = 0
+        self._last_snapshot = time.monotonic()
+        self._last_gauges = 0.0
+        self._republish = threading.Event()
 
     # ------------------------------------------------------------------ state
-    def _new_model(self) -> TopicModel:
-        s = self.settings
-        factory: Callable[..., TopicModel] = ALGORITHMS[s.algorithm]
-        return factory(n_topics=s.topics, n_words=s.vocab_size, seed=s.seed, **s.kernel_params)
+    def _take_lease(self, stop: threading.Event | None) -> None:
+        """Become the one active learner of this prefix, waiting as a standby while another one is."""
+        if not self.lease.try_acquire():
+            holder = self.lease.holder()
+            who = f"{holder.host} pid {holder.pid} (token {holder.token})" if holder else "another learner"
+            log.warning(
+                "standby: %s holds the learner lease of prefix %r; waiting to take over",
+                who,
+                self.settings.redis_prefix,
+            )
+            self.metrics.standby.set(1)
+            # After Redis lost its data, leave the lease to its old holder for a while (it reclaims it).
+            if not self.lease.acquire(stop=stop, grace_s=2 * self.lease.ttl_s):
+                raise LeaseLost("stopped while waiting as a standby")
+            self.metrics.standby.set(0)
+        self.metrics.lease_token.set(self.lease.token or 0)
+        log.info(
+            "holding the learner lease of prefix %r (fencing token %s)", self.settings.redis_prefix, self.lease.token
+        )
 
     def _restore_or_create(self) -> tuple[TopicModel, Vocabulary]:
         s = self.settings
-        loaded = self.store.load()
+        built: dict[int, tuple[TopicModel, Vocabulary]] = {}
+
+        def build(meta: dict[str, Any], payload: dict[str, Any]) -> None:
+            # Shapes and values the checksum cannot vouch for: the kernel's and vocabulary's own checks.
+            kstate = payload["kernel"]
+            built[int(meta["version"])] = (
+                kernel_class(kstate["algorithm"]).from_state(kstate),
+                Vocabulary.from_state(payload["vocabulary"]),
+            )
+
+        try:
+            loaded = self.store.load_newest_readable(nonnegative=STATISTICS, validate=build)
+        except NoReadableSnapshot as e:
+            raise StateMismatch(
+                f"no snapshot under Redis prefix {s.redis_prefix!r} is readable ({e}); refusing to start a new "
+                "model over them: inspect or delete them, or use another TOPICSTREAM_REDIS_PREFIX"
+            ) from None
         if loaded is None:
             log.info("no snapshot under prefix %r: starting a fresh %s model", s.redis_prefix, s.algorithm)
-            return self._new_model(), Vocabulary(s.vocab_size, admit_count=s.vocab_admit_count)
-        meta, payload = loaded
-        kstate = payload["kernel"]
-        problems = []
-        if kstate["algorithm"] != s.algorithm:
-            problems.append(f"algorithm {kstate['algorithm']!r} (settings say {s.algorithm!r})")
-        if kstate["params"]["n_topics"] != s.topics:
-            problems.append(f"{kstate['params']['n_topics']} topics (settings say {s.topics})")
-        if kstate["params"]["n_words"] != s.vocab_size:
-            problems.append(f"vocabulary of {kstate['params']['n_words']} (settings say {s.vocab_size})")
-        if problems:
+            factory: Callable[..., TopicModel] = kernel_class(s.algorithm)
+            model = factory(n_topics=s.topics, n_words=s.vocab_size, seed=s.seed, **s.kernel_params)
+            return model, Vocabulary(s.vocab_size, admit_count=s.vocab_admit_count)
+        for version, reason in loaded.skipped:
+            self.metrics.snapshot_fallbacks.inc()
+            log.error("snapshot %d is unreadable (%s): skipped", version, reason)
+        if loaded.skipped:
+            log.warning("restoring snapshot %d, the newest readable one", loaded.version)
+        meta, payload = loaded.meta, loaded.payload
+        plan = restore_plan(s, payload)
+        if plan.refused:
             raise StateMismatch(
-                f"the snapshot under Redis prefix {s.redis_prefix!r} has "
-                + ", ".join(problems)
-                + "; use another TOPICSTREAM_REDIS_PREFIX to start a new model, or restore the old settings"
+                f"the snapshot under Redis prefix {s.redis_prefix!r} does not match the settings:\n  "
+                + "\n  ".join(plan.refused)
             )
-        model = ALGORITHMS[s.algorithm].from_state(kstate)
-        vocab = Vocabulary.from_state(payload["vocabulary"])
-        self.offsets = {(t, int(p)): int(o) for t, p, o in payload["offsets"]}
-        self.version = int(meta["version"])
+        model, vocab = built[loaded.version]
+        plan.apply_to(model, vocab)
+        for line in plan.applied:
+            log.info("%s", line)
+        self.positions = {(t, int(p)): int(o) for t, p, o in payload["offsets"]}
+        # Continue above everything this prefix has seen, even versions whose data is unreadable.
+        self.version = max([int(meta["version"]), *(v for v, _ in loaded.skipped)])
         self.articles_learned = int(payload.get("articles_learned", 0))
-        self._prev_phi = model.topic_word().astype(np.float32)
         self.metrics.snapshot_version.set(self.version)
         self.metrics.snapshot_timestamp.set(float(meta["created_at"]))
         log.info(
             "restored snapshot %d (%d articles learned); offsets %s",
-            self.version,
+            loaded.version,
             self.articles_learned,
-            self.offsets,
+            self.positions,
         )
         return model, vocab
 
-    def _snapshot(self) -> None:
-        """Write model + vocabulary + offsets (called by the checkpointer after outputs are acknowledged)."""
-        t0 = time.perf_counter()
-        phi = self.model.topic_word()
-        self.labels = TopicLabels(phi, self.vocab.slot_words())
-        weights = self.model.topic_weights()
-        drift = hellinger_rows(phi, self._prev_phi) if self._prev_phi is not None else np.zeros(len(weights))
-        self._prev_phi = phi.astype(np.float32)
-        del phi  # K×W doubles: not needed while the state is packed (the snapshot is the memory peak)
-        payload = {
-            "kernel": self.model.state_dict(),
-            "vocabulary": self.vocab.state_dict(),
-            "offsets": [[t, p, o] for (t, p), o in sorted(self.offsets.items())],
-            "articles_learned": self.articles_learned,
-        }
-        meta = {
-            "algorithm": self.settings.algorithm,
-            "topics": self.settings.topics,
-            "articles_learned": self.articles_learned,
-        }
-        info = self.store.save(payload, meta)
-        self.version = info.version
-        model_drift = float(np.dot(weights, drift))
-        self.store.put_summary(
-            {
-                "version": info.version,
-                "algorithm": self.settings.algorithm,
-                "created_at": info.created_at,
-                "articles_learned": self.articles_learned,
-                "topics_used": self.model.topics_used(),
-                "model_drift": model_drift,
-                "topics": [
-                    {
-                        "topic": k,
-                        "prevalence": float(weights[k]),
-                        "drift": float(drift[k]),
-                        "top_words": self.labels.top_words[k],
-                    }
-                    for k in range(len(weights))
-                ],
-            }
+    # ------------------------------------------------------------------ the worker's hooks
+    def start_offset(self, topic: str, partition: int) -> int:
+        # The snapshot is the only record of what the model has learned: a partition it does not mention has
+        # contributed nothing yet and is read from its beginning. (Kafka's committed offsets may be ahead of the
+        # snapshot — they are for monitoring — and resuming there would lose articles.)
+        return self.positions.get((topic, partition), OFFSET_BEGINNING)
+
+    @property
+    def publishes(self) -> bool:
+        return self.settings.learner_publish
+
+    def reject(self, msg: Message, rejection: Rejection, batch: InFlight) -> None:
+        self.publisher.dead_letter(msg, rejection, batch.tracker)
+
+    def encode(self, batch: InFlight, bags: list[Any]) -> None:
+        batch.encoded = self.vocab.encode(bags)
+        batch.model = ModelRef(self.labels, self.settings.algorithm, self.version, self.settings.topics)
+        self.articles_learned += len(batch.decoded.good)
+
+    def compute(self, batch: InFlight) -> NDArray[np.float64]:
+        assert batch.encoded is not None
+        recycled = batch.encoded.recycled
+        if recycled.size:
+            self.model.reset_words(recycled)
+            self.metrics.vocabulary_recycled.inc(int(recycled.size))
+        if not batch.decoded.good:
+            return np.zeros((0, self.settings.topics))
+        return self.model.partial_fit_transform(batch.encoded.batch)
+
+    def between_batches(self, finished: InFlight | None) -> None:
+        if finished is not None:
+            self._batches_since_snapshot += 1
+            now = time.monotonic()
+            if now - self._last_gauges >= 1.0:  # K gauges: at most once a second
+                self._last_gauges = now
+                self._model_gauges()
+        if self._snapshot_due() and self.writer.ready() and not self.broken:
+            self._take_snapshot()
+
+    # ------------------------------------------------------------------ snapshots
+    def _snapshot_due(self) -> bool:
+        s = self.settings
+        if self._republish.is_set():
+            return True
+        if self._batches_since_snapshot == 0:
+            return False
+        return (
+            self._batches_since_snapshot >= s.snapshot_every_batches
+            or time.monotonic() - self._last_snapshot >= s.snapshot_every_s
         )
+
+    def _take_snapshot(self) -> None:
+        """Capture on the kernel lane (it is idle now: called between batches) and hand it to the writer."""
+        s = self.settings
+        t0 = time.perf_counter()
+        vocab_state = self.vocab.state_dict()
+        slot_words = self.vocab.slot_words()
+        offsets = dict(self.positions)
+        extra = {"articles_learned": self.articles_learned}
+        meta = {"algorithm": s.algorithm, "topics": s.topics, "articles_learned": self.articles_learned}
+        future = self.lane.submit(
+            self.writer.capture, self._seq, self.model, vocab_state, slot_words, offsets, extra, meta
+        )
+        self.writer.submit(future)
+        self._republish.clear()
+        self._batches_since_snapshot = 0
+        self._last_snapshot = time.monotonic()
+        self.metrics.batch_duration.labels(stage="snapshot").observe(time.perf_counter() - t0)
+
+    def _save(self, cap: Capture) -> SnapshotInfo:
+        """Write a capture (writer thread): never below our last version, only while our fencing token is the
+        newest."""
+        return self.store.save(cap.payload, cap.meta, min_version=self.version, fence=self.lease.fence())
+
+    def _check_redis_empty(self) -> None:
+        """Writer thread, while idle: Redis came back without our snapshots (restarted without persistence)?
+        Then write the state again at once rather than at the next due time."""
+        try:
+            if self.version and self.store.is_empty():
+                log.warning(
+                    "Redis holds no snapshot under prefix %r any more: writing version > %d now",
+                    self.settings.redis_prefix,
+                    self.version,
+                )
+                self._republish.set()
+        except Exception:  # Redis down: the keeper and the writer report it
+            return
+
+    def _written(self, cap: Capture, info: SnapshotInfo) -> None:
+        """After a snapshot is in Redis (writer thread): labels, summary, metrics."""
+        self.labels = cap.labels
+        self.version = info.version
+        self.metrics.lease_token.set(self.lease.token or 0)
+        model_drift = float(np.dot(cap.weights, cap.drift))
+        summary = {
+            "version": info.version,
+            "algorithm": self.settings.algorithm,
+            "created_at": info.created_at,
+            "articles_learned": cap.meta["articles_learned"],
+            "topics_used": cap.topics_used,
+            "model_drift": model_drift,
+            "topics": [
+                {
+                    "topic": k,
+                    "prevalence": float(cap.weights[k]),
+                    "drift": float(cap.drift[k]),
+                    "top_words": cap.labels.top_words[k],
+                }
+                for k in range(len(cap.weights))
+            ],
+        }
+        self.store.put_summary(summary)
+        SummaryHistory(self.store.r, self.store.prefix).append(summary)
         m = self.metrics
-        m.snapshot_duration.observe(time.perf_counter() - t0)
         m.snapshot_size.set(info.size_bytes)
         m.snapshot_version.set(info.version)
         m.snapshot_timestamp.set(info.created_at)
         m.model_drift.set(model_drift)
-        for k, d in enumerate(drift):
+        for k, d in enumerate(cap.drift):
             m.topic_drift.labels(topic=str(k)).set(float(d))
         log.info(
             "snapshot %d: %.1f MB, %d articles learned",
             info.version,
             info.size_bytes / 1e6,
-            self.articles_learned,
+            cap.meta["articles_learned"],
         )
 
-    # ------------------------------------------------------------------ partitions
-    def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
-        # The snapshot is the only record of what the model has learned: a partition it does not mention has
-        # contributed nothing yet and is read from its beginning. (Kafka's committed offsets may be ahead of the
-        # snapshot — they are for monitoring — and resuming there would lose articles.)
-        for tp in partitions:
-            tp.offset = self.offsets.get((tp.topic, tp.partition), OFFSET_BEGINNING)
-            self._assigned.add((tp.topic, tp.partition))
-        log.info("assigned %s", [(tp.topic, tp.partition, tp.offset) for tp in partitions])
-        consumer.incremental_assign(partitions)
-
-    def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
-        # Batches are processed synchronously, so everything consumed so far is already acknowledged and
-        # committed when this callback runs.
-        for tp in partitions:
-            self._assigned.discard((tp.topic, tp.partition))
-        log.info("revoked %s", [(tp.topic, tp.partition) for tp in partitions])
-        consumer.incremental_unassign(partitions)
-
-    def _update_lag(self) -> None:
-        """Lag per assigned partition: the high watermark (cached from fetch responses, no broker round trip)
-        minus our position. (Tansu reports a wrong high watermark; real Kafka is right.)"""
-        for topic, part in list(self._assigned):
-            pos = self.offsets.get((topic, part))
-            if pos is None:
-                continue
-            try:
-                _, high = self.consumer.get_watermark_offsets(TopicPartition(topic, part), cached=True)
-            except Exception:  # a transient metadata error must not stop learning
-                self.metrics.errors.labels(kind="watermarks").inc()
-                continue
-            if high >= 0:
-                self.metrics.lag.labels(topic=topic, partition=str(part)).set(max(0, high - pos))
-
-    # ------------------------------------------------------------------ the loop
-    def process(self, msgs: list[Message]) -> None:
-        """Steps 1–6 for one batch of messages."""
-        s, m = self.settings, self.metrics
-        t0 = time.perf_counter()
-        decoded = decode_batch(msgs, s.max_article_bytes)
-        for msg, rejection in decoded.bad:
-            self.publisher.dead_letter(msg, rejection)
-        t1 = time.perf_counter()
-        articles = [a for _, a in decoded.good]
-        encoded = self.vocab.encode(tokenize(self.tokenizer, articles))
-        if encoded.recycled.size:
-            self.model.reset_words(encoded.recycled)
-            m.vocabulary_recycled.inc(int(encoded.recycled.size))
-        t2 = time.perf_counter()
-        theta = self.model.partial_fit_transform(encoded.batch) if articles else np.zeros((0, s.topics))
-        t3 = time.perf_counter()
-        batch = encoded.batch
-        tokens = batch.doc_tokens()
-        if s.learner_publish:
-            self.publisher.publish(decoded.good, theta, tokens, self.labels, s.algorithm, self.version)
-        self.articles_learned += len(articles)
-        t4 = time.perf_counter()
-        self.checkpointer.after_batch(msgs, self.offsets)
-        t5 = time.perf_counter()
-
-        m.consumed.inc(len(msgs))
-        m.batches.inc()
-        m.tokens.inc(float(batch.counts.sum()))
-        m.oov_tokens.inc(encoded.oov_tokens)
-        m.vocabulary_words.set(len(self.vocab))
-        for stage, dt in (
-            ("decode", t1 - t0),
-            ("tokenize", t2 - t1),
-            ("kernel", t3 - t2),
-            ("publish", t4 - t3),
-            ("commit", t5 - t4),
-        ):
-            m.batch_duration.labels(stage=stage).observe(dt)
-        weights = self.model.topic_weights()
-        for k, w in enumerate(weights):
+    def _model_gauges(self) -> None:
+        m = self.metrics
+        for k, w in enumerate(self.model.topic_weights()):
             m.topic_prevalence.labels(topic=str(k)).set(float(w))
         m.topics_used.set(self.model.topics_used())
+        m.vocabulary_words.set(len(self.vocab))
         for name, value in self.model.diagnostics().items():
             m.kernel_stat.labels(stat=name).set(value)
 
-    def run(self, stop: threading.Event | None = None, max_batches: int | None = None) -> None:
-        """Consume until ``stop`` is set; then finish the batch, snapshot, commit and leave the group."""
-        stop = stop or threading.Event()
-        s = self.settings
-        self.consumer.subscribe(
-            [s.input_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke
-        )
-        batches = 0
-        try:
-            while not stop.is_set() and (max_batches is None or batches < max_batches):
-                msgs = self.consumer.consume(num_messages=s.batch_size, timeout=s.batch_timeout_s)
-                good_msgs = []
-                for msg in msgs:
-                    err = msg.error()
-                    if err is None:
-                        good_msgs.append(msg)
-                    else:
-                        self.metrics.errors.labels(kind="consume").inc()
-                        log.warning("consumer error: %s", err)
-                if good_msgs:
-                    self.process(good_msgs)
-                    self._update_lag()
-                    batches += 1
-                else:
-                    self.checkpointer.maybe_snapshot()
-        finally:
-            self.close()
+    def checkpoint(self) -> None:
+        """Publish and flush what is in flight, then write a snapshot of everything learned and wait for it."""
+        self.flush()
+        self.writer.wait_idle()
+        if self._batches_since_snapshot and not self.broken and not self.lease_lost:
+            self._take_snapshot()
+            self.writer.wait_idle()
+
+    @property
+    def lease_lost(self) -> bool:
+        return self.keeper.lost.is_set() or self.writer.fenced.is_set()
+
+    def run(
+        self,
+        stop: threading.Event | None = None,
+        max_messages: int | None = None,
+        until: Callable[[], bool] | None = None,
+    ) -> None:
+        """As :meth:`BatchWorker.run`; raises :class:`LeaseLost` when another learner took over meanwhile."""
+        super().run(stop, max_messages, lambda: self.lease_lost or (until is not None and until()))
+        if self.lease_lost:
+            raise LeaseLost(f"another learner took over prefix {self.settings.redis_prefix!r}; this one stopped")
 
     def close(self) -> None:
-        """Final snapshot and commit, then leave the consumer group."""
+        """Publish and flush what is in flight, write a final snapshot, commit, release the lease, leave."""
         try:
-            self.checkpointer.final()
+            if self.broken:
+                log.error("a delivery failed: not snapshotting a model whose outputs are not acknowledged")
+            elif self.lease_lost:
+                self.flush()  # outputs already computed still go out; no snapshot: it would be refused
+            else:
+                self.checkpoint()
         finally:
+            self.writer.close()
+            self.keeper.stop()
+            if not self.lease_lost:
+                with contextlib.suppress(Exception):  # Redis down: the lease simply expires
+                    self.lease.release()
+            self.lane.shutdown(wait=True)
             self.consumer.close()
+
+    def abandon(self) -> None:
+        """Stop as SIGKILL would: nothing flushed, committed or snapshotted, the lease left to expire."""
+        super().abandon()
+        self.writer.close(timeout=30)
+        self.keeper.stop()

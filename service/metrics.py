@@ -17,6 +17,19 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.
 _DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
+#: The kinds of ``topicstream_errors_total`` the service reports.
+ERROR_KINDS = (
+    "consume",
+    "commit",
+    "partitions_lost",
+    "watermarks",
+    "redis",
+    "fenced",
+    "summary",
+    "dead_letter_refused",
+)
+
+
 class Metrics:
     """All series of one process (learner or replica)."""
 
@@ -36,6 +49,12 @@ class Metrics:
         self.dead_lettered = Counter(
             "topicstream_articles_dead_lettered_total",
             "Messages sent to the dead-letter topic, by reason",
+            ["reason"],
+            registry=r,
+        )
+        self.rejected = Counter(
+            "topicstream_articles_rejected_total",
+            "Invalid messages a replica skipped (the learner dead-letters them), by reason",
             ["reason"],
             registry=r,
         )
@@ -132,12 +151,28 @@ class Metrics:
             ["stat"],
             registry=r,
         )
+        self.standby = Gauge(
+            "topicstream_learner_standby",
+            "1 while this learner waits as a standby for the active learner's lease, else 0",
+            registry=r,
+        )
+        self.lease_token = Gauge(
+            "topicstream_learner_fencing_token", "Fencing token of the lease this learner holds", registry=r
+        )
+        self.snapshot_fallbacks = Counter(
+            "topicstream_snapshot_fallbacks_total",
+            "Unreadable snapshot versions skipped in favour of an older readable one",
+            registry=r,
+        )
         self.errors = Counter(
             "topicstream_errors_total",
-            "Errors reported by Kafka or Redis clients, by kind",
+            "Errors met and survived, by kind (consume, commit, redis, fenced, watermarks, ...)",
             ["kind"],
             registry=r,
         )
+        # Known kinds start at 0, so dashboards and alerts see a series (rate 0) before the first error.
+        for kind in ERROR_KINDS:
+            self.errors.labels(kind=kind)
 
     def _snapshot_age(self) -> float:
         ts = self.snapshot_timestamp._value.get()

@@ -5,12 +5,20 @@ Header names on the wire (stable; subscribers filter on them without parsing bod
 * output: ``topicstream-topic`` (dominant topic id), ``topicstream-topics`` (comma-separated ids of
   ``top_topics``), ``topicstream-model-version``, ``topicstream-algorithm``;
 * dead letters: ``topicstream-error-reason``, ``topicstream-error-detail``, ``topicstream-source-topic``,
-  ``topicstream-source-partition``, ``topicstream-source-offset`` (the original headers are kept too).
+  ``topicstream-source-partition``, ``topicstream-source-offset``, ``topicstream-original-bytes`` (length of the
+  original value) and, when the value had to be cut to ``TOPICSTREAM_DLQ_MAX_BYTES``, ``topicstream-truncated``
+  (``"true"``) and ``topicstream-original-sha256``. The original headers are kept too, unless together they exceed
+  16 KiB (then ``topicstream-headers-dropped`` says how many were dropped).
+
+The dead-letter path must never fail on the bytes it carries: a failure there would stop the learner, and the
+message would be read again after the restart and fail again. So a dead letter is bounded in size before it is
+sent, and if the producer still refuses it, a reference-only dead letter (headers, no value) is sent instead.
 """
 
 from __future__ import annotations
 
-import json
+import hashlib
+import logging
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -18,7 +26,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import numpy as np
-from confluent_kafka import KafkaError, Message, Producer
+import orjson
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from numpy.typing import NDArray
 
 from .kafka import DeliveryTracker
@@ -27,7 +36,9 @@ from .schemas import Article, Rejection, decode_article
 from .settings import Settings
 from .text import Tokenizer
 
-__all__ = ["Decoded", "Publisher", "TopicLabels", "decode_batch", "tokenize"]
+__all__ = ["Decoded", "Publisher", "TopicLabels", "dead_letter_record", "decode_batch", "tokenize"]
+
+log = logging.getLogger(__name__)
 
 H_TOPIC = "topicstream-topic"
 H_TOPICS = "topicstream-topics"
@@ -38,6 +49,47 @@ H_DETAIL = "topicstream-error-detail"
 H_SRC_TOPIC = "topicstream-source-topic"
 H_SRC_PARTITION = "topicstream-source-partition"
 H_SRC_OFFSET = "topicstream-source-offset"
+H_ORIGINAL_BYTES = "topicstream-original-bytes"
+H_TRUNCATED = "topicstream-truncated"
+H_ORIGINAL_SHA256 = "topicstream-original-sha256"
+H_HEADERS_DROPPED = "topicstream-headers-dropped"
+
+#: The most bytes of original headers a dead letter carries over.
+MAX_DLQ_ORIGINAL_HEADER_BYTES = 16 * 1024
+
+Headers = list[tuple[str, str | bytes | None]]
+
+#: Outputs copy the title and url cut to these lengths, so an output event stays far below any broker's message
+#: size limit whatever the input carries (an input near TOPICSTREAM_MAX_ARTICLE_BYTES could be all title).
+MAX_OUTPUT_TITLE_CHARS = 1000
+MAX_OUTPUT_URL_CHARS = 2048
+
+
+def _clip(text: str | None, n: int) -> str | None:
+    return text if text is None or len(text) <= n else text[: n - 1] + "…"
+
+
+def dead_letter_record(msg: Message, rejection: Rejection, max_bytes: int) -> tuple[bytes, Headers]:
+    """The value and headers of ``msg``'s dead letter, bounded in size (see the module docstring)."""
+    value = msg.value() or b""
+    original = msg.headers() or []
+    kept: Headers = list(original.items() if isinstance(original, dict) else original)
+    size = sum(len(k) + len(v or b"") for k, v in kept)
+    ours: Headers = [
+        (H_REASON, rejection.reason.encode()),
+        (H_DETAIL, rejection.detail[:2000].encode("utf-8", "replace")),
+        (H_SRC_TOPIC, (msg.topic() or "").encode()),
+        (H_SRC_PARTITION, str(msg.partition()).encode()),
+        (H_SRC_OFFSET, str(msg.offset()).encode()),
+        (H_ORIGINAL_BYTES, str(len(value)).encode()),
+    ]
+    if size > MAX_DLQ_ORIGINAL_HEADER_BYTES:
+        ours.append((H_HEADERS_DROPPED, str(len(kept)).encode()))
+        kept = []
+    if len(value) > max_bytes:
+        ours += [(H_TRUNCATED, b"true"), (H_ORIGINAL_SHA256, hashlib.sha256(value).hexdigest().encode())]
+        value = value[:max_bytes]
+    return value, kept + ours
 
 
 @dataclass
@@ -82,19 +134,20 @@ class TopicLabels:
 
 
 class Publisher:
-    """Writes output events and dead letters; every send is tracked until the broker acknowledges it."""
+    """Writes output events and dead letters; every send is counted in the batch's :class:`DeliveryTracker`."""
 
     def __init__(self, producer: Producer, settings: Settings, metrics: Metrics) -> None:
         self.producer = producer
         self.settings = settings
         self.metrics = metrics
-        self.tracker = DeliveryTracker()
 
-    def _output_delivered(self, input_ts: float) -> Callable[[KafkaError | None, Message], None]:
+    def _output_delivered(
+        self, tracker: DeliveryTracker, input_ts: float
+    ) -> Callable[[KafkaError | None, Message], None]:
         """Delivery callback of one output: track it, and on success count it and observe its latency."""
 
         def callback(err: KafkaError | None, msg: Message) -> None:
-            self.tracker.callback(err, msg)
+            tracker.callback(err, msg)
             if err is None:
                 self.metrics.published.inc()
                 self.metrics.latency.observe(max(0.0, time.time() - input_ts))
@@ -103,32 +156,43 @@ class Publisher:
 
     def _produce(
         self,
+        tracker: DeliveryTracker,
         topic: str,
         key: bytes | str | None,
         value: bytes,
-        headers: list[tuple[str, str | bytes | None]],
+        headers: Headers,
         on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
     ) -> None:
-        callback = on_delivery or self.tracker.callback
+        callback = on_delivery or tracker.callback
         while True:
             try:
                 self.producer.produce(topic, value=value, key=key, headers=headers, on_delivery=callback)
+                tracker.sent()
                 return
-            except BufferError:  # local queue full: let deliveries drain, then retry
+            except BufferError:  # local queue full (e.g. the broker is away): let deliveries drain, then retry
                 self.producer.poll(0.1)
 
-    def dead_letter(self, msg: Message, rejection: Rejection) -> None:
-        original = msg.headers() or []
-        headers: list[tuple[str, str | bytes | None]]
-        headers = list(original.items() if isinstance(original, dict) else original)
-        headers += [
-            (H_REASON, rejection.reason.encode()),
-            (H_DETAIL, rejection.detail[:2000].encode("utf-8", "replace")),
-            (H_SRC_TOPIC, (msg.topic() or "").encode()),
-            (H_SRC_PARTITION, str(msg.partition()).encode()),
-            (H_SRC_OFFSET, str(msg.offset()).encode()),
-        ]
-        self._produce(self.settings.dlq_topic, msg.key(), msg.value() or b"", headers)
+    def dead_letter(self, msg: Message, rejection: Rejection, tracker: DeliveryTracker) -> None:
+        """Send ``msg`` to the dead-letter topic with the reason; never raises on the message's own bytes."""
+        value, headers = dead_letter_record(msg, rejection, self.settings.dlq_max_bytes)
+        try:
+            self._produce(tracker, self.settings.dlq_topic, msg.key(), value, headers)
+        except KafkaException as e:
+            # Refused locally (e.g. larger than the producer's message.max.bytes): a reference-only dead letter
+            # still tells the operator where the message is and why it was rejected.
+            self.metrics.errors.labels(kind="dead_letter_refused").inc()
+            log.warning(
+                "dead letter of %s[%s]@%s refused (%s): sent without its value",
+                msg.topic(),
+                msg.partition(),
+                msg.offset(),
+                e,
+            )
+            reference = [(k, v) for k, v in headers if k.startswith("topicstream-")]
+            reference.append((H_TRUNCATED, b"true"))
+            key = msg.key()
+            small_key = key if key is None or len(key) <= 1024 else None
+            self._produce(tracker, self.settings.dlq_topic, small_key, b"", reference)
         self.metrics.dead_lettered.labels(reason=rejection.reason).inc()
 
     def publish(
@@ -139,6 +203,7 @@ class Publisher:
         labels: TopicLabels,
         algorithm: str,
         version: int,
+        tracker: DeliveryTracker,
     ) -> None:
         """One output event per article; ``theta`` rows are the mixtures, ``tokens`` the in-vocab counts."""
         s = self.settings
@@ -147,13 +212,14 @@ class Publisher:
         now = datetime.now(timezone.utc).isoformat()
         consumed_at = time.time()
         order = np.argsort(-theta, axis=1)[:, : s.top_topics_max]
-        mixtures = np.round(theta, 6).tolist()
+        mixtures = np.round(theta, 6)
         version_b, algorithm_b = str(version).encode(), algorithm.encode()
+        names = labels.labels
         for j, (msg, article) in enumerate(good):
             row = theta[j]
             top = [
-                {"topic": int(k), "weight": round(float(row[k]), 6), "label": labels.labels[k]}
-                for k in order[j]
+                {"topic": int(k), "weight": round(float(row[k]), 6), "label": names[k]}
+                for k in order[j].tolist()
                 if row[k] >= s.top_topics_threshold
             ]
             event = {
@@ -163,11 +229,11 @@ class Publisher:
                 "top_topics": top,
                 "published_at": article.published_at.isoformat() if article.published_at else None,
                 "processed_at": now,
-                "title": article.title,
-                "url": article.url,
+                "title": _clip(article.title, MAX_OUTPUT_TITLE_CHARS),
+                "url": _clip(article.url, MAX_OUTPUT_URL_CHARS),
                 "tokens": int(tokens[j]),
             }
-            headers: list[tuple[str, str | bytes | None]] = [
+            headers: Headers = [
                 (H_TOPIC, str(int(order[j, 0])).encode()),
                 (H_TOPICS, ",".join(str(t["topic"]) for t in top).encode()),
                 (H_VERSION, version_b),
@@ -176,9 +242,10 @@ class Publisher:
             _, ts_ms = msg.timestamp()
             input_ts = ts_ms / 1000.0 if ts_ms > 0 else consumed_at
             self._produce(
+                tracker,
                 s.output_topic,
                 article.id,
-                json.dumps(event).encode(),
+                orjson.dumps(event, option=orjson.OPT_SERIALIZE_NUMPY),
                 headers,
-                self._output_delivered(input_ts),
+                self._output_delivered(tracker, input_ts),
             )

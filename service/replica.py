@@ -1,9 +1,14 @@
 """``topicstream replica``: inference-only workers that serve mixtures from the learner's snapshots.
 
-Replicas form their own consumer group on the input topic (so they scale with its partitions), load the newest
-snapshot from Redis, and reload whenever the learner announces a new version (pub/sub, with a periodic check of
-``latest`` as a fallback). They never change the model or the vocabulary. Bad input is the learner's to
-dead-letter; a replica skips it and counts it under ``topicstream_errors_total{kind="rejected_input"}``.
+Replicas form their own consumer group on the input topic (so they scale with its partitions) and run the same
+batch loop as the learner (:class:`service.worker.BatchWorker`: stage timings, lag, consume and commit errors
+are the same metrics). They never change the model or the vocabulary. Bad input is the learner's to dead-letter; a
+replica skips it and counts it under ``topicstream_articles_rejected_total{reason}``.
+
+A follower thread polls Redis for a newer snapshot every ``poll_s`` seconds, loads it in the background (falling
+back to the newest readable kept version when the newest is corrupt) and the loop switches to it between two
+batches. Any Redis error is logged, counted (``topicstream_errors_total{kind="redis"}``) and retried: the replica
+keeps serving its last model through a Redis outage and picks up new versions once Redis is back.
 """
 
 from __future__ import annotations
@@ -11,118 +16,181 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from confluent_kafka import Message
+from numpy.typing import NDArray
 
-from kernels import ALGORITHMS, TopicModel
+from kernels import TopicModel
+from kernels.registry import kernel_class
 
-from .checkpoint import Checkpointer
-from .kafka import make_consumer, make_producer
 from .metrics import Metrics
-from .pipeline import Publisher, TopicLabels, decode_batch, tokenize
+from .pipeline import TopicLabels
+from .schemas import Rejection
 from .settings import Settings
 from .snapshot import SnapshotCorrupt, SnapshotStore
-from .text import Tokenizer, Vocabulary
+from .text import Vocabulary
+from .worker import BatchWorker, InFlight, ModelRef
 
-__all__ = ["Replica"]
+__all__ = ["Replica", "Served"]
 
 log = logging.getLogger(__name__)
 
 
-class Replica:
+@dataclass(frozen=True)
+class Served:
+    """A loaded snapshot: everything a batch needs, swapped as one reference."""
+
+    model: TopicModel
+    vocab: Vocabulary
+    ref: ModelRef
+
+
+class Replica(BatchWorker):
+    """The inference loop; ``run`` waits for the learner's first snapshot, then serves until ``stop``."""
+
+    role = "replica"
+
     def __init__(
         self,
         settings: Settings,
         metrics: Metrics | None = None,
         consumer_overrides: dict[str, Any] | None = None,
         store: SnapshotStore | None = None,
+        poll_s: float = 2.0,
     ) -> None:
-        self.settings = s = settings
-        self.metrics = metrics or Metrics("replica")
+        s = settings
         self.store = store or SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix)
-        self.tokenizer = Tokenizer()
-        self.model: TopicModel | None = None
-        self.vocab: Vocabulary | None = None
-        self.labels: TopicLabels | None = None
-        self.version = 0
-        self.consumer = make_consumer(s, s.replica_group(), **(consumer_overrides or {}))
-        self.producer = make_producer(s)
-        self.publisher = Publisher(self.producer, s, self.metrics)
-        self.checkpointer = Checkpointer(self.producer, self.publisher.tracker, self.consumer, None, s, self.metrics)
-        self._last_check = 0.0
+        self.store.r.ping()  # unreachable Redis at start-up: one clear line from the CLI, not a traceback later
+        super().__init__(s, metrics or Metrics("replica"), s.replica_group(), consumer_overrides)
+        self.poll_s = poll_s
+        self.served: Served | None = None
+        self._pending: Served | None = None
+        self._redis_down = False
+        self._stop_follower = threading.Event()
+        self._follower: threading.Thread | None = None
 
-    def reload(self, version: int | None = None) -> bool:
-        """Load ``version`` (default: the latest) if it is newer than ours; True when the model changed."""
-        latest = version if version is not None else self.store.latest_version()
-        if latest is None or latest <= self.version:
-            return False
-        t0 = time.perf_counter()
+    @property
+    def version(self) -> int:
+        return self.served.ref.version if self.served is not None else 0
+
+    @property
+    def model(self) -> TopicModel | None:
+        return self.served.model if self.served is not None else None
+
+    # ------------------------------------------------------------------ following the learner's snapshots
+    def reload(self) -> bool:
+        """Load the newest readable snapshot if it is newer than what is served or pending; True when one was
+        loaded. Never raises on Redis errors or corrupt snapshots: logs, counts and keeps the current model."""
+        current = max(self.version, self._pending.ref.version if self._pending is not None else 0)
         try:
-            loaded = self.store.load(latest)
-        except SnapshotCorrupt:
-            self.metrics.snapshot_failures.inc()
-            log.exception("snapshot %d is corrupt; keeping version %d", latest, self.version)
+            latest = self.store.latest_version()
+            if latest is None or latest <= current:
+                self._redis_back()
+                return False
+            loaded = self._load_newest_readable(latest, current)
+        except Exception as e:  # ConnectionError, TimeoutError, ...: keep serving
+            self.metrics.errors.labels(kind="redis").inc()
+            if not self._redis_down:
+                log.warning(
+                    "Redis unavailable (%s: %s); serving version %d until it is back", type(e).__name__, e, self.version
+                )
+            self._redis_down = True
             return False
+        self._redis_back()
         if loaded is None:
             return False
-        meta, payload = loaded
-        kstate = payload["kernel"]
-        cls = ALGORITHMS[kstate["algorithm"]]
-        if self.model is None or type(self.model) is not cls:
-            cls.warm_up()
-        self.model = cls.from_state(kstate)
-        self.vocab = Vocabulary.from_state(payload["vocabulary"])
-        self.labels = TopicLabels(self.model.topic_word(), self.vocab.slot_words())
-        self.version = int(meta["version"])
-        m = self.metrics
-        m.snapshot_duration.observe(time.perf_counter() - t0)
-        m.snapshot_version.set(self.version)
-        m.snapshot_size.set(int(meta["size_bytes"]))
-        m.snapshot_timestamp.set(float(meta["created_at"]))
-        m.describe_model(kstate["algorithm"], self.model.n_topics, self.model.n_words)
-        log.info("serving snapshot %d", self.version)
+        self._pending = loaded
         return True
 
-    def _maybe_reload(self) -> None:
-        now = time.monotonic()
-        if now - self._last_check >= 2.0:
-            self._last_check = now
+    def _redis_back(self) -> None:
+        if self._redis_down:
+            log.info("Redis is back")
+            self._redis_down = False
+
+    def _load_newest_readable(self, latest: int, current: int) -> Served | None:
+        """The newest version in (current, latest] that loads; corrupt ones are skipped, logged and counted."""
+        for version in range(latest, current, -1):
+            t0 = time.perf_counter()
+            try:
+                loaded = self.store.load(version)
+                if loaded is None:
+                    continue
+                meta, payload = loaded
+                served = self._build(meta, payload)
+            except (SnapshotCorrupt, ValueError, KeyError, TypeError) as e:
+                self.metrics.snapshot_failures.inc()
+                log.error("snapshot %d is unreadable (%s); trying an older one", version, e)
+                continue
+            m = self.metrics
+            m.snapshot_duration.observe(time.perf_counter() - t0)
+            m.snapshot_version.set(served.ref.version)
+            m.snapshot_size.set(int(meta.get("size_bytes", 0)))
+            m.snapshot_timestamp.set(float(meta["created_at"]))
+            m.describe_model(served.ref.algorithm, served.model.n_topics, served.model.n_words)
+            log.info("loaded snapshot %d", served.ref.version)
+            return served
+        return None
+
+    def _build(self, meta: dict[str, Any], payload: dict[str, Any]) -> Served:
+        kstate = payload["kernel"]
+        cls = kernel_class(kstate["algorithm"])
+        if self.served is None or type(self.served.model) is not cls:
+            cls.warm_up()
+        model = cls.from_state(kstate)
+        vocab = Vocabulary.from_state(payload["vocabulary"])
+        labels = TopicLabels(model.topic_word(), vocab.slot_words())
+        return Served(model, vocab, ModelRef(labels, model.algorithm, int(meta["version"]), model.n_topics))
+
+    def _follow(self) -> None:
+        while not self._stop_follower.wait(self.poll_s):
             self.reload()
 
-    def process(self, msgs: list[Any]) -> None:
-        assert self.model is not None and self.vocab is not None and self.labels is not None
-        decoded = decode_batch(msgs, self.settings.max_article_bytes)
-        if decoded.bad:
-            self.metrics.errors.labels(kind="rejected_input").inc(len(decoded.bad))
-        articles = [a for _, a in decoded.good]
-        encoded = self.vocab.encode(tokenize(self.tokenizer, articles), learn=False)
-        batch = encoded.batch
-        theta = self.model.transform(batch) if articles else np.zeros((0, self.model.n_topics))
-        tokens = batch.doc_tokens()
-        self.publisher.publish(decoded.good, theta, tokens, self.labels, self.model.algorithm, self.version)
-        self.checkpointer.after_batch(msgs, {})
-        self.metrics.consumed.inc(len(msgs))
-        self.metrics.batches.inc()
-        self.metrics.tokens.inc(float(batch.counts.sum()))
-        self.metrics.oov_tokens.inc(encoded.oov_tokens)
+    # ------------------------------------------------------------------ the worker's hooks
+    def start_offset(self, topic: str, partition: int) -> None:
+        return None  # the group's committed offsets
 
-    def run(self, stop: threading.Event | None = None, max_batches: int | None = None) -> None:
+    def reject(self, msg: Message, rejection: Rejection, batch: InFlight) -> None:
+        self.metrics.rejected.labels(reason=rejection.reason).inc()
+
+    def encode(self, batch: InFlight, bags: list[Any]) -> None:
+        served = self.served
+        assert served is not None
+        batch.encoded = served.vocab.encode(bags, learn=False)
+        batch.model = served.ref
+        batch.context = served.model
+
+    def compute(self, batch: InFlight) -> NDArray[np.float64]:
+        assert batch.encoded is not None and batch.model is not None
+        if not batch.decoded.good:
+            return np.zeros((0, batch.model.n_topics))
+        model: TopicModel = batch.context
+        return model.transform(batch.encoded.batch)
+
+    def between_batches(self, finished: InFlight | None) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self.served = pending
+            log.info("serving snapshot %d", pending.ref.version)
+
+    # ------------------------------------------------------------------ running
+    def run(self, stop: threading.Event | None = None, max_messages: int | None = None, until: Any = None) -> None:
         stop = stop or threading.Event()
-        s = self.settings
-        while self.model is None and not self.reload():
+        while self.served is None:
+            if self.reload():
+                self.between_batches(None)
+                break
+            log.info("waiting for the learner's first snapshot under prefix %r", self.settings.redis_prefix)
             if stop.wait(1.0):
+                self.consumer.close()
+                self.lane.shutdown()
                 return
-            log.info("waiting for the learner's first snapshot under prefix %r", s.redis_prefix)
-        self.consumer.subscribe([s.input_topic])
-        batches = 0
+        self._follower = threading.Thread(target=self._follow, name="snapshot-follower", daemon=True)
+        self._follower.start()
         try:
-            while not stop.is_set() and (max_batches is None or batches < max_batches):
-                msgs = [m for m in self.consumer.consume(s.batch_size, s.batch_timeout_s) if m.error() is None]
-                if msgs:
-                    self.process(msgs)
-                    batches += 1
-                self._maybe_reload()
+            super().run(stop, max_messages, until)
         finally:
-            self.checkpointer.final()
-            self.consumer.close()
+            self._stop_follower.set()
+            self._follower.join(10)

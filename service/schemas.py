@@ -7,10 +7,9 @@ what exactly was wrong.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
@@ -85,24 +84,35 @@ class Rejection:
     detail: str
 
 
+_BOM = b"\xef\xbb\xbf"
+
+
 def decode_article(value: bytes | None, max_bytes: int) -> Article | Rejection:
-    """Decode and validate one message value."""
+    """Decode and validate one message value; never raises.
+
+    Parsing is pydantic's own JSON parser (``Article.model_validate_json``), not :mod:`json`: it has a nesting
+    limit (the standard library raises ``RecursionError`` on 10,000-deep arrays, which once crashed the learner on
+    every restart), rejects lone UTF-16 surrogates (which no JSON encoder could write back out) and is about three
+    times faster. A leading UTF-8 byte-order mark is ignored (RFC 8259 allows a parser to).
+    """
     if value is None:
         return Rejection("invalid", "message has no value (tombstone)")
     if len(value) > max_bytes:
         return Rejection("oversize", f"message is {len(value)} bytes, the limit is {max_bytes}")
+    if value.startswith(_BOM):
+        value = value[len(_BOM) :]
     try:
-        text = value.decode("utf-8")
+        value.decode("utf-8")
     except UnicodeDecodeError as e:
         return Rejection("not_utf8", f"not UTF-8: {e}")
     try:
-        obj: Any = json.loads(text)
-    except json.JSONDecodeError as e:
-        return Rejection("not_json", f"not JSON: {e}")
-    if not isinstance(obj, dict):
-        return Rejection("not_object", f"expected a JSON object, got {type(obj).__name__}")
-    try:
-        return Article.model_validate(obj)
+        return Article.model_validate_json(value)
     except ValidationError as e:
-        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'article'}: {err['msg']}" for err in e.errors())
+        errors = e.errors(include_url=False, include_input=False)
+        first = errors[0] if errors else {"type": "", "loc": (), "msg": str(e)}
+        if first["type"] == "json_invalid":
+            return Rejection("not_json", f"not JSON: {first['msg']}")
+        if first["type"] == "model_type" and not first["loc"]:
+            return Rejection("not_object", f"expected a JSON object: {first['msg']}")
+        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'article'}: {err['msg']}" for err in errors)
         return Rejection("invalid", problems)

@@ -7,12 +7,16 @@ one clear line per problem, naming the variable.
 
 from __future__ import annotations
 
+import json
+import re
+import sys
+from pathlib import Path
 from typing import Any
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["Settings", "SettingsError", "load_settings"]
+__all__ = ["Settings", "SettingsError", "load_settings", "settings_table", "write_settings_table"]
 
 
 class SettingsError(ValueError):
@@ -42,7 +46,7 @@ class Settings(BaseSettings):
     )
 
     # The model.
-    algorithm: str = Field("scvb0", description="Kernel: scvb0 | ohdp | pf")
+    algorithm: str = Field("scvb0", description="Kernel: scvb0, ohdp or pf")
     topics: int = Field(100, ge=1, le=10_000, description="Number of topics K (the truncation for ohdp)")
     kernel_params: dict[str, Any] = Field(
         default_factory=dict, description='Extra kernel hyperparameters as JSON, e.g. {"alpha": 0.05}'
@@ -59,17 +63,33 @@ class Settings(BaseSettings):
     snapshot_keep: int = Field(3, ge=1, description="Snapshot versions kept in Redis")
     snapshot_ttl_s: int = Field(7 * 24 * 3600, ge=60, description="Expiry of a superseded snapshot, seconds")
     redis_prefix: str = Field("topicstream", description="Prefix of every Redis key")
+    lease_ttl_s: float = Field(
+        10.0,
+        ge=1.0,
+        le=300.0,
+        description="Lease of the one active learner per Redis prefix: a standby takes over this long after the "
+        "active one stops renewing it",
+    )
 
     # Input and output.
     max_article_bytes: int = Field(1_000_000, ge=64, description="Larger messages are dead-lettered")
+    dlq_max_bytes: int = Field(
+        524_288,
+        ge=0,
+        le=900_000,
+        description="Dead letters carry at most this many bytes of the original value (the rest is cut, and "
+        "headers say so); keep it under the dead-letter topic's max.message.bytes",
+    )
     top_topics_threshold: float = Field(0.1, ge=0, le=1, description="Least weight for a topic in top_topics")
     top_topics_max: int = Field(3, ge=1, description="Most entries in top_topics")
     learner_publish: bool = Field(
-        True, description="The learner publishes mixtures too; set false when replicas serve the output topic"
+        True,
+        description="The learner publishes mixtures; false when replicas run (they publish, see deploy/README.md)",
     )
 
     # Operations.
     metrics_port: int = Field(9100, ge=0, le=65535, description="Port of /metrics (0 disables)")
+    metrics_host: str = Field("0.0.0.0", min_length=1, description="Address /metrics binds to, e.g. 127.0.0.1")
     max_poll_interval_ms: int = Field(300_000, ge=1000, description="Kafka max.poll.interval.ms")
     session_timeout_ms: int = Field(45_000, ge=1000, description="Kafka session.timeout.ms")
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
@@ -93,10 +113,10 @@ class Settings(BaseSettings):
     @field_validator("algorithm")
     @classmethod
     def _check_algorithm(cls, v: str) -> str:
-        from kernels import ALGORITHMS
+        from kernels.registry import ALGORITHM_NAMES  # names only: numba is not imported
 
-        if v not in ALGORITHMS:
-            raise ValueError(f"unknown algorithm {v!r}; choose one of {', '.join(sorted(ALGORITHMS))}")
+        if v not in ALGORITHM_NAMES:
+            raise ValueError(f"unknown algorithm {v!r}; choose one of {', '.join(sorted(ALGORITHM_NAMES))}")
         return v
 
     @field_validator("log_level")
@@ -133,3 +153,48 @@ def load_settings(**overrides: Any) -> Settings:
             name = "TOPICSTREAM_" + "_".join(str(p) for p in err["loc"]).upper() if err["loc"] else "settings"
             lines.append(f"{name}: {err['msg']} (got {err.get('input')!r})")
         raise SettingsError("invalid settings:\n  " + "\n  ".join(lines)) from None
+
+
+# ------------------------------------------------------------------------------------------ the README's table
+_TABLE_HEAD = "| variable | default | meaning |\n|---|---|---|\n"
+
+
+def _default_text(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "`true`" if value else "`false`"
+    if isinstance(value, dict):
+        return f"`{json.dumps(value)}`"
+    return f"`{value}`"
+
+
+def settings_table() -> str:
+    """The settings table of the README (Markdown), generated from :class:`Settings`' fields.
+
+    ``tests/test_settings.py`` fails when the README's table differs; ``python -m service.settings README.md``
+    rewrites it in place.
+    """
+    rows = []
+    for name, field in Settings.model_fields.items():
+        default = field.default_factory() if field.default_factory is not None else field.default  # type: ignore[call-arg]
+        meaning = (field.description or "").replace("|", "\\|")
+        rows.append(f"| `TOPICSTREAM_{name.upper()}` | {_default_text(default)} | {meaning} |\n")
+    return _TABLE_HEAD + "".join(rows)
+
+
+def write_settings_table(readme: Path) -> bool:
+    """Replace the settings table in ``readme`` by :func:`settings_table`; return whether the file changed."""
+    text = readme.read_text(encoding="utf-8")
+    pattern = re.compile(re.escape(_TABLE_HEAD) + r"(?:\|[^\n]*\n)*")
+    if not pattern.search(text):
+        raise ValueError(f"{readme} has no settings table starting with {_TABLE_HEAD.splitlines()[0]!r}")
+    new = pattern.sub(lambda _m: settings_table(), text, count=1)
+    if new != text:
+        readme.write_text(new, encoding="utf-8")
+    return new != text
+
+
+if __name__ == "__main__":  # python -m service.settings README.md
+    for arg in sys.argv[1:]:
+        print(f"{arg}: {'updated' if write_settings_table(Path(arg)) else 'up to date'}")

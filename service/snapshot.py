@@ -4,108 +4,132 @@ Layout (``P`` = ``TOPICSTREAM_REDIS_PREFIX``):
 
 ``P:snapshot:version``        counter, the last version number handed out
 ``P:snapshot:<v>:data``       the payload (see :func:`pack`), immutable once written
-``P:snapshot:<v>:meta``       JSON: version, sha256, size, created_at, algorithm, topics, offsets, ...
-``P:snapshot:latest``         the newest complete version
+``P:snapshot:<v>:meta``       JSON: version, sha256, size_bytes, created_at, writer (host, pid, lease id),
+                              fencing_token, and what the learner adds (algorithm, topics, articles_learned, ...)
+``P:snapshot:latest``         the newest complete version; it only ever moves forward
+``P:snapshot:kept``           sorted set of the newest ``keep`` complete versions (the fallbacks of a reader)
 ``P:summary``                 JSON: the newest topics with labels, prevalence and drift (for ``topicstream topics``)
+``P:lease:learner[:token]``   the writer's lease and its fencing-token counter (see :mod:`service.lease`)
 channel ``P:snapshots``       a message with the version number each time ``latest`` moves
 
-A version's data and meta are written first and ``latest`` moves only afterwards (one MULTI/EXEC), so a reader
-never sees a half-written snapshot; the checksum catches anything else. Versions older than the newest
-``keep`` are given a TTL rather than deleted, so a replica that is reading one right now can finish.
+Writing (:meth:`SnapshotStore.save`) takes three steps. (1) One Lua call hands out a version greater than the
+counter, ``latest`` and the caller's ``min_version``: a learner that carries its last version continues from it
+even when Redis came back empty, so one number never names two models. (2) Data and meta are written with a
+"pending" TTL (an hour), so a writer that dies here leaves nothing behind for long. (3) One Lua call commits: it
+checks the caller's fencing token against the lease's (a paused or partitioned old writer is refused and what it
+wrote is deleted: :class:`FencedOut`), makes the keys permanent, moves ``latest`` forward, gives versions beyond
+the newest ``keep`` a TTL (a replica reading one right now can finish) and announces the version. A reader never
+sees a half-written snapshot.
+
+Reading (:meth:`SnapshotStore.load`) trusts nothing it reads: any damage — bytes overwritten, truncated, meta
+that is not JSON or lacks a field, checksum mismatch, arrays that do not fit the body, NaN or infinity, negative
+statistics, or whatever the caller's ``validate`` finds — is one :class:`SnapshotCorrupt` with a reason.
+:meth:`SnapshotStore.load_newest_readable` walks the kept versions newest first and returns the newest readable
+one with the list of those it skipped and why.
+
+The Lua steps touch keys they derive from the prefix: one Redis server (or a primary with replicas), not a
+Redis Cluster.
 
 Payloads are nested dicts of JSON values and numpy arrays (a kernel's ``state_dict``, the vocabulary's, the
-offsets). :func:`pack` stores a JSON document followed by the arrays' raw bytes (no pickle).
+offsets), stored by :func:`service.snapshot_format.pack` as a JSON document followed by the arrays' raw bytes
+(no pickle); :func:`pack`, :func:`unpack`, :class:`SnapshotCorrupt` and :data:`STATISTICS` (the keys of
+the statistics that must be non-negative) are re-exported here.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import struct
+import os
+import socket
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
-import numpy as np
 import redis
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.retry import Retry
 
-__all__ = ["SnapshotCorrupt", "SnapshotInfo", "SnapshotStore", "pack", "unpack"]
+from .redact import redact_url
+from .snapshot_format import STATISTICS, SnapshotCorrupt, check_payload, pack, unpack
 
-_MAGIC = b"TSNAP2"
+__all__ = [
+    "STATISTICS",
+    "Fence",
+    "FencedOut",
+    "LoadedSnapshot",
+    "NoReadableSnapshot",
+    "SnapshotCorrupt",
+    "SnapshotInfo",
+    "SnapshotStore",
+    "SnapshotWriteFailed",
+    "check_payload",
+    "connect",
+    "pack",
+    "unpack",
+]
+
+_META_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "version": int,
+    "sha256": str,
+    "size_bytes": int,
+    "created_at": (int, float),
+}
+
+Validator = Callable[[dict[str, Any], dict[str, Any]], None]
 
 
-class SnapshotCorrupt(RuntimeError):
-    """A snapshot's bytes do not match its checksum or cannot be decoded."""
+class NoReadableSnapshot(SnapshotCorrupt):
+    """Snapshots are stored but none of the kept versions is readable; ``skipped`` says why, newest first."""
+
+    def __init__(self, skipped: list[tuple[int, str]]):
+        self.skipped = skipped
+        reasons = "; ".join(f"{v}: {why}" for v, why in skipped)
+        super().__init__(f"no readable snapshot among {len(skipped)} kept version(s) ({reasons})")
 
 
-def pack(payload: dict[str, Any]) -> memoryview:
-    """Serialise nested dicts/lists of JSON values and numpy arrays, without pickle.
+class SnapshotWriteFailed(RuntimeError):
+    """A snapshot was not committed (nothing it wrote is left behind); the state in Redis is unchanged."""
 
-    Layout: magic, the length of a JSON document, the document (arrays replaced by ``{"__ndarray__": [dtype,
-    shape, offset]}``), then the raw C-order bytes of every array. The buffer is allocated once at its final
-    size and each array is copied into it once: snapshots can be hundreds of MB, and this is where the learner's
-    memory peaks.
+
+class FencedOut(SnapshotWriteFailed):
+    """The writer's fencing token is no longer the lease's newest: another learner took over."""
+
+
+# --------------------------------------------------------------------------------------------- Redis client
+def connect(url: str, *, socket_timeout: float = 10.0, connect_timeout: float = 2.0, retries: int = 1) -> redis.Redis:
+    """A Redis client that fails fast while Redis is down instead of stalling its caller.
+
+    redis-py's default retries a failed command 10 times; with a connect timeout that is a minute or more per
+    call during an outage. Here a command that met a broken connection is retried ``retries`` times (enough
+    to replace a connection that a Redis restart closed) with redis-py's own jittered exponential backoff; a
+    timeout is not retried, and a connection attempt gives up after ``connect_timeout`` seconds.
+    ``socket_timeout`` bounds one reply, and also one whole request: Python's ``sendall`` counts the timeout
+    over the whole send, so it must cover writing the largest snapshot (512 MB at 1 Gbit/s: about 5 s). A
+    malformed URL is a ValueError that names the URL without its password.
     """
-    arrays: list[np.ndarray] = []
-    offset = 0
-
-    def strip(x: Any) -> Any:
-        nonlocal offset
-        if isinstance(x, np.ndarray):
-            a = x if x.flags.c_contiguous else np.ascontiguousarray(x)  # (ascontiguousarray makes 0-d arrays 1-d)
-            if a.dtype.hasobject:
-                raise TypeError("object arrays cannot be snapshotted")
-            arrays.append(a)
-            ref = {"__ndarray__": [a.dtype.str, list(a.shape), offset]}
-            offset += a.nbytes
-            return ref
-        if isinstance(x, dict):
-            return {str(k): strip(v) for k, v in x.items()}
-        if isinstance(x, list | tuple):
-            return [strip(v) for v in x]
-        if isinstance(x, np.generic):
-            return x.item()
-        return x
-
-    doc = json.dumps(strip(payload), separators=(",", ":")).encode()
-    head = _MAGIC + struct.pack("<Q", len(doc)) + doc
-    buf = bytearray(len(head) + offset)
-    out = np.frombuffer(buf, dtype=np.uint8)  # a writable view of buf
-    out[: len(head)] = np.frombuffer(head, dtype=np.uint8)
-    pos = len(head)
-    for a in arrays:
-        out[pos : pos + a.nbytes] = a.reshape(-1).view(np.uint8)
-        pos += a.nbytes
-    return memoryview(buf)
+    try:
+        return redis.Redis.from_url(
+            url,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=connect_timeout,
+            # Only a broken connection is worth a retry (a restart closed it); a timeout would just wait again.
+            retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), retries, (redis.ConnectionError,)),
+            health_check_interval=30,
+        )
+    except ValueError as e:
+        raise ValueError(f"invalid Redis URL {redact_url(url)}: {e}") from None
 
 
-def unpack(data: bytes | memoryview) -> dict[str, Any]:
-    """Inverse of :func:`pack`. Arrays are read-only views into ``data`` (kernels copy what they keep)."""
-    data = memoryview(data)
-    if bytes(data[: len(_MAGIC)]) != _MAGIC:
-        raise SnapshotCorrupt("not a topicstream snapshot (bad magic)")
-    (n,) = struct.unpack_from("<Q", data, len(_MAGIC))
-    start = len(_MAGIC) + 8
-    doc = json.loads(bytes(data[start : start + n]))
-    body = data[start + n :]
+# --------------------------------------------------------------------------------------------- the store
+class Fence(NamedTuple):
+    """What a fenced write checks: the Redis key of the lease's fencing-token counter and the writer's token
+    (plus the writer's identity, recorded in the meta). A plain ``(key, token)`` tuple works too."""
 
-    def fill(x: Any) -> Any:
-        if isinstance(x, dict):
-            if set(x) == {"__ndarray__"}:
-                dtype, shape, off = x["__ndarray__"]
-                dt = np.dtype(dtype)
-                count = int(np.prod(shape, dtype=np.int64))
-                if off + count * dt.itemsize > len(body):
-                    raise SnapshotCorrupt("array data is truncated")
-                return np.frombuffer(body, dtype=dt, count=count, offset=off).reshape(shape)
-            return {k: fill(v) for k, v in x.items()}
-        if isinstance(x, list):
-            return [fill(v) for v in x]
-        return x
-
-    result: dict[str, Any] = fill(doc)
-    return result
+    key: str
+    token: int
+    writer: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -114,23 +138,109 @@ class SnapshotInfo:
     size_bytes: int
     sha256: str
     created_at: float
+    meta: dict[str, Any]  # the meta document as written
+
+
+@dataclass(frozen=True)
+class LoadedSnapshot:
+    """What :meth:`SnapshotStore.load_newest_readable` found: the newest readable version, and the newer kept
+    versions it skipped, newest first, each with the reason (for the caller to log and count)."""
+
     meta: dict[str, Any]
+    payload: dict[str, Any]
+    version: int
+    skipped: list[tuple[int, str]] = field(default_factory=list)
+
+
+_NEXT_VERSION = """
+local v = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+local latest = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+local floor = tonumber(ARGV[1])
+if latest > v then v = latest end
+if floor > v then v = floor end
+v = v + 1
+redis.call('SET', KEYS[1], v)
+return v
+"""
+
+# KEYS: latest, data, meta, kept, fence key (or '' when unfenced). ARGV: version, fenced, token, keep,
+# ttl of superseded versions (ms), channel, key prefix of versions ("P:snapshot:").
+# Returns {1, previous latest} moved, {0, latest} stored but latest was already newer (only unfenced writers
+# racing each other get there), {-1, lease's token} fenced out, {-2, 0} the data vanished before the commit.
+_COMMIT = """
+if ARGV[2] == '1' then
+  local current = redis.call('GET', KEYS[5])
+  if (not current) or tonumber(current) ~= tonumber(ARGV[3]) then
+    redis.call('DEL', KEYS[2], KEYS[3])
+    return {-1, current or ''}
+  end
+end
+if redis.call('EXISTS', KEYS[2], KEYS[3]) ~= 2 then
+  redis.call('DEL', KEYS[2], KEYS[3])
+  return {-2, 0}
+end
+local v = tonumber(ARGV[1])
+redis.call('PERSIST', KEYS[2])
+redis.call('PERSIST', KEYS[3])
+redis.call('ZADD', KEYS[4], v, ARGV[1])
+local latest = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+local moved = 0
+if v > latest then
+  redis.call('SET', KEYS[1], ARGV[1])
+  redis.call('PUBLISH', ARGV[6], ARGV[1])
+  moved = 1
+end
+local n = redis.call('ZCARD', KEYS[4])
+local keep = tonumber(ARGV[4])
+if n > keep then
+  for _, old in ipairs(redis.call('ZRANGE', KEYS[4], 0, n - keep - 1)) do
+    redis.call('PEXPIRE', ARGV[7] .. old .. ':data', ARGV[5])
+    redis.call('PEXPIRE', ARGV[7] .. old .. ':meta', ARGV[5])
+  end
+  redis.call('ZREMRANGEBYRANK', KEYS[4], 0, n - keep - 1)
+end
+return {moved, latest}
+"""
 
 
 class SnapshotStore:
-    """Read and write snapshots under one key prefix."""
+    """Read and write snapshots under one key prefix.
 
-    def __init__(self, client: redis.Redis, prefix: str = "topicstream", keep: int = 3, ttl_s: int = 86400):
+    ``keep`` newest versions stay; older ones expire after ``ttl_s``. Data written but not yet committed
+    expires after ``pending_ttl_s`` (a writer that died mid-write leaves nothing behind for long).
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        prefix: str = "topicstream",
+        keep: int = 3,
+        ttl_s: int = 86400,
+        pending_ttl_s: int = 3600,
+    ):
         if keep < 1:
             raise ValueError("keep must be >= 1")
         self.r = client
         self.prefix = prefix
         self.keep = keep
         self.ttl_s = ttl_s
+        self.pending_ttl_s = pending_ttl_s
+        self._next_version = client.register_script(_NEXT_VERSION)
+        self._commit = client.register_script(_COMMIT)
 
     @classmethod
-    def from_url(cls, url: str, **kwargs: Any) -> SnapshotStore:
-        return cls(redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=10), **kwargs)
+    def from_url(
+        cls,
+        url: str,
+        *,
+        socket_timeout: float = 10.0,
+        connect_timeout: float = 2.0,
+        retries: int = 1,
+        **kwargs: Any,
+    ) -> SnapshotStore:
+        """A store on a client from :func:`connect` (fails fast while Redis is down)."""
+        client = connect(url, socket_timeout=socket_timeout, connect_timeout=connect_timeout, retries=retries)
+        return cls(client, **kwargs)
 
     def _key(self, *parts: object) -> str:
         return ":".join([self.prefix, *map(str, parts)])
@@ -139,44 +249,100 @@ class SnapshotStore:
     def channel(self) -> str:
         return self._key("snapshots")
 
-    def save(self, payload: dict[str, Any], meta: dict[str, Any] | None = None) -> SnapshotInfo:
-        """Write ``payload`` as a new version and make it the latest; returns what was written."""
-        data = pack(payload)
-        version = int(self.r.incr(self._key("snapshot", "version")))
-        info = SnapshotInfo(version, len(data), hashlib.sha256(data).hexdigest(), time.time(), dict(meta or {}))
-        meta_doc = {
-            **info.meta,
-            "version": version,
-            "size_bytes": info.size_bytes,
-            "sha256": info.sha256,
-            "created_at": info.created_at,
-        }
-        pipe = self.r.pipeline(transaction=True)
-        pipe.set(self._key("snapshot", version, "data"), data)
-        pipe.set(self._key("snapshot", version, "meta"), json.dumps(meta_doc))
-        pipe.execute()
-        pipe = self.r.pipeline(transaction=True)
-        pipe.set(self._key("snapshot", "latest"), version)
-        old = version - self.keep
-        if old >= 1:
-            pipe.expire(self._key("snapshot", old, "data"), self.ttl_s)
-            pipe.expire(self._key("snapshot", old, "meta"), self.ttl_s)
-        pipe.publish(self.channel, str(version))
-        pipe.execute()
-        return info
+    # ----------------------------------------------------------------------------------------- writing
+    def save(
+        self,
+        payload: dict[str, Any],
+        meta: dict[str, Any] | None = None,
+        *,
+        min_version: int = 0,
+        fence: Fence | tuple[str, int] | None = None,
+    ) -> SnapshotInfo:
+        """Write ``payload`` as a new version and make it the latest; returns what was written.
 
+        The version is greater than every version this prefix has handed out and than ``min_version`` (pass the
+        last version this process wrote or restored: versions then grow even if Redis lost its data). With a
+        ``fence`` the commit happens only while the fence's token is still the lease's newest; otherwise what
+        was written is deleted and :class:`FencedOut` is raised. :class:`SnapshotWriteFailed` when the data
+        vanished before the commit (Redis restarted mid-write). Redis errors (ConnectionError, TimeoutError)
+        propagate: a write they interrupt before its commit expires on its own; one whose commit reply was
+        lost may have been committed (``latest_version()`` says). Were ``latest`` already newer (unfenced writers
+        racing each other), the version is stored and kept but ``latest`` stays where it is.
+        """
+        f = Fence(*fence) if fence is not None else None
+        # The version first: while Redis is down this fails within the connect timeout, before the (large,
+        # slow) pack. A version handed out but never committed is only a gap in the numbering.
+        version = int(
+            self._next_version(
+                keys=[self._key("snapshot", "version"), self._key("snapshot", "latest")], args=[int(min_version)]
+            )
+        )
+        data = pack(payload)
+        writer = dict(f.writer) if f is not None and f.writer else {"host": socket.gethostname(), "pid": os.getpid()}
+        meta_doc = {
+            **(meta or {}),
+            "version": version,
+            "size_bytes": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "created_at": time.time(),
+            "writer": writer,
+            "fencing_token": f.token if f is not None else None,
+        }
+        data_key, meta_key = self._key("snapshot", version, "data"), self._key("snapshot", version, "meta")
+        pipe = self.r.pipeline(transaction=True)
+        pipe.set(data_key, data, ex=self.pending_ttl_s)
+        pipe.set(meta_key, json.dumps(meta_doc), ex=self.pending_ttl_s)
+        pipe.execute()
+        status, detail = self._commit(
+            keys=[self._key("snapshot", "latest"), data_key, meta_key, self._key("snapshot", "kept"),
+                  f.key if f is not None else ""],
+            args=[version, int(f is not None), f.token if f is not None else 0, self.keep, self.ttl_s * 1000,
+                  self.channel, self._key("snapshot", "")],
+        )  # fmt: skip
+        if status == -1:
+            held = detail.decode() if isinstance(detail, bytes) else str(detail)
+            raise FencedOut(
+                f"snapshot {version} refused: fencing token {f.token if f else '?'} is no longer the newest "
+                f"({f.key if f else '?'} = {held or 'missing'}); another learner holds the lease"
+            )
+        if status == -2:
+            raise SnapshotWriteFailed(f"snapshot {version} vanished before it was committed (Redis restarted?)")
+        return SnapshotInfo(version, meta_doc["size_bytes"], meta_doc["sha256"], meta_doc["created_at"], meta_doc)
+
+    def is_empty(self) -> bool:
+        """True when Redis holds no snapshot and no version counter under this prefix (never written, or Redis
+        came back empty): a learner that finds this should re-publish its state at once."""
+        return int(self.r.exists(self._key("snapshot", "version"), self._key("snapshot", "latest"))) == 0
+
+    def put_summary(self, summary: dict[str, Any]) -> None:
+        self.r.set(self._key("summary"), json.dumps(summary))
+
+    # ----------------------------------------------------------------------------------------- reading
     def latest_version(self) -> int | None:
         v = self.r.get(self._key("snapshot", "latest"))
-        return int(v) if v is not None else None
+        if v is None:
+            return None
+        try:
+            return int(v)
+        except ValueError:
+            raise SnapshotCorrupt(f"{self._key('snapshot', 'latest')} holds {v[:40]!r}, not a version") from None
 
     def meta(self, version: int) -> dict[str, Any] | None:
         raw = self.r.get(self._key("snapshot", version, "meta"))
-        return json.loads(raw) if raw is not None else None
+        return _parse_meta(raw, version) if raw is not None else None
 
-    def load(self, version: int | None = None) -> tuple[dict[str, Any], dict[str, Any]] | None:
-        """``(meta, payload)`` of ``version`` (default: the latest), or None when there is none.
+    def load(
+        self,
+        version: int | None = None,
+        *,
+        nonnegative: Collection[str] = (),
+        validate: Validator | None = None,
+    ) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """``(meta, payload)`` of ``version`` (default: the latest), or None when it is not stored.
 
-        Raises :class:`SnapshotCorrupt` when the data does not match its checksum.
+        Raises :class:`SnapshotCorrupt`, with the reason, for any damage (see the module docstring), when
+        :func:`check_payload` fails (``nonnegative`` names the keys of statistics), or when ``validate(meta,
+        payload)`` raises ValueError (e.g. shapes that do not match the settings). Redis errors propagate.
         """
         if version is None:
             version = self.latest_version()
@@ -188,25 +354,79 @@ class SnapshotStore:
         raw_meta, data = pipe.execute()
         if raw_meta is None or data is None:
             return None
-        meta = json.loads(raw_meta)
-        if hashlib.sha256(data).hexdigest() != meta["sha256"] or len(data) != meta["size_bytes"]:
+        meta = _parse_meta(raw_meta, version)
+        if len(data) != meta["size_bytes"]:
+            raise SnapshotCorrupt(f"snapshot {version} has {len(data)} bytes, its meta says {meta['size_bytes']}")
+        if hashlib.sha256(data).hexdigest() != meta["sha256"]:
             raise SnapshotCorrupt(f"snapshot {version} does not match its checksum")
         try:
             payload = unpack(data)
-        except (ValueError, KeyError, json.JSONDecodeError) as e:
-            raise SnapshotCorrupt(f"snapshot {version} cannot be decoded: {e}") from e
+        except SnapshotCorrupt as e:
+            raise SnapshotCorrupt(f"snapshot {version} cannot be decoded: {e}") from None
+        try:
+            check_payload(payload, nonnegative)
+            if validate is not None:
+                validate(meta, payload)
+        except (ValueError, TypeError, KeyError, IndexError) as e:  # a validator reading damaged data may trip
+            raise SnapshotCorrupt(f"snapshot {version} fails a check: {type(e).__name__}: {e}") from None
         return meta, payload
 
+    def kept_versions(self) -> list[int]:
+        """Committed versions a reader may fall back to, newest first: the newest ``keep`` and ``latest``.
+
+        (Data from before the ``kept`` index existed: every stored version up to ``latest``.) Versions above
+        ``latest`` are writes not committed yet, or never: they are not candidates.
+        """
+        latest = self.latest_version()
+        if latest is None:
+            return []
+        members: list[bytes] = self.r.zrange(self._key("snapshot", "kept"), 0, -1)  # type: ignore[assignment]
+        kept = {int(v) for v in members}
+        if not kept:
+            kept = set(self.versions())
+        return sorted({v for v in kept if v <= latest} | {latest}, reverse=True)
+
+    def load_newest_readable(
+        self,
+        *,
+        nonnegative: Collection[str] = (),
+        validate: Validator | None = None,
+    ) -> LoadedSnapshot | None:
+        """The newest kept version that :meth:`load` accepts, with the newer ones it skipped and why.
+
+        None when nothing is stored; :class:`NoReadableSnapshot` when versions are stored but none is readable
+        (starting afresh over them would silently drop a model: that is for an operator to decide). Counts and
+        logs nothing: the caller does, from ``skipped``. Redis errors propagate.
+        """
+        skipped: list[tuple[int, str]] = []
+        try:
+            candidates = self.kept_versions()
+        except SnapshotCorrupt as e:  # `latest` itself is garbage: fall back to whatever is stored
+            skipped.append((-1, str(e)))
+            candidates = sorted(self.versions(), reverse=True)
+        for version in candidates:
+            try:
+                loaded = self.load(version, nonnegative=nonnegative, validate=validate)
+            except SnapshotCorrupt as e:
+                skipped.append((version, str(e)))
+                continue
+            if loaded is None:
+                skipped.append((version, f"snapshot {version} is no longer stored"))
+                continue
+            return LoadedSnapshot(loaded[0], loaded[1], version, skipped)
+        if not candidates and not skipped:
+            return None
+        raise NoReadableSnapshot(skipped)
+
     def versions(self) -> list[int]:
-        """Versions whose data is still stored, oldest first."""
-        found = []
+        """Versions whose meta is still stored (committed or not), oldest first."""
+        found = set()
         for key in self.r.scan_iter(match=self._key("snapshot", "*", "meta"), count=100):
             k = key.decode() if isinstance(key, bytes) else key
-            found.append(int(k.split(":")[-2]))
+            part = k[len(self.prefix) + len(":snapshot:") : -len(":meta")]
+            if part.isdigit():
+                found.add(int(part))
         return sorted(found)
-
-    def put_summary(self, summary: dict[str, Any]) -> None:
-        self.r.set(self._key("summary"), json.dumps(summary))
 
     def summary(self) -> dict[str, Any] | None:
         raw = self.r.get(self._key("summary"))
@@ -222,3 +442,21 @@ class SnapshotStore:
                 yield int(msg["data"]) if msg and msg["type"] == "message" else None
         finally:
             pubsub.close()
+
+
+def _parse_meta(raw: bytes | str, version: int) -> dict[str, Any]:
+    """The meta document of ``version``, checked for the fields a reader relies on."""
+    try:
+        meta = json.loads(raw)
+    except (ValueError, RecursionError) as e:
+        raise SnapshotCorrupt(f"snapshot {version}: meta is not JSON ({e})") from None
+    if not isinstance(meta, dict):
+        raise SnapshotCorrupt(f"snapshot {version}: meta is not a JSON object")
+    for name, kind in _META_FIELDS.items():
+        if name not in meta:
+            raise SnapshotCorrupt(f"snapshot {version}: meta lacks {name!r}")
+        if not isinstance(meta[name], kind) or isinstance(meta[name], bool):
+            raise SnapshotCorrupt(f"snapshot {version}: meta {name!r} is {str(meta[name])[:40]!r}")
+    if meta["version"] != version:
+        raise SnapshotCorrupt(f"snapshot {version}: meta says version {meta['version']}")
+    return meta

@@ -39,8 +39,8 @@ def iter_lines(path: str | Path) -> Iterator[bytes]:
 
 
 def generated_lines(n: int | None, seed: int) -> Iterator[bytes]:
-    """Synthetic articles from :mod:`service.generator` as JSON lines."""
-    from .generator import generate_articles
+    """Synthetic articles from :mod:`service.dev.generator` as JSON lines."""
+    from .dev.generator import generate_articles
 
     for article in generate_articles(n, seed=seed):
         yield json.dumps(article).encode()
@@ -81,9 +81,11 @@ def produce_lines(
         while True:
             try:
                 producer.produce(topic, value=line, key=_key_of(line), on_delivery=tracker.callback)
+                tracker.sent()
                 break
             except BufferError:
                 producer.poll(0.1)
         producer.poll(0)
-    flush_all(producer, tracker)
+    flush_all(producer)
+    tracker.raise_on_failure()
     return tracker.acked

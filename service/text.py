@@ -30,7 +30,6 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
 from kernels import Batch
 
@@ -62,7 +61,12 @@ class Tokenizer:
     def __init__(self, stop_words: Iterable[str] | None = None, min_length: int = 3, max_length: int = 30) -> None:
         if min_length < 1 or max_length < min_length:
             raise ValueError(f"need 1 <= min_length <= max_length, got {min_length}, {max_length}")
-        self.stop_words = frozenset(ENGLISH_STOP_WORDS if stop_words is None else stop_words)
+        if stop_words is None:
+            # scikit-learn's list; imported here, not at module level, so commands that never tokenize start fast
+            from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+            stop_words = ENGLISH_STOP_WORDS
+        self.stop_words = frozenset(stop_words)
         self.min_length = min_length
         self.max_length = max_length
 

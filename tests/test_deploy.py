@@ -198,6 +198,55 @@ def test_promtool_checks_config_rules_and_alert_unit_tests(tmp_path: Path) -> No
     _run([promtool, "check", "config", str(tmp_path / "prometheus.yml")], tmp_path)
 
 
+def _normal_operation(replicas: int, minutes: int = 90) -> list[dict[str, str]]:
+    """An hour and a half of healthy traffic: 600 articles a minute, 0.2 % dead-lettered, a steady lag of 50,
+    snapshots written and loaded every minute, steady drift, rare vocabulary recycling, no errors.
+
+    Who publishes (deploy/README.md): the ``replicas`` when there are any, the learner otherwise.
+    """
+    n = minutes
+    procs = [("learner", "learner:9100")] + [("replica", f"replica-{i}:9100") for i in range(replicas)]
+    series: list[dict[str, str]] = []
+
+    def add(name: str, job: str, instance: str, values: str, **labels: str) -> None:
+        labels = {"job": job, "instance": instance, **labels}
+        selector = ", ".join(f'{k}="{v}"' for k, v in labels.items())
+        series.append({"series": f"{name}{{{selector}}}", "values": values})
+
+    for job, instance in procs:
+        share = 600 if job == "learner" else 600 // replicas  # the replicas split the partitions
+        publishes = job == "replica" or replicas == 0
+        add("up", job, instance, f"1x{n}")
+        add("topicstream_articles_consumed_total", job, instance, f"0+{share}x{n}")
+        add("topicstream_articles_published_total", job, instance, f"0+{share}x{n}" if publishes else f"0x{n}")
+        add("topicstream_articles_dead_lettered_total", job, instance, f"0+1x{n}", reason="not_json")
+        add("topicstream_consumer_lag_messages", job, instance, f"50x{n}", topic="articles", partition="0")
+        for le, per_minute in (("0.5", share - 6), ("5.0", share), ("+Inf", share)):
+            add("topicstream_end_to_end_latency_seconds_bucket", job, instance, f"0+{per_minute}x{n}", le=le)
+        add("topicstream_snapshot_timestamp_seconds", job, instance, f"0+60x{n}")
+        add("topicstream_snapshot_failures_total", job, instance, f"0x{n}")
+        add("topicstream_errors_total", job, instance, f"0x{n}", kind="kafka")
+    add("topicstream_model_drift", "learner", "learner:9100", f"0.02x{n}")
+    add("topicstream_tokens_total", "learner", "learner:9100", f"0+120000x{n}")
+    add("topicstream_vocabulary_recycled_total", "learner", "learner:9100", f"0+20x{n}")
+    return series
+
+
+@pytest.mark.parametrize("replicas", [0, 1, 3], ids=["learner-publishes", "one-replica", "three-replicas"])
+def test_no_alert_fires_in_normal_operation(tmp_path: Path, replicas: int) -> None:
+    """Both topologies: the learner alone (publishing), and the learner beside replicas (they publish)."""
+    series = _normal_operation(replicas)
+    exposed = _exposed()
+    for s in series:
+        name = s["series"].split("{")[0]
+        assert name == "up" or name in exposed, name
+    alerts = sorted(r["alert"] for r in _alert_rules())
+    checks = [{"eval_time": f"{t}m", "alertname": a, "exp_alerts": []} for t in (20, 45, 89) for a in alerts]
+    tests = {"tests": [{"interval": "1m", "input_series": series, "alert_rule_test": checks}]}
+    (tmp_path / "normal_test.yml").write_text(yaml.safe_dump({"rule_files": [str(ALERTS)], **tests}))
+    _run([_promtool(), "test", "rules", "normal_test.yml"], tmp_path)
+
+
 def test_promtool_parses_every_dashboard_expression(tmp_path: Path) -> None:
     promtool = _promtool()
     rules = []
@@ -340,3 +389,20 @@ def test_dockerfile_is_non_root_with_topicstream_entrypoint() -> None:
     assert users and users[-1].split(":")[0] not in {"root", "0"}
     ignore = (ROOT / ".dockerignore").read_text().split()
     assert ".venv" in ignore and ".git" in ignore
+
+
+def test_one_rule_for_who_publishes() -> None:
+    """The replicas publish when they run; the learner does not (deploy/README.md, "Who publishes")."""
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    assert services["replica"]["command"] == ["replica"] and "profiles" not in services["replica"]  # it runs
+    publish = services["learner"]["environment"]["TOPICSTREAM_LEARNER_PUBLISH"]
+    assert re.fullmatch(r"\$\{TOPICSTREAM_LEARNER_PUBLISH:-false\}", publish), publish
+    assert "TOPICSTREAM_LEARNER_PUBLISH" not in services["replica"]["environment"]
+    docs = _k8s()
+    assert docs[("Deployment", "topicstream-replica")]["spec"]["replicas"] >= 1
+    assert docs[("HorizontalPodAutoscaler", "topicstream-replica")]["spec"]["minReplicas"] >= 1
+    cm = docs[("ConfigMap", "topicstream-config")]["data"]
+    assert cm["TOPICSTREAM_LEARNER_PUBLISH"] == "false"
+    (learner,) = docs[("Deployment", "topicstream-learner")]["spec"]["template"]["spec"]["containers"]
+    assert "TOPICSTREAM_LEARNER_PUBLISH" not in {e["name"] for e in learner.get("env", [])}  # nothing overrides it
+    assert Settings(learner_publish=cm["TOPICSTREAM_LEARNER_PUBLISH"]).learner_publish is False

@@ -10,9 +10,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from kernels import Batch
-from service.cli import app
-from service.evaluation import (
+from evaluation import (
     build_vocabulary,
     document_completion,
     encode,
@@ -26,6 +24,8 @@ from service.evaluation import (
     split_articles,
     top_word_ids,
 )
+from kernels import Batch
+from service.cli import app
 
 CONTRACT_KEYS = {
     "algorithm",

@@ -12,8 +12,8 @@ from datetime import datetime, timezone
 import numpy as np
 import pytest
 
-from service import generator
-from service.generator import BACKGROUND_WORDS, PLANTED_TOPICS, TITLE_TEMPLATES, generate_articles
+from service.dev import generator
+from service.dev.generator import BACKGROUND_WORDS, PLANTED_TOPICS, TITLE_TEMPLATES, generate_articles
 from service.text import Tokenizer
 
 

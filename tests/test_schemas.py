@@ -34,6 +34,36 @@ def test_bad_input_is_rejected_with_a_reason(value: bytes | None, reason: str) -
     assert result.reason == reason and result.detail
 
 
+DEEP = 10_000
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (b"[" * DEEP + b"]" * DEEP, "not_json"),
+        (b'{"a":' * DEEP + b"1" + b"}" * DEEP, "not_json"),
+        (b'{"id": "a", "text": "x", "unknown": ' + b"[" * DEEP + b"]" * DEEP + b"}", "not_json"),
+        (b'{"id": "a", "text": "lone \\ud800 surrogate"}', "not_json"),  # no encoder could write it back out
+        (b'{"id": "a", "text": "raw\x00nul"}', "not_json"),  # control characters must be escaped in JSON
+        (b'{"id": "a", "text": NaN}', "invalid"),
+    ],
+)
+def test_hostile_json_is_rejected_not_raised(value: bytes, reason: str) -> None:
+    """10,000-deep JSON once raised RecursionError out of the decoder and crashed the learner on every restart."""
+    result = decode_article(value, max_bytes=10**6)
+    assert isinstance(result, Rejection), result
+    assert result.reason == reason and result.detail
+
+
+def test_byte_order_mark_duplicate_keys_and_escaped_controls_are_accepted() -> None:
+    bom = decode_article(b'\xef\xbb\xbf{"id": "a", "text": "x"}', 10_000)
+    assert isinstance(bom, Article) and bom.id == "a"
+    dup = decode_article(b'{"id": "a", "id": "b", "text": "x"}', 10_000)
+    assert isinstance(dup, Article) and dup.id == "b"  # the last one wins, as in every JSON library
+    escaped = decode_article(b'{"id": "a", "text": "tab\\there \\u0000 \\u202e rtl"}', 10_000)
+    assert isinstance(escaped, Article) and "\x00" in escaped.text and "\u202e" in escaped.text
+
+
 def test_good_article_keeps_its_fields_and_ignores_unknown_ones() -> None:
     raw = {
         "id": "a1",
@@ -76,7 +106,7 @@ def test_snapshot_payload_round_trip_without_pickle() -> None:
 
 
 def test_drift_is_the_hellinger_distance_of_each_topic() -> None:
-    from service.learner import hellinger_rows
+    from service.checkpoint import hellinger_rows
 
     rng = np.random.default_rng(0)
     p, q = rng.dirichlet(np.ones(40), 19), rng.dirichlet(np.ones(40), 19)

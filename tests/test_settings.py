@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
@@ -50,9 +52,79 @@ def test_cli_exits_2_with_the_message(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_unreachable_redis_is_one_clear_line_and_exit_3(monkeypatch: pytest.MonkeyPatch) -> None:
-    from service.localstack import free_port
+    from service.dev.localstack import free_port
 
     monkeypatch.setenv("TOPICSTREAM_REDIS_URL", f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
     result = CliRunner().invoke(app, ["topics"])
     assert result.exit_code == 3
     assert "cannot reach Redis" in result.output and "TOPICSTREAM_REDIS_URL" in result.output
+
+
+def test_validating_settings_does_not_import_numba() -> None:
+    """Nor does loading the CLI: `topicstream topics` never runs a kernel."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from service.settings import load_settings; s = load_settings(algorithm='pf'); "
+        "import service.compat, service.cli; print(s.algorithm, 'numba' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.split() == ["pf", "False"]
+
+
+def test_the_registry_names_every_kernel() -> None:
+    from kernels import ALGORITHMS
+    from kernels.registry import ALGORITHM_NAMES, kernel_class
+
+    assert set(ALGORITHM_NAMES) == set(ALGORITHMS)
+    for name in ALGORITHM_NAMES:
+        assert kernel_class(name) is ALGORITHMS[name] and ALGORITHMS[name].algorithm == name
+    with pytest.raises(KeyError, match="choose one of scvb0, ohdp, pf"):
+        kernel_class("lsa")
+
+
+def test_the_readme_settings_table_is_generated_from_the_code() -> None:
+    from service.settings import Settings, settings_table
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    table = settings_table()
+    assert table in readme, "README.md's settings table is stale: python -m service.settings README.md"
+    assert table.count("\n") == len(Settings.model_fields) + 2
+
+
+def test_metrics_host_is_a_setting() -> None:
+    assert load_settings().metrics_host == "0.0.0.0"
+    assert load_settings(metrics_host="127.0.0.1").metrics_host == "127.0.0.1"
+    with pytest.raises(SettingsError, match="TOPICSTREAM_METRICS_HOST"):
+        load_settings(metrics_host="")
+
+
+@pytest.mark.parametrize("command", ["run", "replica"])
+def test_bad_kernel_params_exit_2_with_one_line_each(monkeypatch: pytest.MonkeyPatch, command: str) -> None:
+    monkeypatch.setenv("TOPICSTREAM_KERNEL_PARAMS", '{"alpa": 0.1, "phi_kappa": 3}')
+    result = CliRunner().invoke(app, [command])
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert lines == [
+        "invalid settings:",
+        "  TOPICSTREAM_KERNEL_PARAMS: unknown parameter 'alpa' for scvb0; did you mean 'alpha'?",
+        "  TOPICSTREAM_KERNEL_PARAMS: phi_kappa must be in (0.0, 1.0], got 3",
+    ]
+
+
+def test_a_model_that_cannot_fit_exits_2_before_connecting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOPICSTREAM_VOCAB_SIZE", "5000000")
+    monkeypatch.setenv("TOPICSTREAM_TOPICS", "1000")
+    result = CliRunner().invoke(app, ["run"])  # no broker: it would exit 3 if it got that far
+    assert result.exit_code == 2
+    assert "TOPICSTREAM_VOCAB_SIZE × TOPICSTREAM_TOPICS" in result.output and "proto-max-bulk-len" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_eval_checks_its_params_before_reading_articles(tmp_path: Path) -> None:
+    train = tmp_path / "train.jsonl"
+    train.write_text("")
+    result = CliRunner().invoke(app, ["eval", "--train", str(train), "--param", "alpa=0.1"])
+    assert result.exit_code == 2
+    assert "--param: unknown parameter 'alpa' for scvb0; did you mean 'alpha'?" in result.output

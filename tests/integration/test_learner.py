@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 
 import pytest
 
 from kernels import ALGORITHMS
-from service.generator import generate_articles
 from service.learner import Learner
 from service.metrics import Metrics
 from service.pipeline import H_REASON, H_SRC_OFFSET, H_SRC_PARTITION, H_SRC_TOPIC, H_TOPIC, H_TOPICS
@@ -17,37 +15,9 @@ from service.schemas import TopicEvent
 from service.settings import Settings
 from service.snapshot import SnapshotStore
 
-from .conftest import committed, produce, read_all
+from .helpers import BAD, committed, good_articles, produce, read_all, run_until, sample
 
 pytestmark = pytest.mark.integration
-
-BAD = {
-    b"not json at all": "not_json",
-    b"\xff\xfe garbage": "not_utf8",
-    b"[1, 2, 3]": "not_object",
-    b'{"text": "no id here"}': "invalid",
-    b'{"id": 42, "text": "id is not a string"}': "invalid",
-    b'{"id": "x", "text": "", "title": ""}': "invalid",
-    b'{"id": "big", "text": "' + b"a" * 5000 + b'"}': "oversize",
-}
-
-
-def good_articles(n: int, seed: int = 0) -> list[bytes]:
-    return [json.dumps(a).encode() for a in generate_articles(n, seed=seed)]
-
-
-def run_until(learner: Learner, consumed: int, timeout: float = 180.0) -> None:
-    """Run the learner in a thread until it has consumed ``consumed`` messages, then stop it (SIGTERM path)."""
-    stop = threading.Event()
-    thread = threading.Thread(target=learner.run, args=(stop,), daemon=True)
-    thread.start()
-    deadline = time.monotonic() + timeout
-    while learner.metrics.consumed._value.get() < consumed and time.monotonic() < deadline:
-        time.sleep(0.1)
-    stop.set()
-    thread.join(60)
-    assert not thread.is_alive(), "learner did not stop"
-    assert learner.metrics.consumed._value.get() == consumed
 
 
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
@@ -84,7 +54,7 @@ def test_good_bad_outputs_dead_letters_offsets_snapshot(settings: Settings, algo
     for r in BAD.values():
         counted[r] += 1
     for reason, n in counted.items():
-        assert learner.metrics.dead_lettered.labels(reason=reason)._value.get() == n
+        assert sample(learner.metrics, "topicstream_articles_dead_lettered_total", reason=reason) == n
 
     # Offsets committed up to the last message of each partition (from the producer's delivery reports).
     assert committed(s, s.learner_group(), 2) == {p: off + 1 for p, off in last.items()}
@@ -96,23 +66,29 @@ def test_good_bad_outputs_dead_letters_offsets_snapshot(settings: Settings, algo
     assert payload["articles_learned"] == len(good)
 
 
+def consume_into(learner: Learner, n: int, timeout: float = 120.0) -> None:
+    """Drive ``learner`` step by step until it has consumed exactly ``n`` more messages, then publish, flush and
+    commit them (no final snapshot)."""
+    done = 0
+    deadline = time.monotonic() + timeout
+    while done < n and time.monotonic() < deadline:
+        done += learner.step(limit=n - done)
+    assert done == n
+    learner.flush()
+    learner.writer.wait_idle(30)
+
+
 def test_restart_after_crash_learns_every_article_exactly_once(settings: Settings) -> None:
     s = settings.model_copy(update={"batch_size": 20, "snapshot_every_batches": 3, "snapshot_every_s": 3600})
     values = good_articles(200, seed=1)
     produce(s, values)
 
     first = Learner(s)
-    first.consumer.subscribe([s.input_topic], on_assign=first._on_assign, on_revoke=first._on_revoke)
-    done = 0
-    deadline = time.monotonic() + 60
-    while done < 130 and time.monotonic() < deadline:
-        msgs = [m for m in first.consumer.consume(s.batch_size, 0.5) if m.error() is None]
-        if msgs:
-            first.process(msgs)
-            done += len(msgs)
-    assert done >= 130
+    first.subscribe()
+    consume_into(first, 130)  # seven batches; snapshots after the third and the sixth
+    done = 130
     # Crash: no final snapshot. Kafka's committed offsets are ahead of the last snapshot's.
-    first.consumer.close()
+    first.abandon()
     store = SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix)
     _, payload = store.load()
     in_snapshot = payload["articles_learned"]
@@ -127,29 +103,15 @@ def test_restart_after_crash_learns_every_article_exactly_once(settings: Setting
     assert payload["kernel"]["state"]["n_docs_seen"] == len(values)
 
 
-def consume_into(learner: Learner, n: int, timeout: float = 120.0) -> None:
-    """Drive ``learner`` batch by batch (no final snapshot) until it has processed ``n`` more messages."""
-    done = 0
-    deadline = time.monotonic() + timeout
-    while done < n and time.monotonic() < deadline:
-        msgs = [
-            m for m in learner.consumer.consume(min(learner.settings.batch_size, n - done), 0.5) if m.error() is None
-        ]
-        if msgs:
-            learner.process(msgs)
-            done += len(msgs)
-    assert done == n
-
-
 def test_partition_first_seen_after_the_last_snapshot_is_not_lost(settings: Settings) -> None:
     s = settings.model_copy(update={"batch_size": 20, "snapshot_every_batches": 3, "snapshot_every_s": 3600})
     produce(s, good_articles(60, seed=8), partition=0)
     first = Learner(s)
-    first.consumer.subscribe([s.input_topic], on_assign=first._on_assign, on_revoke=first._on_revoke)
+    first.subscribe()
     consume_into(first, 60)  # three batches: a snapshot that knows partition 0 only
     produce(s, good_articles(60, seed=9), partition=1)
     consume_into(first, 40)  # two batches of partition 1: committed in Kafka, not in any snapshot
-    first.consumer.close()  # crash
+    first.abandon()  # crash
     _, payload = SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix).load()
     assert [p for _, p, _ in payload["offsets"]] == [0] and payload["articles_learned"] == 60
     assert committed(s, s.learner_group(), 2) == {0: 60, 1: 40}
@@ -163,7 +125,11 @@ def test_snapshots_are_versioned_and_old_ones_expire(settings: Settings) -> None
     s = settings.model_copy(update={"batch_size": 10, "snapshot_every_batches": 1, "snapshot_keep": 2})
     produce(s, good_articles(50, seed=2))
     learner = Learner(s)
-    run_until(learner, 50)
+    learner.subscribe()
+    for _ in range(5):
+        consume_into(learner, 10)
+        learner.checkpoint()
+    learner.close()
     store = SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix, keep=2)
     latest = store.latest_version()
     assert latest is not None and latest >= 4

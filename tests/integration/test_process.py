@@ -13,12 +13,11 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.localstack import free_port
+from service.dev.localstack import free_port
 from service.settings import Settings
 from service.snapshot import SnapshotStore
 
-from .conftest import committed, produce
-from .test_learner import BAD, good_articles
+from .helpers import BAD, committed, good_articles, produce
 
 pytestmark = pytest.mark.integration
 

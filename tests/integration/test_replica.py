@@ -14,8 +14,7 @@ from service.replica import Replica
 from service.schemas import TopicEvent
 from service.settings import Settings
 
-from .conftest import produce, read_all
-from .test_learner import good_articles, run_until
+from .helpers import good_articles, produce, read_all, run_until
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +31,9 @@ def test_replica_serves_the_snapshot_and_reloads(settings: Settings) -> None:
     rs = s.model_copy(update={"output_topic": s.output_topic + "-replica", "group_id": s.group_id + "-replicas"})
     ensure_topics(rs, {rs.output_topic: 1})
     replica = Replica(rs)
-    assert replica.reload() and replica.version == v1
+    assert replica.reload()
+    replica.between_batches(None)  # the loop switches models between batches
+    assert replica.version == v1
     stop = threading.Event()
     thread = threading.Thread(target=replica.run, args=(stop,), daemon=True)
     thread.start()

@@ -20,10 +20,11 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
-from .kafka import ensure_topics
+from ..kafka import ensure_topics
+from ..settings import Settings
+from ..snapshot import SnapshotStore
+from ..tables import topics_table
 from .localstack import LocalStack, free_port
-from .settings import Settings
-from .snapshot import SnapshotStore
 
 __all__ = ["run_demo"]
 
@@ -98,7 +99,6 @@ def run_demo(settings: Settings, articles: Path | None, rate: float, duration: f
 
 
 def _watch(console: Console, store: SnapshotStore, learner: subprocess.Popen[bytes], duration: float | None) -> None:
-    from .cli import topics_table
 
     start = time.monotonic()
     first: tuple[int, float] | None = None  # (articles learned, snapshot time) of the first snapshot seen

@@ -407,7 +407,7 @@ def generate_articles(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m service.generator [N] [SEED]``: print N (default 10) articles as JSONL."""
+    """``python -m service.dev.generator [N] [SEED]``: print N (default 10) articles as JSONL."""
     args = sys.argv[1:] if argv is None else argv
     n = int(args[0]) if args else 10
     seed = int(args[1]) if len(args) > 1 else 0

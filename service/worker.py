@@ -1,0 +1,373 @@
+"""The one batch loop that the learner and the replicas share.
+
+A :class:`BatchWorker` consumes a batch, decodes it (bad messages: :meth:`BatchWorker.reject`), tokenizes it,
+hands it to its *kernel lane* (one thread; numba releases the GIL, so the kernel runs on the second core), and
+publishes the mixtures. Three batches are in flight at once::
+
+    main thread:  consume n+1 · decode · tokenize │ wait n │ between_batches │ encode n+1 ─► lane │ publish n
+    kernel lane:  ────────── kernel(n) ──────────┘                                             kernel(n+1) ···
+    producer:     ··· acknowledgements of n-1, n-2 … arrive; their offsets are committed in order
+
+Subclasses say only what differs: :meth:`encode` and :meth:`compute` (learn and infer, or infer only),
+:meth:`start_offset` (where a newly assigned partition is read from), :meth:`between_batches` (snapshot writer or
+snapshot follower), :meth:`reject` and :meth:`model_ref`.
+
+Delivery guarantee (at least once, never lost): a batch's offsets are committed only when the broker has
+acknowledged every output and dead letter of *that* batch and of every batch before it. Commits are asynchronous
+and a failed commit is only counted: the learner's positions come from its snapshot, and a replica that restarts
+behind its committed offsets publishes duplicates, never gaps. A delivery that fails for good stops the worker
+(:class:`~service.kafka.DeliveryError`) before anything later is committed.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from confluent_kafka import KafkaError, Message, TopicPartition
+from numpy.typing import NDArray
+
+from .kafka import DeliveryError, DeliveryTracker, flush_all, make_consumer, make_producer, next_offsets
+from .metrics import Metrics
+from .pipeline import Decoded, Publisher, TopicLabels, decode_batch, tokenize
+from .schemas import Rejection
+from .settings import Settings
+from .text import EncodedBatch, Tokenizer
+
+__all__ = ["BatchWorker", "InFlight", "ModelRef"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """What an output event says about the model that computed it."""
+
+    labels: TopicLabels
+    algorithm: str
+    version: int
+    n_topics: int
+
+
+@dataclass
+class InFlight:
+    """One batch on its way through the pipeline."""
+
+    seq: int
+    msgs: list[Message]
+    decoded: Decoded
+    tracker: DeliveryTracker = field(default_factory=DeliveryTracker)
+    encoded: EncodedBatch | None = None
+    model: ModelRef | None = None
+    result: Future[NDArray[np.float64]] | None = None
+    context: Any = None  # whatever the subclass's compute needs besides the batch (e.g. the replica's model)
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+class BatchWorker(abc.ABC):
+    """Consume → decode → tokenize → kernel → publish → commit, pipelined (see the module docstring)."""
+
+    role = "worker"
+
+    def __init__(
+        self,
+        settings: Settings,
+        metrics: Metrics,
+        group_id: str,
+        consumer_overrides: dict[str, Any] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.tokenizer = Tokenizer()
+        self.consumer = make_consumer(settings, group_id, on_commit=self._on_commit, **(consumer_overrides or {}))
+        self.producer = make_producer(settings)
+        self.publisher = Publisher(self.producer, settings, metrics)
+        self.lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.role}-kernel")
+        #: Next offset to read per (topic, partition), as far as batches have been handed to the kernel.
+        self.positions: dict[tuple[str, int], int] = {}
+        self.assigned: set[tuple[str, int]] = set()
+        self._seq = 0
+        self._inflight: InFlight | None = None  # handed to the kernel lane, not yet published
+        self._unacked: deque[tuple[InFlight, dict[tuple[str, int], int]]] = deque()
+        self._acked_seq = 0  # every batch up to this one is acknowledged by the broker
+        self._acked = threading.Condition()
+        self.broken = False  # a delivery failed for good: nothing after it may be committed or snapshotted
+
+    # ------------------------------------------------------------------ what subclasses supply
+    @abc.abstractmethod
+    def start_offset(self, topic: str, partition: int) -> int | None:
+        """Where to read a newly assigned partition from; None keeps the group's committed offset."""
+
+    @abc.abstractmethod
+    def encode(self, batch: InFlight, bags: list[Any]) -> None:
+        """Set ``batch.encoded`` (word ids) and ``batch.model`` (main thread, between two kernel calls)."""
+
+    @abc.abstractmethod
+    def compute(self, batch: InFlight) -> NDArray[np.float64]:
+        """The mixtures of ``batch``'s good articles (runs on the kernel lane, one batch at a time)."""
+
+    @abc.abstractmethod
+    def reject(self, msg: Message, rejection: Rejection, batch: InFlight) -> None:
+        """A message that is not a valid article."""
+
+    def between_batches(self, finished: InFlight | None) -> None:  # noqa: B027 (a hook; default: nothing)
+        """Called on the main thread after the kernel lane finished ``finished`` and before the next batch is
+        handed to it: the one moment the model, the vocabulary and :attr:`positions` describe the same point."""
+
+    @property
+    def publishes(self) -> bool:
+        return True
+
+    # ------------------------------------------------------------------ partitions
+    def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            start = self.start_offset(tp.topic, tp.partition)
+            if start is not None:
+                tp.offset = start
+            self.assigned.add((tp.topic, tp.partition))
+        log.info("assigned %s", [(tp.topic, tp.partition, tp.offset) for tp in partitions])
+        consumer.incremental_assign(partitions)
+
+    def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        # Finish what is in flight so its offsets are committed before another member takes over.
+        if not self.broken:
+            self.flush()
+        self._unassign(consumer, partitions)
+
+    def _on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        # The group session expired (e.g. the broker was away): commits would be refused. The batch in flight is
+        # still published; positions are re-established on the next assignment.
+        self.metrics.errors.labels(kind="partitions_lost").inc()
+        log.warning("partitions lost (group session expired): %s", [(tp.topic, tp.partition) for tp in partitions])
+        if not self.broken:
+            self.drain()
+        self._unassign(consumer, partitions)
+
+    def _unassign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self.assigned.discard((tp.topic, tp.partition))
+            with contextlib.suppress(KeyError):  # a partition we never reported lag for
+                self.metrics.lag.remove(tp.topic, str(tp.partition))
+        log.info("revoked %s", [(tp.topic, tp.partition) for tp in partitions])
+        consumer.incremental_unassign(partitions)
+
+    def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        if err is not None:
+            self.metrics.errors.labels(kind="commit").inc()
+            log.warning("offset commit failed (counted; positions are safe elsewhere): %s", err)
+
+    # ------------------------------------------------------------------ the pipeline
+    def _consume(self, timeout: float, limit: int | None = None) -> list[Message]:
+        n = self.settings.batch_size if limit is None else min(limit, self.settings.batch_size)
+        msgs = self.consumer.consume(num_messages=n, timeout=timeout)
+        good = []
+        for msg in msgs:
+            err = msg.error()
+            if err is None:
+                good.append(msg)
+            elif err.code() != KafkaError._PARTITION_EOF:
+                self.metrics.errors.labels(kind="consume").inc()
+                log.warning("consumer error: %s", err)
+        return good
+
+    def _prepare(self, msgs: list[Message]) -> tuple[InFlight, list[Any]]:
+        """Decode, reject the bad ones and tokenize (main thread; overlaps the kernel lane)."""
+        t0 = time.perf_counter()
+        self._seq += 1
+        batch = InFlight(self._seq, msgs, decode_batch(msgs, self.settings.max_article_bytes))
+        for msg, rejection in batch.decoded.bad:
+            self.reject(msg, rejection, batch)
+        t1 = time.perf_counter()
+        bags = tokenize(self.tokenizer, [a for _, a in batch.decoded.good])
+        batch.timings["decode"] = t1 - t0
+        batch.timings["tokenize"] = time.perf_counter() - t1
+        return batch, bags
+
+    def _run_kernel(self, batch: InFlight) -> NDArray[np.float64]:
+        t0 = time.perf_counter()
+        theta = self.compute(batch)
+        batch.timings["kernel"] = time.perf_counter() - t0
+        return theta
+
+    def _submit(self, batch: InFlight, bags: list[Any]) -> None:
+        t0 = time.perf_counter()
+        self.encode(batch, bags)
+        batch.timings["tokenize"] += time.perf_counter() - t0
+        for (topic, part), off in next_offsets(batch.msgs).items():
+            self.positions[(topic, part)] = off
+        batch.result = self.lane.submit(self._run_kernel, batch)
+        self._inflight = batch
+
+    def _publish(self, batch: InFlight) -> None:
+        """Wait for ``batch``'s mixtures and publish them (main thread)."""
+        assert batch.result is not None and batch.model is not None and batch.encoded is not None
+        theta = batch.result.result()
+        t0 = time.perf_counter()
+        if self.publishes and batch.decoded.good:
+            m = batch.model
+            tokens = batch.encoded.batch.doc_tokens()
+            self.publisher.publish(batch.decoded.good, theta, tokens, m.labels, m.algorithm, m.version, batch.tracker)
+        self.producer.poll(0)
+        batch.timings["publish"] = time.perf_counter() - t0
+        self._unacked.append((batch, next_offsets(batch.msgs)))
+        self._observe(batch)
+
+    def _observe(self, batch: InFlight) -> None:
+        m = self.metrics
+        m.consumed.inc(len(batch.msgs))
+        m.batches.inc()
+        if batch.encoded is not None:
+            m.tokens.inc(float(batch.encoded.batch.counts.sum()))
+            m.oov_tokens.inc(batch.encoded.oov_tokens)
+        for stage, dt in batch.timings.items():
+            m.batch_duration.labels(stage=stage).observe(dt)
+
+    def _commit_acknowledged(self, wait: bool = False) -> None:
+        """Commit the offsets of the oldest batches whose every send the broker has acknowledged (``wait``: a
+        synchronous commit, before leaving a partition or the group)."""
+        t0 = time.perf_counter()
+        offsets: dict[tuple[str, int], int] = {}
+        while self._unacked and self._unacked[0][0].tracker.done:
+            batch, nxt = self._unacked.popleft()
+            try:
+                batch.tracker.raise_on_failure()
+            except DeliveryError:
+                self.broken = True
+                with self._acked:
+                    self._acked.notify_all()
+                raise
+            offsets.update(nxt)
+            with self._acked:
+                self._acked_seq = batch.seq
+                self._acked.notify_all()
+        if offsets:
+            tps = [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())]
+            try:
+                if wait:
+                    self.consumer.commit(offsets=tps, asynchronous=False)
+                else:
+                    self.consumer.commit(offsets=tps, asynchronous=True)
+            except Exception as e:  # e.g. no group membership right now: counted; positions are safe elsewhere
+                self.metrics.errors.labels(kind="commit").inc()
+                log.warning("offset commit failed: %s", e)
+            self.metrics.batch_duration.labels(stage="commit").observe(time.perf_counter() - t0)
+
+    def wait_acknowledged(self, seq: int, stop: threading.Event | None = None) -> bool:
+        """Block until every batch up to ``seq`` is acknowledged (True), or a delivery failed / ``stop`` (False).
+
+        For other threads (the snapshot writer): a snapshot may describe only acknowledged batches.
+        """
+        with self._acked:
+            while self._acked_seq < seq:
+                if self.broken or (stop is not None and stop.is_set()):
+                    return False
+                self._acked.wait(0.5)
+            return not self.broken
+
+    @property
+    def acknowledged_seq(self) -> int:
+        return self._acked_seq
+
+    def drain(self) -> None:
+        """Publish the batch in the kernel lane, if any (its acknowledgements arrive later)."""
+        batch, self._inflight = self._inflight, None
+        if batch is not None:
+            self._publish(batch)
+            self.between_batches(batch)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Drain, wait for every acknowledgement, commit."""
+        self.drain()
+        flush_all(self.producer, timeout)
+        self._commit_acknowledged(wait=True)
+
+    def _update_lag(self) -> None:
+        """Lag per assigned partition: the high watermark (cached from fetch responses, no broker round trip)
+        minus our position. (Tansu reports a wrong high watermark; real Kafka is right.)"""
+        for topic, part in list(self.assigned):
+            pos = self.positions.get((topic, part))
+            if pos is None:
+                continue
+            try:
+                _, high = self.consumer.get_watermark_offsets(TopicPartition(topic, part), cached=True)
+            except Exception:  # a transient metadata error must not stop the loop
+                self.metrics.errors.labels(kind="watermarks").inc()
+                continue
+            if high >= 0:
+                self.metrics.lag.labels(topic=topic, partition=str(part)).set(max(0, high - pos))
+
+    def step(self, timeout: float | None = None, limit: int | None = None) -> int:
+        """One turn of the loop; returns the number of messages consumed (0 when the input was quiet).
+
+        ``limit`` caps the messages taken in this turn (tests use it to stop at an exact position)."""
+        msgs = self._consume(self.settings.batch_timeout_s if timeout is None else timeout, limit)
+        self.producer.poll(0)
+        self._commit_acknowledged()
+        if not msgs:
+            # Quiet input: publish what is in the lane now rather than wait for the next batch.
+            self.drain()
+            self.between_batches(None)
+            return 0
+        batch, bags = self._prepare(msgs)  # overlaps the kernel's work on the previous batch
+        previous = self._inflight
+        if previous is not None:
+            assert previous.result is not None
+            previous.result.result()  # the model now includes `previous`
+            self.between_batches(previous)
+        self._submit(batch, bags)
+        if previous is not None:
+            self._publish(previous)  # overlaps the kernel's work on `batch`
+        self._update_lag()
+        return len(msgs)
+
+    def subscribe(self) -> None:
+        self.consumer.subscribe(
+            [self.settings.input_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+        )
+
+    def run(
+        self,
+        stop: threading.Event | None = None,
+        max_messages: int | None = None,
+        until: Callable[[], bool] | None = None,
+    ) -> None:
+        """Consume until ``stop`` is set (or ``max_messages`` are consumed, or ``until()`` is true); then drain,
+        flush, commit (and what :meth:`close` adds), and leave the group."""
+        stop = stop or threading.Event()
+        self.subscribe()
+        consumed = 0
+        try:
+            while not stop.is_set():
+                if max_messages is not None and consumed >= max_messages:
+                    break
+                if until is not None and until():
+                    break
+                consumed += self.step()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Finish in-flight work and leave the group (subclasses add their final checkpoint)."""
+        try:
+            if not self.broken:
+                self.flush()
+        finally:
+            self.lane.shutdown(wait=True)
+            self.consumer.close()
+
+    def abandon(self) -> None:
+        """Stop as a crash would: nothing is flushed, committed or snapshotted (for tests of recovery)."""
+        self.broken = True
+        with self._acked:
+            self._acked.notify_all()
+        self.lane.shutdown(wait=True)
+        self.consumer.close()
