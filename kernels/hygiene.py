@@ -51,7 +51,7 @@ into stable topic ids with history.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -61,7 +61,7 @@ from numpy.typing import ArrayLike, NDArray
 from ._base import check_interval, check_positive_int
 from ._batch import Batch, as_batch
 
-__all__ = ["DEFAULT_THRESHOLD", "Event", "TopicHygiene", "hellinger_matrix", "mass_topics"]
+__all__ = ["DEFAULT_THRESHOLD", "Event", "TopicHygiene", "hellinger_matrix", "mass_topics", "recent_batch"]
 
 #: Hellinger distance below which two topics are duplicates (see the module docstring for the calibration).
 DEFAULT_THRESHOLD = 0.25
@@ -337,6 +337,19 @@ class TopicHygiene:
 
 
 # ------------------------------------------------------------------------------------------------ helpers
+def recent_batch(batches: Sequence[Batch], max_docs: int = 256) -> Batch | None:
+    """The last ``max_docs`` documents of ``batches`` (oldest batch first) as one batch; ``None`` if there are
+    none. A learner keeps its last few ``partial_fit`` batches (a bounded deque) and passes this to ``apply``."""
+    check_positive_int("max_docs", max_docs)
+    docs: list[tuple[NDArray[np.int64], NDArray[np.float64]]] = []
+    for b in reversed(batches):
+        for d in range(b.n_docs - 1, -1, -1):
+            if len(docs) == max_docs:
+                break
+            docs.append(b.doc(d))
+    return Batch.from_docs(docs[::-1]) if docs else None
+
+
 def _take(docs: Batch, rows: NDArray[np.int64]) -> Batch:
     """The documents ``rows`` of ``docs`` as a new batch."""
     return Batch.from_docs([docs.doc(int(d)) for d in rows])

@@ -530,6 +530,11 @@ class SCVB0(TopicModel):
                 t += 1
         return rhos, corpus
 
+    def _alpha_now(self) -> float:
+        """The α in use: the learned ``alpha_`` with ``learn_alpha``, else the ``alpha`` setting (which
+        ``set_params`` may change on a restored model)."""
+        return float(self.alpha_) if self.learn_alpha else float(self.alpha)
+
     def _partial_fit(self, batch: Batch) -> NDArray[np.float64]:
         K = int(self.n_topics)
         theta = np.empty((batch.n_docs, K))
@@ -550,7 +555,7 @@ class SCVB0(TopicModel):
                 int(self.batch_size),
                 rhos,
                 corpus,
-                float(self.alpha_),
+                self._alpha_now(),
                 float(self.eta),
                 self._rho_theta_table,
                 float(self.theta_scale),
@@ -579,7 +584,7 @@ class SCVB0(TopicModel):
                 self.phi_,
                 float(self.scale_),
                 self.nz_,
-                float(self.alpha_),
+                self._alpha_now(),
                 float(self.eta),
                 int(self.transform_passes),
                 theta,
@@ -615,7 +620,7 @@ class SCVB0(TopicModel):
             "rho_phi": float(self._rho_phi(self.n_updates_)),
             "window_tokens": float(min(float(self.window), self.n_tokens_seen_)),
             "phi_scale_s": float(self.scale_),
-            "alpha": float(self.alpha_),
+            "alpha": self._alpha_now(),
         }
 
     # ------------------------------------------------------------------ persistence

@@ -1,6 +1,6 @@
 """Topic hygiene (kernels.hygiene) on planted topics: duplicates merged, planted topics recovered, births.
 
-Two planted corpora: the demo generator's news desks (service.generator), and a corpus drawn here from an LDA
+Two planted corpora: the demo generator's news desks (service.dev.generator), and a corpus drawn here from an LDA
 with known φ (8 topics on disjoint word blocks with Zipf-like weights and a little shared mass). Recovery
 thresholds: a learned topic within Hellinger 0.40 of each generator desk (the learned topics also hold the
 generator's background and headline words, so even a clean recovery sits at 0.2–0.35) and within 0.25 of each
@@ -13,7 +13,14 @@ import numpy as np
 import pytest
 
 from kernels import SCVB0, Batch, OnlineHDP, ParticleFilterLDA
-from kernels.hygiene import DEFAULT_THRESHOLD, Event, TopicHygiene, hellinger_matrix, mass_topics
+from kernels.hygiene import (
+    DEFAULT_THRESHOLD,
+    Event,
+    TopicHygiene,
+    hellinger_matrix,
+    mass_topics,
+    recent_batch,
+)
 from kernels.scvb0 import minka_alpha
 
 GEN_RECOVERY = 0.40
@@ -45,8 +52,8 @@ def lda_corpus(n_docs: int, seed: int, *, late_topic: bool = False) -> tuple[np.
 @pytest.fixture(scope="module")
 def generator_corpus() -> tuple[np.ndarray, Batch]:
     """8,000 demo articles in stream order, and the planted desks' word distributions over the same vocabulary."""
-    from service.evaluation import prepare_corpus
-    from service.generator import _ZIPF_S, PLANTED_TOPICS, generate_articles
+    from evaluation import prepare_corpus
+    from service.dev.generator import _ZIPF_S, PLANTED_TOPICS, generate_articles
 
     arts = list(generate_articles(8001, seed=0))
     c = prepare_corpus(arts[:8000], arts[8000:], vocab_size=5000, seed=0, shuffle=False)
@@ -169,6 +176,16 @@ def test_hygiene_refuses_kernels_without_moves_and_bad_settings():
         m.merge_topics(1, 1)
     with pytest.raises(ValueError, match="topic id"):
         m.merge_topics(0, 3)
+
+
+def test_recent_batch_keeps_the_newest_documents_in_order():
+    _, docs = lda_corpus(30, 5)
+    parts = [docs.slice(0, 10), docs.slice(10, 25), docs.slice(25, 30)]
+    got = recent_batch(parts, max_docs=12)
+    assert got is not None and got.n_docs == 12
+    for i in range(12):
+        np.testing.assert_array_equal(got.doc(i)[0], docs.doc(18 + i)[0])
+    assert recent_batch([], 5) is None
 
 
 def test_mass_topics_counts_the_topics_that_hold_the_mass():

