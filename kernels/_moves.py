@@ -33,7 +33,7 @@ def merge_columns(M: NDArray[np.float64], total: NDArray[np.float64], into: int,
     """Merge topic ``src`` into topic ``into``: G_·into += G_·src, G_·src = 0 (and the totals alike).
 
     Bryant & Sudderth (NIPS 2012, "Truly nonparametric online variational inference for hierarchical Dirichlet
-    processes", §4) merge two topics by adding their expected counts; in a collapsed model the counts are the
+    processes") merge two topics by adding their expected counts; in a collapsed model the counts are the
     whole topic, so the merged topic is exactly the union of the two.
     """
     K = M.shape[1]
@@ -102,7 +102,7 @@ def birth_column(
     For each word the tokens are taken from every other topic in proportion to its current share of the word
     (the word's row sum is unchanged, and a word cannot give more than it has). This is how a birth proposal
     is memoized: Hughes & Sudderth's birth move creates a topic from a targeted subsample and then edits the
-    summed statistics, and Bryant & Sudderth (2012, §4.2) likewise reassign the words of the documents that
+    summed statistics, and Bryant & Sudderth (NIPS 2012) likewise reassign the words of the documents that
     the current topics explain worst to a new topic. Returns the moved count (count units) and a function
     that undoes the move exactly (for a rejected proposal).
     """

@@ -20,7 +20,7 @@ retire
 merge
     Two live topics whose word distributions are closer than ``threshold`` in Hellinger distance,
     H(p, q) = sqrt(1 − Σ_w sqrt(p_w q_w)), are merged: the smaller into the larger (the larger keeps its id).
-    Bryant & Sudderth (NIPS 2012, "Truly nonparametric online variational inference for HDPs", §4) merge
+    Bryant & Sudderth (NIPS 2012, "Truly nonparametric online variational inference for HDPs") merge
     topic pairs that their objective prefers after the merge; in a collapsed model with fixed topics a pair
     under the threshold explains the same words, so its merge changes the likelihood of no document by more
     than the difference between the two rows. The closest pair goes first, then distances to the merged topic
@@ -35,7 +35,7 @@ birth
     word distribution ψ is fitted to them by EM with the existing topics fixed (each document d mixes ψ
     with its current prediction p_dw at its own weight π_d), started from the worst document's words weighted
     by their surprise c_w / p_dw — the targeted-subsample birth of Hughes & Sudderth and of Bryant & Sudderth
-    (§4.2, new topics from the documents the model explains worst). The proposal gets the share of the
+    (new topics from the documents the model explains worst). The proposal gets the share of the
     window's tokens that ψ took in those documents, reassigned word by word from the other topics. It is
     *accepted* if the mean per-token log-likelihood of the held-out half of ``recent_docs`` (odd positions,
     θ refitted by ``model.transform``) rises by more than ``birth_min_gain`` nats; otherwise it is undone
