@@ -31,6 +31,7 @@ moving average over about S/ρ_min documents; the defaults make the two agree (2
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -39,6 +40,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ._base import StateValue, TopicModel, check_interval, check_positive_int
 from ._batch import Batch
+from ._moves import birth_column, birth_counts, delete_column, merge_columns
 from ._schedule import StepSize
 from ._special import digamma, lgamma
 
@@ -850,3 +852,50 @@ class OnlineHDP(TopicModel):
     @classmethod
     def _unit_test_params(cls) -> dict[str, Any]:
         return {"batch_size": 8, "window": 200, "max_iter": 20, "doc_topics": 4}
+
+    # ------------------------------------------------------------------ topic moves (kernels.hygiene)
+    def _check_moves(self) -> None:
+        if self.inference != "collapsed":
+            raise ValueError("topic moves (merge, delete, birth) need inference='collapsed'")
+
+    def merge_topics(self, into: int, src: int) -> None:
+        """Merge topic ``src`` into ``into``: N^Φ columns, N^Z and expected tables added (the tables of the
+        merged topic are an upper bound: two tables in one document now serve one topic)."""
+        self._check_moves()
+        merge_columns(self.topic_stat_, self.topic_total_, into, src)
+        self.stick_u_[into] += self.stick_u_[src]
+        self.stick_u_[src] = 0.0
+
+    def delete_topic(self, k: int) -> None:
+        """Empty topic ``k``: its tokens go to the others by responsibility (``kernels._moves.delete_column``),
+        its expected tables in the same proportion, so β's total table count is unchanged."""
+        self._check_moves()
+        got = delete_column(
+            self.topic_stat_, self.topic_total_, 1.0, self.scale_, float(self.eta), self.topic_weights(), k
+        )
+        if got.sum() > 0:
+            self.stick_u_ += self.stick_u_[k] * got / got.sum()
+        self.stick_u_[k] = 0.0
+
+    def birth_topic(
+        self, k: int, word_ids: ArrayLike, word_probs: ArrayLike, share: float
+    ) -> tuple[float, Callable[[], None]]:
+        """Give topic ``k`` a ``share`` of the window's tokens with word distribution ``word_probs`` over
+        ``word_ids`` (``kernels._moves.birth_column``) and the same share of the expected tables.
+
+        Returns the tokens moved and a function that undoes the move.
+        """
+        self._check_moves()
+        total = float(self.topic_total_.sum() * self.scale_)
+        ids, counts = birth_counts(word_ids, word_probs, share, total)
+        moved, undo_stat = birth_column(self.topic_stat_, self.topic_total_, 1.0, self.scale_, k, ids, counts)
+        saved = self.stick_u_.copy()
+        got = moved / total if total > 0 else 0.0
+        self.stick_u_ *= 1.0 - got
+        self.stick_u_[k] += got * float(saved.sum())
+
+        def undo() -> None:
+            undo_stat()
+            self.stick_u_[:] = saved
+
+        return moved, undo

@@ -12,6 +12,7 @@ computes the per-minibatch step sizes and corpus sizes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -20,7 +21,9 @@ from numpy.typing import ArrayLike, NDArray
 
 from ._base import StateValue, TopicModel, check_interval, check_positive_int
 from ._batch import Batch
+from ._moves import birth_column, birth_counts, delete_column, merge_columns
 from ._schedule import StepSize
+from ._special import digamma_array
 
 __all__ = ["SCVB0"]
 
@@ -320,6 +323,26 @@ def _infer(
             theta_out[d, k] = (nt[k] + alpha) / tot
 
 
+def minka_alpha(n_theta: NDArray[np.float64], alpha: float, iterations: int = 5) -> float:
+    """Symmetric Dirichlet α by Minka's fixed point on document–topic counts ``n_theta`` (D×K), from ``alpha``.
+
+    α ← α Σ_j Σ_k [ψ(N_kj + α) − ψ(α)] / (K Σ_j [ψ(N_j + Kα) − ψ(Kα)])  (Asuncion et al., UAI 2009,
+    ``shared/seeds/002_*`` §3.1, with a flat prior; Minka 2000). Returns ``alpha`` for an empty batch.
+    """
+    D, K = n_theta.shape
+    n_doc = n_theta.sum(axis=1)
+    if D == 0 or not n_doc.sum() > 0:
+        return float(alpha)
+    a = float(alpha)
+    for _ in range(iterations):
+        num = float((digamma_array(n_theta + a) - digamma_array(np.array([a]))[0]).sum())
+        den = K * float((digamma_array(n_doc + K * a) - digamma_array(np.array([K * a]))[0]).sum())
+        if not (num > 0 and den > 0):
+            break
+        a = min(max(a * num / den, 1e-4), 1e3)
+    return a
+
+
 # -------------------------------------------------------------------------------------------- the model
 class SCVB0(TopicModel):
     """Streaming SCVB0 (seed 000, Algorithm 2, Eqs. 5–9) for LDA with K topics over a vocabulary of W slots.
@@ -350,6 +373,10 @@ class SCVB0(TopicModel):
         (tokens per minibatch)/``phi_floor`` so that the count mass matches the EMA memory.
     transform_passes : int
         CVB0 sweeps over a document in :meth:`transform` (fold-in with the topics fixed).
+    learn_alpha : bool
+        Learn the symmetric α from the stream (:func:`minka_alpha` on each ``partial_fit`` batch's N^Θ, smoothed
+        with the step size ρ^Φ); ``alpha`` is then only the starting value. Off by default: measured on
+        20 Newsgroups and BBC it did not improve held-out log-likelihood (``docs/topic-hygiene.md``).
 
     Initialisation: N^Φ uniform(0, 1) per entry (Algorithm 2: "randomly initialize"), N^Z = Σ_w N^Φ_w; each
     document's N^Θ_j is uniform(0,1) per entry, rescaled to sum to C_j. With the default schedule ρ^Φ_0 = 1,
@@ -418,6 +445,7 @@ class SCVB0(TopicModel):
         burn_in: int = 1,
         window: float = 1_000_000.0,
         transform_passes: int = 5,
+        learn_alpha: bool = False,
     ) -> None:
         self.n_topics = n_topics
         self.n_words = n_words
@@ -435,6 +463,7 @@ class SCVB0(TopicModel):
         self.burn_in = burn_in
         self.window = window
         self.transform_passes = transform_passes
+        self.learn_alpha = learn_alpha
         self._setup()
 
     # ------------------------------------------------------------------ settings
@@ -454,6 +483,8 @@ class SCVB0(TopicModel):
             raise ValueError(f"burn_in must be a non-negative integer, got {self.burn_in!r}")
         check_interval("window", self.window, 0.0, low_open=True, high_open=True)
         check_positive_int("transform_passes", self.transform_passes)
+        if not isinstance(self.learn_alpha, bool | np.bool_):
+            raise ValueError(f"learn_alpha must be a bool, got {self.learn_alpha!r}")
         self._rho_phi = StepSize(
             scale=float(self.phi_scale),
             tau=float(self.phi_tau),
@@ -470,6 +501,7 @@ class SCVB0(TopicModel):
         self.scale_ = 1.0
         self.nz_ = self.phi_.sum(axis=0)  # N^Z = Σ_w N^Φ_w
         self.n_updates_ = 0  # minibatches that updated N^Φ (t of ρ^Φ_t)
+        self.alpha_ = float(self.alpha)  # the α in use (learned when learn_alpha)
 
     # ------------------------------------------------------------------ learning and inference
     def _theta_init(self, batch: Batch) -> NDArray[np.float64]:
@@ -498,6 +530,11 @@ class SCVB0(TopicModel):
                 t += 1
         return rhos, corpus
 
+    def _alpha_now(self) -> float:
+        """The α in use: the learned ``alpha_`` with ``learn_alpha``, else the ``alpha`` setting (which
+        ``set_params`` may change on a restored model)."""
+        return float(self.alpha_) if self.learn_alpha else float(self.alpha)
+
     def _partial_fit(self, batch: Batch) -> NDArray[np.float64]:
         K = int(self.n_topics)
         theta = np.empty((batch.n_docs, K))
@@ -518,7 +555,7 @@ class SCVB0(TopicModel):
                 int(self.batch_size),
                 rhos,
                 corpus,
-                float(self.alpha),
+                self._alpha_now(),
                 float(self.eta),
                 self._rho_theta_table,
                 float(self.theta_scale),
@@ -530,6 +567,11 @@ class SCVB0(TopicModel):
             )
         )
         self.n_updates_ += int(np.count_nonzero(corpus))
+        if self.learn_alpha and np.any(corpus > 0):
+            doc_len = batch.doc_tokens()
+            n_theta = np.maximum(theta * (doc_len + K * self.alpha_)[:, None] - self.alpha_, 0.0)
+            rho = float(rhos[corpus > 0][-1])
+            self.alpha_ = (1.0 - rho) * self.alpha_ + rho * minka_alpha(n_theta[doc_len > 0], self.alpha_)
         return theta
 
     def _transform(self, batch: Batch) -> NDArray[np.float64]:
@@ -542,7 +584,7 @@ class SCVB0(TopicModel):
                 self.phi_,
                 float(self.scale_),
                 self.nz_,
-                float(self.alpha),
+                self._alpha_now(),
                 float(self.eta),
                 int(self.transform_passes),
                 theta,
@@ -578,6 +620,7 @@ class SCVB0(TopicModel):
             "rho_phi": float(self._rho_phi(self.n_updates_)),
             "window_tokens": float(min(float(self.window), self.n_tokens_seen_)),
             "phi_scale_s": float(self.scale_),
+            "alpha": self._alpha_now(),
         }
 
     # ------------------------------------------------------------------ persistence
@@ -587,6 +630,7 @@ class SCVB0(TopicModel):
             "scale": float(self.scale_),
             "nz": self.nz_.copy(),
             "n_updates": int(self.n_updates_),
+            "alpha": float(self.alpha_),
         }
 
     def _set_state(self, state: dict[str, StateValue]) -> None:
@@ -599,7 +643,28 @@ class SCVB0(TopicModel):
         self.nz_ = nz
         self.scale_ = float(state["scale"])  # type: ignore[arg-type]
         self.n_updates_ = int(state["n_updates"])  # type: ignore[arg-type]
+        self.alpha_ = float(state.get("alpha", self.alpha))  # type: ignore[arg-type]  # older snapshots: α fixed
 
     @classmethod
     def _unit_test_params(cls) -> dict[str, Any]:
         return {"batch_size": 4, "window": 2000.0, "transform_passes": 5}
+
+    # ------------------------------------------------------------------ topic moves (kernels.hygiene)
+    def merge_topics(self, into: int, src: int) -> None:
+        """Merge topic ``src`` into ``into`` (N^Φ columns and N^Z added); ``src`` is left empty (φ uniform)."""
+        merge_columns(self.phi_, self.nz_, into, src)
+
+    def delete_topic(self, k: int) -> None:
+        """Empty topic ``k``, reassigning its expected tokens to the others (``kernels._moves.delete_column``)."""
+        delete_column(self.phi_, self.nz_, self.scale_, self.scale_, float(self.eta), self.topic_weights(), k)
+
+    def birth_topic(
+        self, k: int, word_ids: ArrayLike, word_probs: ArrayLike, share: float
+    ) -> tuple[float, Callable[[], None]]:
+        """Give topic ``k`` a ``share`` of the window's tokens with word distribution ``word_probs`` over
+        ``word_ids``, taken from the other topics word by word (``kernels._moves.birth_column``).
+
+        Returns the tokens moved and a function that undoes the move.
+        """
+        ids, counts = birth_counts(word_ids, word_probs, share, float(self.nz_.sum()))
+        return birth_column(self.phi_, self.nz_, self.scale_, self.scale_, k, ids, counts)

