@@ -10,7 +10,7 @@ ARTICLES ?=
 RATE     ?= 500
 ARGS     ?=
 
-.PHONY: run test lint bench clean help
+.PHONY: run test lint bench docs clean help
 
 help:
 	@echo "make run    start a local broker + Redis (unless TOPICSTREAM_KAFKA_BOOTSTRAP/TOPICSTREAM_REDIS_URL are set),"
@@ -19,6 +19,7 @@ help:
 	@echo "make test   run the whole test suite against a real broker and a real Redis"
 	@echo "make lint   ruff and mypy"
 	@echo "make bench  regenerate docs/benchmarks.md against the peers, then the end-to-end service benchmark"
+	@echo "make docs   regenerate the README's and docs' tables that come from the code (settings, metrics, ...)"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +39,9 @@ lint: $(STAMP)
 	$(BIN)/ruff check kernels service evaluation tests benchmarks
 	$(BIN)/ruff format --check kernels service evaluation tests benchmarks
 	$(BIN)/mypy
+
+docs: $(STAMP)
+	$(BIN)/python -m service.doctables README.md docs/*.md
 
 $(VENV)/.bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'

@@ -36,7 +36,7 @@ class Metrics:
     def __init__(self, role: str = "learner", registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
-        self.info = Info("topicstream_model", "Algorithm, topics, vocabulary capacity and role", registry=r)
+        self.info = Info("topicstream_model", "Algorithm, number of topics and role of the process", registry=r)
         self.role = role
 
         # Throughput.
