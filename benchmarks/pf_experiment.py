@@ -1,7 +1,7 @@
 """Seed 003's experiments with the reservoir particle filter (``kernels.ParticleFilterLDA``).
 
 Datasets: 20 Newsgroups diff3, rel3, sim3 (``../shared/data/20ng_{name}_{train,test}.jsonl.gz``, bydate 60/40),
-K = 3. Preprocessing as in the seed (``../shared/notes/particle-filter.md``): body text only (headers are already
+K = 3. Preprocessing as in the seed (seed 003's section on data): body text only (headers are already
 removed in the files), drop lines without a non-trailing space, split on non-letters, lower-case, drop sklearn's
 English stop words, vocabulary = non-singleton training types + one out-of-vocabulary symbol, documents shuffled
 once (seed 0). Metric: out-of-sample NMI — φ fixed, five Gibbs sweeps on each test document, label = the topic

@@ -1,4 +1,6 @@
-"""Pure numerical kernels for streaming topic models (no Kafka, no Redis, no pydantic).
+"""Pure numerical kernels for streaming topic models (no Kafka, no Redis, no pydantic): SCVB0, online HDP and
+the reservoir particle filter behind one base class, their numba code, the topic moves of topic hygiene, and
+``kernels.registry``, the algorithm names without numba.
 
 The kernel classes (and :data:`ALGORITHMS`) are imported on first access, so that ``kernels.registry`` — the
 algorithm names — can be read without importing numba.

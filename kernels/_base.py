@@ -1,4 +1,4 @@
-"""The contract every topic-model kernel keeps (see ``../shared/notes/architecture.md``, "Kernel API").
+"""The contract every topic-model kernel keeps (``docs/architecture.md``, "Kernel contract").
 
 A kernel is a single-pass, constant-memory estimator over a stream of bag-of-words documents:
 

@@ -1,6 +1,6 @@
 """numba kernels of the reservoir particle filter (:mod:`kernels.particle_filter`).
 
-Steps (1)–(6) are those of ``../shared/notes/particle-filter.md`` ("One step, token i"): (1) the optimal
+Steps (1)–(6) are those of ``docs/particle-filter.md`` ("One token"): (1) the optimal
 proposal q_k, (2) the incremental weight Σ_k q_k, (3) drawing z_i, (4) ESS-triggered multinomial resampling,
 (5) rejuvenation from the reservoir, (6) resetting the weights. The algorithm is the Rao-Blackwellized
 particle filter of Canini, Shi & Griffiths (2009) with the rejuvenation sequence drawn from a Vitter

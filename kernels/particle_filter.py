@@ -3,7 +3,7 @@
 The Rao-Blackwellized particle filter of Canini, Shi & Griffiths (2009) with the rejuvenation sequence drawn
 from a reservoir (Vitter's Algorithm R), as studied in seed 003
 (``../shared/seeds/003_a7c52d8f7fc270fa.txt``); the algorithm with its formulas is restated in
-``../shared/notes/particle-filter.md`` (steps 1–6 there). The numerics are in :mod:`kernels._pf_numba`.
+``docs/particle-filter.md`` (steps 1–6 there). The numerics are in :mod:`kernels._pf_numba`.
 
 Per token i (word w of document d) and particle p: (1) the optimal proposal q_k, (2) ω^(p) *= Σ_k q_k, (3) z_i
 ~ q/Σq; then, if ESS = 1/Σω² < ``ess_threshold``·P: (4) multinomial resampling, (5) r = ``n_rejuvenate`` Gibbs

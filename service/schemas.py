@@ -1,4 +1,4 @@
-"""The events on the wire (see ``../shared/notes/architecture.md``): input articles, output mixtures.
+"""The events on the wire (README.md, "Events"): input articles, output mixtures.
 
 Decoding never raises: :func:`decode_article` returns either an :class:`Article` or a :class:`Rejection` whose
 ``reason`` is a short, stable code (used as a metric label and a dead-letter header) and whose ``detail`` says

@@ -2,7 +2,7 @@
 
 Each case is ``(key, value, good)``: ``key`` is unique and equals the article id of a good case, so the test can
 compare sets (ids in = ids out ∪ dead letters); ``good`` says whether the case is a valid article by the input
-contract (``shared notes``, "Input event"), decided by how it was built, not by running the decoder.
+contract (README.md, "Events"), decided by how it was built, not by running the decoder.
 """
 
 from __future__ import annotations
