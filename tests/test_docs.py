@@ -185,3 +185,15 @@ def test_relative_links_resolve_inside_the_repository(path: Path) -> None:
         assert dest.exists(), f"{path.name}: {target} does not exist"
         if anchor and dest.suffix == ".md":
             assert anchor in _anchors(_read(dest)), f"{path.name}: {target}: no heading #{anchor}"
+
+
+_PATH = re.compile(r"`((?:\.\./)?[\w.-]+(?:/[\w.-]+)+\.(?:py|md|yml|yaml|json|png|toml))`")
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_file_paths_named_in_the_docs_exist(path: Path) -> None:
+    """A path in backticks (`service/worker.py`) names a file of the repository, from its root or the page."""
+    for name in set(_PATH.findall(_read(path))):
+        if name.startswith("../shared/"):  # the corpora and papers, outside the repository by design
+            continue
+        assert (ROOT / name).exists() or (path.parent / name).exists(), f"{path.name}: `{name}` does not exist"
