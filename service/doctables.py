@@ -303,7 +303,12 @@ _BLOCK = re.compile(r"(<!-- doctables:([a-z-]+) -->\n)(.*?)(<!-- /doctables:\2 -
 
 
 def render(text: str, cache: dict[str, str] | None = None) -> str:
-    """``text`` with every generated block replaced by what its generator makes now."""
+    """``text`` with every generated block replaced by what its generator makes now.
+
+    >>> old = "<!-- doctables:output-headers -->\n| stale |\n<!-- /doctables:output-headers -->"
+    >>> render(old).splitlines()[1:4]
+    ['| header | meaning |', '|---|---|', "| `topicstream-topic` | the dominant topic's id |"]
+    """
     cache = {} if cache is None else cache
 
     def replace(m: re.Match[str]) -> str:

@@ -4,7 +4,16 @@
 ``{"__ndarray__": [dtype, shape, offset]}``), then the raw C-order bytes of every array, back to back.
 :func:`unpack` reads it back and trusts nothing: any byte sequence that is not exactly what :func:`pack` wrote
 raises :class:`SnapshotCorrupt` and nothing else. :func:`check_payload` checks what a checksum cannot (finite
-floats, non-negative statistics). Pure: no Redis here (see :mod:`service.snapshot`).
+floats, non-negative statistics). Pure: no Redis here (see :mod:`service.snapshot`). ``docs/architecture.md``
+("Snapshots") describes the layout and what a payload holds.
+
+>>> import numpy as np
+>>> payload = unpack(pack({"kernel": {"phi": np.eye(2)}, "offsets": [["articles", 0, 42]]}))
+>>> payload["offsets"], payload["kernel"]["phi"].tolist()
+([['articles', 0, 42]], [[1.0, 0.0], [0.0, 1.0]])
+>>> unpack(b"TSNAP1 and then anything")
+Traceback (most recent call last):
+service.snapshot_format.SnapshotCorrupt: not a topicstream snapshot (bad magic or shorter than its header: 24 bytes)
 """
 
 from __future__ import annotations
