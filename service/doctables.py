@@ -303,7 +303,7 @@ _BLOCK = re.compile(r"(<!-- doctables:([a-z-]+) -->\n)(.*?)(<!-- /doctables:\2 -
 
 
 def render(text: str, cache: dict[str, str] | None = None) -> str:
-    """``text`` with every generated block replaced by what its generator makes now.
+    r"""``text`` with every generated block replaced by what its generator makes now.
 
     >>> old = "<!-- doctables:output-headers -->\n| stale |\n<!-- /doctables:output-headers -->"
     >>> render(old).splitlines()[1:4]
