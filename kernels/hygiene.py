@@ -53,7 +53,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -89,6 +89,7 @@ class Event:
             raise ValueError(f"event kind must be one of {_EVENT_KINDS}, got {self.kind!r}")
 
 
+@runtime_checkable
 class SupportsTopicMoves(Protocol):
     """What :meth:`TopicHygiene.apply` needs from a kernel."""
 
