@@ -6,7 +6,7 @@ The collapsed LDA joint (Griffiths & Steyvers 2004), with θ and φ integrated o
 
 From it: the exact marginal P(w_1..w_n) = Σ_z P(w, z) by enumerating all K^n assignments, and the particle
 filter's optimal proposal P(z_i = k | z_<i, w_≤i) and incremental weight P(w_i | z_<i, w_<i) as ratios of
-joints (steps 1–2 of ``../shared/notes/particle-filter.md``), without any of the kernel's count bookkeeping.
+joints (steps 1–2 of ``docs/particle-filter.md``), without any of the kernel's count bookkeeping.
 """
 
 from __future__ import annotations
