@@ -15,7 +15,7 @@ average over about S/ρ_min documents; the defaults make the two agree (256 / 0.
 from __future__ import annotations
 
 import abc
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from numba import njit
@@ -25,7 +25,7 @@ from ._base import StateValue, TopicModel, check_interval, check_positive_int
 from ._batch import Batch
 from ._schedule import StepSize
 
-__all__ = ["OnlineHDPBase", "local_slots", "sparse_step"]
+__all__ = ["Minibatch", "OnlineHDPBase", "local_slots", "sparse_step"]
 
 # G = s·M; when s falls below this, M is multiplied by s and s reset to 1 (an O(W·K) pass, rare).
 _RENORM_BELOW = 1e-30
@@ -88,6 +88,18 @@ def local_slots(word_ids: NDArray[np.int64], slot: NDArray[np.int64]) -> tuple[N
     return rows, slots
 
 
+class Minibatch(NamedTuple):
+    """One minibatch as the document step sees it: the documents, their distinct words ``rows`` (first-seen
+    order), each entry's index into them ``slots``; and what the step writes: Ĝ (``stat``, one row per distinct
+    word) and the mixtures ``theta``."""
+
+    docs: Batch
+    rows: NDArray[np.int64]
+    slots: NDArray[np.int64]
+    stat: NDArray[np.float64]
+    theta: NDArray[np.float64]
+
+
 class OnlineHDPBase(TopicModel):
     """Settings and corpus-level machinery of an online HDP with corpus truncation K = ``n_topics``.
 
@@ -144,18 +156,9 @@ class OnlineHDPBase(TopicModel):
 
     # ------------------------------------------------------------------ estimator hooks
     @abc.abstractmethod
-    def _documents(
-        self,
-        mb: Batch,
-        rows: NDArray[np.int64],
-        slots: NDArray[np.int64],
-        stat: NDArray[np.float64],
-        theta: NDArray[np.float64],
-        update: bool,
-    ) -> tuple[int, NDArray[np.float64]]:
-        """The document step over a minibatch: fill ``theta``, add Ĝ to ``stat`` (one row per distinct word
-        ``rows``; ``slots`` maps each entry to its row). Returns (total iterations, the statistics of the
-        corpus stick for :meth:`_update_sticks`)."""
+    def _documents(self, mb: Minibatch, update: bool) -> tuple[int, NDArray[np.float64]]:
+        """The document step over a minibatch: fill ``mb.theta``, add Ĝ to ``mb.stat``. Returns (total
+        iterations, the statistics of the corpus stick for :meth:`_update_sticks`)."""
 
     @abc.abstractmethod
     def _update_sticks(self, stick_stat: NDArray[np.float64], rho: float, mult: float) -> None:
@@ -184,23 +187,22 @@ class OnlineHDPBase(TopicModel):
             theta[d0:d1] = self._minibatch(batch.slice(d0, d1), slot, update=update)
         return theta
 
-    def _minibatch(self, mb: Batch, slot: NDArray[np.int64], *, update: bool) -> NDArray[np.float64]:
+    def _minibatch(self, docs: Batch, slot: NDArray[np.int64], *, update: bool) -> NDArray[np.float64]:
         K = int(self.n_topics)
-        theta = np.empty((mb.n_docs, K))
-        rows, slots = local_slots(mb.word_ids, slot)
-        stat = np.zeros((rows.shape[0], K))
-        iters, stick_stat = self._documents(mb, rows, slots, stat, theta, update)
+        rows, slots = local_slots(docs.word_ids, slot)
+        mb = Minibatch(docs, rows, slots, np.zeros((rows.shape[0], K)), np.empty((docs.n_docs, K)))
+        iters, stick_stat = self._documents(mb, update)
         if not update:
-            return theta
-        self.last_doc_iters_ = iters / max(1, mb.n_docs)
-        if mb.word_ids.shape[0] == 0:
-            return theta
+            return mb.theta
+        self.last_doc_iters_ = iters / max(1, docs.n_docs)
+        if docs.word_ids.shape[0] == 0:
+            return mb.theta
         rho = self._rho(self.n_updates_)
-        mult = float(self.window) / mb.n_docs  # D/S
-        self.scale_ = sparse_step(self.topic_stat_, self.topic_total_, rows, stat, self.scale_, rho, mult)
+        mult = float(self.window) / docs.n_docs  # D/S
+        self.scale_ = sparse_step(self.topic_stat_, self.topic_total_, rows, mb.stat, self.scale_, rho, mult)
         self._update_sticks(stick_stat, rho, mult)
         self.n_updates_ += 1
-        return theta
+        return mb.theta
 
     # ------------------------------------------------------------------ read-outs
     def topic_word(self) -> NDArray[np.float64]:

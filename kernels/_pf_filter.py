@@ -15,8 +15,8 @@ import numpy as np
 from numba import njit
 from numpy.typing import NDArray
 
-from ._pf_pools import close_slot, copy_pairs, open_slot, own_drow, own_row
-from ._pf_rng import rng_below, rng_uniform, sample_cat
+from ._pf_pools import close_slot, copy_pairs, enlist, evict_token, open_slot, own_drow, own_row
+from ._pf_rng import rng_below, sample_cat
 from ._pf_state import (
     COLLAPSES,
     FILL,
@@ -26,7 +26,6 @@ from ._pf_state import (
     N_RDIV,
     REJUVENATIONS,
     RESAMPLES,
-    SLOT_TOP,
     TOKENS,
     Config,
     DocRows,
@@ -90,17 +89,11 @@ def store_token(
     An evicted token releases its document slot when no other reservoir token (and no open document) uses it.
     """
     res_z = res.res_z
-    slot_refs = docs.slot_refs
-    scratch = slot_refs.shape[0] - 1
     P = res_z.shape[1]
     if pos == ctr[FILL]:
         ctr[FILL] += 1
     else:
-        old = res.res_slot[pos]
-        slot_refs[old] -= 1
-        if slot_refs[old] == 0 and old != scratch:
-            docs.slot_free[ctr[SLOT_TOP]] = old
-            ctr[SLOT_TOP] += 1
+        evict_token(docs, res, ctr, pos)
     res.res_w[pos] = w
     res.res_slot[pos] = s
     z0 = zcur[0]
@@ -109,24 +102,9 @@ def store_token(
         res_z[pos, p] = zcur[p]
         if zcur[p] != z0:
             same = False
-    if not same and res.rdiv_mark[pos] == 0:
-        res.rdiv_mark[pos] = 1
-        res.rdiv[ctr[N_RDIV]] = pos
-        ctr[N_RDIV] += 1
-    slot_refs[s] += 1
-
-
-@njit(cache=True, nogil=True)
-def _draw_by_weight(weights: NDArray[np.float64], total: float, rng: NDArray[np.uint64]) -> int:
-    """One particle index drawn with probability ω_p / total."""
-    P = weights.shape[0]
-    u = rng_uniform(rng) * total
-    acc = 0.0
-    for p in range(P):
-        acc += weights[p]
-        if u < acc:
-            return p
-    return P - 1
+    if not same:
+        enlist(res.rdiv, res.rdiv_mark, ctr, N_RDIV, pos)
+    docs.slot_refs[s] += 1
 
 
 @njit(cache=True, nogil=True)
@@ -150,7 +128,7 @@ def _resample(
         total += weights[p]
         offspring[p] = 0
     for _ in range(P):
-        offspring[_draw_by_weight(weights, total, parts.prng)] += 1
+        offspring[sample_cat(weights, P, total, parts.prng)] += 1
     src = np.empty(P, dtype=np.int64)
     dst = np.empty(P, dtype=np.int64)
     n_pairs = 0
@@ -183,7 +161,7 @@ def _collapse(zcur: NDArray[np.int64], words: WordRows, docs: DocRows, res: Rese
     total = 0.0
     for p in range(P):
         total += weights[p]
-    a = _draw_by_weight(weights, total, parts.prng)
+    a = sample_cat(weights, P, total, parts.prng)
     src = np.full(P - 1, a, dtype=np.int64)
     dst = np.empty(P - 1, dtype=np.int64)
     n_pairs = 0
@@ -217,10 +195,10 @@ def _rejuvenate(
     ctr = parts.ctr
     rng = parts.prng
     nk = parts.nk
-    rows = words.rows
-    drows = docs.drows
+    rows = words.pool.rows
+    drows = docs.pool.rows
     res_z = res.res_z
-    W, P = words.ptr.shape
+    W, P = words.pool.ptr.shape
     K = nk.shape[1]
     wbeta = W * beta
     fill = ctr[FILL]
@@ -229,10 +207,7 @@ def _rejuvenate(
     for t in range(n_rejuv):
         j = rng_below(rng, fill)
         idx[t] = j
-        if res.rdiv_mark[j] == 0:
-            res.rdiv_mark[j] = 1
-            res.rdiv[ctr[N_RDIV]] = j
-            ctr[N_RDIV] += 1
+        enlist(res.rdiv, res.rdiv_mark, ctr, N_RDIV, j)
     for p in range(P):
         for t in range(n_rejuv):
             j = idx[t]
@@ -311,10 +286,10 @@ def filter_docs(
     rng = parts.prng
     nk = parts.nk
     weights = parts.weights
-    rows = words.rows
-    ptr = words.ptr
-    drows = docs.drows
-    dptr = docs.dptr
+    rows = words.pool.rows
+    ptr = words.pool.ptr
+    drows = docs.pool.rows
+    dptr = docs.pool.ptr
     slot_len = docs.slot_len
     W, P = ptr.shape
     K = nk.shape[1]

@@ -16,11 +16,14 @@ from numba import njit
 from numpy.typing import NDArray
 
 from ._pf_filter import reservoir_position, store_token
-from ._pf_pools import close_slot, open_slot
+from ._pf_pools import close_slot, open_slot, shared_row
 from ._pf_rng import rng_below, sample_cat
 from ._pf_state import D_FREE, FILL, N_FREE, PEAK_ROWS, TOKENS, DocRows, Particles, Reservoir, WordRows
 
 __all__ = ["fold_in_gibbs", "gibbs_chain", "gibbs_init", "heldout_loglik", "install_init"]
+
+# Gibbs sweeps of the fold-in that scores an initial chain on the held-out documents (the seed's evaluation).
+_COMPLETION_SWEEPS = 5
 
 
 @njit(cache=True, nogil=True)
@@ -122,43 +125,6 @@ def _gibbs_add_docs(
 
 
 @njit(cache=True, nogil=True)
-def _fold_in_doc(
-    toks: NDArray[np.int64],
-    lo: int,
-    step: int,
-    n: int,
-    phi: NDArray[np.float64],
-    alpha: float,
-    sweeps: int,
-    ndk: NDArray[np.int64],
-    q: NDArray[np.float64],
-    rng: NDArray[np.uint64],
-) -> None:
-    """Gibbs fold-in of the n tokens ``toks[lo]``, ``toks[lo + step]``, … with φ (K×V) fixed: topics drawn
-    uniformly, then ``sweeps`` sweeps of P(z_i = k) ∝ φ_k,w (n_dk¬i + α). ``ndk`` (K, zero on entry) receives
-    the final counts."""
-    K = phi.shape[0]
-    z = np.empty(n, dtype=np.int64)
-    for a in range(n):
-        k = rng_below(rng, K)
-        z[a] = k
-        ndk[k] += 1
-    for _ in range(sweeps):
-        for a in range(n):
-            w = toks[lo + step * a]
-            k = z[a]
-            ndk[k] -= 1
-            total = 0.0
-            for kk in range(K):
-                v = phi[kk, w] * (ndk[kk] + alpha)
-                q[kk] = v
-                total += v
-            k = sample_cat(q, K, total, rng)
-            z[a] = k
-            ndk[k] += 1
-
-
-@njit(cache=True, nogil=True)
 def fold_in_gibbs(
     tok_ptr: NDArray[np.int64],
     toks: NDArray[np.int64],
@@ -175,43 +141,62 @@ def fold_in_gibbs(
     q = np.empty(K, dtype=np.float64)
     for d in range(n_docs):
         lo = tok_ptr[d]
-        _fold_in_doc(toks, lo, 1, tok_ptr[d + 1] - lo, phi, alpha, sweeps, ndk[d], q, rng)
+        hi = tok_ptr[d + 1]
+        z = np.empty(hi - lo, dtype=np.int64)
+        for a in range(hi - lo):
+            k = rng_below(rng, K)
+            z[a] = k
+            ndk[d, k] += 1
+        for _ in range(sweeps):
+            for a in range(hi - lo):
+                w = toks[lo + a]
+                k = z[a]
+                ndk[d, k] -= 1
+                total = 0.0
+                for kk in range(K):
+                    v = phi[kk, w] * (ndk[d, kk] + alpha)
+                    q[kk] = v
+                    total += v
+                k = sample_cat(q, K, total, rng)
+                z[a] = k
+                ndk[d, k] += 1
     return ndk
 
 
 @njit(cache=True, nogil=True)
-def heldout_loglik(
-    tok_ptr: NDArray[np.int64],
-    toks: NDArray[np.int64],
-    phi: NDArray[np.float64],
-    alpha: float,
-    sweeps: int,
-    rng: NDArray[np.uint64],
-) -> tuple[float, int]:
-    """Document completion: infer θ_d from the even-numbered tokens of each document by Gibbs fold-in with φ
-    fixed, then score the odd-numbered ones by log Σ_k θ_dk φ_kw. Returns (sum of log-likelihoods, tokens
-    scored); the seed's best-of-N initialisation keeps the chain with the lowest perplexity exp(-sum/n)."""
+def _completion_loglik(
+    tok_ptr: NDArray[np.int64], toks: NDArray[np.int64], ndk: NDArray[np.int64], phi: NDArray[np.float64], alpha: float
+) -> float:
+    """Σ over the odd-numbered tokens of every document of log Σ_k θ_dk φ_kw, θ_d = (n_dk + α)/(n + Kα) from
+    the counts ``ndk`` of its n even-numbered tokens."""
     K = phi.shape[0]
-    n_docs = tok_ptr.shape[0] - 1
-    q = np.empty(K, dtype=np.float64)
-    ndk = np.zeros(K, dtype=np.int64)
     ll = 0.0
-    n_scored = 0
-    for d in range(n_docs):
+    for d in range(tok_ptr.shape[0] - 1):
         lo = tok_ptr[d]
         hi = tok_ptr[d + 1]
         n_half = (hi - lo + 1) // 2
-        for k in range(K):
-            ndk[k] = 0
-        _fold_in_doc(toks, lo, 2, n_half, phi, alpha, sweeps, ndk, q, rng)
         for i in range(lo + 1, hi, 2):
             w = toks[i]
             pr = 0.0
             for k in range(K):
-                pr += (ndk[k] + alpha) / (n_half + K * alpha) * phi[k, w]
+                pr += (ndk[d, k] + alpha) / (n_half + K * alpha) * phi[k, w]
             ll += math.log(pr)
-            n_scored += 1
-    return ll, n_scored
+    return ll
+
+
+def heldout_loglik(
+    tok_ptr: NDArray[np.int64], toks: NDArray[np.int64], phi: NDArray[np.float64], alpha: float, rng: NDArray[np.uint64]
+) -> tuple[float, int]:
+    """Document completion: infer θ_d from the even-numbered tokens of each document by Gibbs fold-in with φ
+    fixed (:func:`fold_in_gibbs`, ``_COMPLETION_SWEEPS`` sweeps), then score the odd-numbered ones by
+    log Σ_k θ_dk φ_kw. Returns (sum of log-likelihoods, tokens scored); the seed's best-of-N initialisation keeps
+    the chain with the lowest perplexity exp(-sum/n)."""
+    lengths = np.diff(tok_ptr)
+    position = np.arange(toks.size) - np.repeat(tok_ptr[:-1], lengths)
+    even_ptr = np.zeros_like(tok_ptr)
+    np.cumsum((lengths + 1) // 2, out=even_ptr[1:])
+    ndk = fold_in_gibbs(even_ptr, np.ascontiguousarray(toks[position % 2 == 0]), phi, alpha, _COMPLETION_SWEEPS, rng)
+    return _completion_loglik(tok_ptr, toks, ndk, phi, alpha), int(lengths.sum() - even_ptr[-1])
 
 
 def gibbs_init(
@@ -253,7 +238,7 @@ def gibbs_init(
                 local[:cut], doc_of[:cut], n_train_docs, V, K, alpha, beta, wbeta, sweeps, zc, True, rng
             )
             phi = (nkw + beta) / (nk[:, None] + wbeta)
-            ll, n = heldout_loglik(hold_ptr, local[cut:], phi, alpha, 5, rng)
+            ll, n = heldout_loglik(hold_ptr, local[cut:], phi, alpha, rng)
             score = ll / max(n, 1)
             if score > best_ll:
                 best_ll, best_z = score, zc
@@ -292,10 +277,10 @@ def install_init(
     """
     ctr = parts.ctr
     nk = parts.nk
-    rows = words.rows
-    ptr = words.ptr
-    drows = docs.drows
-    dptr = docs.dptr
+    rows = words.pool.rows
+    ptr = words.pool.ptr
+    drows = docs.pool.rows
+    dptr = docs.pool.ptr
     P = ptr.shape[1]
     K = nk.shape[1]
     R = res.res_w.shape[0]
@@ -308,13 +293,7 @@ def install_init(
         if r == 0:
             if ctr[N_FREE] < 1:
                 return -1
-            ctr[N_FREE] -= 1
-            r = words.free[ctr[N_FREE]]
-            for kk in range(K):
-                rows[r, kk] = 0
-            words.refcnt[r] = P
-            for p in range(P):
-                ptr[w, p] = r
+            r = shared_row(words.pool, ctr, N_FREE, w)
         rows[r, k] += 1
         for p in range(P):
             nk[p, k] += 1
@@ -327,15 +306,9 @@ def install_init(
         hi = doc_ptr[d + 1]
         s = open_slot(docs, ctr)
         if hi > lo:
-            ctr[D_FREE] -= 1
-            rd = docs.dfree[ctr[D_FREE]]
-            for kk in range(K):
-                drows[rd, kk] = 0
+            rd = shared_row(docs.pool, ctr, D_FREE, s)
             for i in range(lo, hi):
                 drows[rd, z[i]] += 1
-            docs.dref[rd] = P
-            for p in range(P):
-                dptr[s, p] = rd
         docs.slot_len[s] = hi - lo
         for kk in range(K):
             theta[d, kk] = (drows[dptr[s, 0], kk] + alpha) / ((hi - lo) + K * alpha)

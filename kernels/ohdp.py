@@ -24,8 +24,7 @@ from numba import njit
 from numpy.typing import NDArray
 
 from ._base import StateValue
-from ._batch import Batch
-from ._hdp_base import OnlineHDPBase
+from ._hdp_base import Minibatch, OnlineHDPBase
 from ._special import digamma
 
 __all__ = ["OnlineHDP"]
@@ -296,21 +295,13 @@ class OnlineHDP(OnlineHDPBase):
         # The order in which free topic ids are handed to new topics.
         self.topic_rank_ = self.rng_.permutation(K).astype(np.int64)
 
-    def _documents(
-        self,
-        mb: Batch,
-        rows: NDArray[np.int64],
-        slots: NDArray[np.int64],
-        stat: NDArray[np.float64],
-        theta: NDArray[np.float64],
-        update: bool,
-    ) -> tuple[int, NDArray[np.float64]]:
+    def _documents(self, mb: Minibatch, update: bool) -> tuple[int, NDArray[np.float64]]:
         tables = np.zeros(int(self.n_topics))
         iters = _cvb_batch(
-            mb.indptr,
-            slots,
-            mb.counts,
-            self.topic_stat_[rows] * self.scale_,
+            mb.docs.indptr,
+            mb.slots,
+            mb.docs.counts,
+            self.topic_stat_[mb.rows] * self.scale_,
             self.topic_total_ * self.scale_,
             float(self.eta),
             int(self.n_words),
@@ -321,9 +312,9 @@ class OnlineHDP(OnlineHDPBase):
             float(self.tol),
             int(self.max_iter),
             bool(self.sequential) and update,
-            stat,
+            mb.stat,
             tables,
-            theta,
+            mb.theta,
         )
         return iters, tables
 

@@ -17,8 +17,7 @@ from numba import njit
 from numpy.typing import NDArray
 
 from ._base import StateValue, check_positive_int
-from ._batch import Batch
-from ._hdp_base import OnlineHDPBase
+from ._hdp_base import Minibatch, OnlineHDPBase
 from ._special import digamma, lgamma
 
 __all__ = ["StickBreakingHDP"]
@@ -320,29 +319,21 @@ class StickBreakingHDP(OnlineHDPBase):
         self.stick_u_ = np.ones(K - 1)
         self.stick_v_ = np.full(K - 1, float(self.gamma))
 
-    def _documents(
-        self,
-        mb: Batch,
-        rows: NDArray[np.int64],
-        slots: NDArray[np.int64],
-        stat: NDArray[np.float64],
-        theta: NDArray[np.float64],
-        update: bool,
-    ) -> tuple[int, NDArray[np.float64]]:
+    def _documents(self, mb: Minibatch, update: bool) -> tuple[int, NDArray[np.float64]]:
         stat_c = np.zeros(int(self.n_topics))
         iters = _stick_batch(
-            mb.indptr,
-            slots,
-            mb.counts,
-            _elog_rows(self.topic_stat_, rows, self.scale_, self.topic_total_, float(self.eta)),
+            mb.docs.indptr,
+            mb.slots,
+            mb.docs.counts,
+            _elog_rows(self.topic_stat_, mb.rows, self.scale_, self.topic_total_, float(self.eta)),
             _expect_log_sticks(self.stick_u_, self.stick_v_),
             int(self.doc_topics),
             float(self.alpha),
             float(self.tol),
             int(self.max_iter),
-            stat,
+            mb.stat,
             stat_c,
-            theta,
+            mb.theta,
         )
         return iters, stat_c
 

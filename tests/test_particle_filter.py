@@ -44,54 +44,47 @@ def _reservoir_tokens(m: ParticleFilterLDA, p: int) -> tuple[list[int], list[int
 
 def _ndk(m: ParticleFilterLDA, s: int, p: int) -> np.ndarray:
     """Particle p's document–topic counts of slot s (through its copy-on-write row pointer)."""
-    return np.asarray(m.doc_rows_.drows[m.doc_rows_.dptr[s, p]])
+    return np.asarray(m.doc_rows_.pool.rows[m.doc_rows_.pool.ptr[s, p]])
 
 
-def _check_invariants(m: ParticleFilterLDA) -> None:
-    """Copy-on-write bookkeeping: reference counts = pointers, free stack + used rows = pool, counts ≥ 0,
-    n_k = Σ_w n_kw for every particle; the same for the document-count rows; every word whose pointers differ
-    between particles is on the divergent-word list, every reservoir token whose z differ on the
-    divergent-token list (no duplicates)."""
-    C = m.words_.rows.shape[0]
-    used = np.bincount(m.words_.ptr.ravel(), minlength=C)
+def _check_pool(pool: st.RowPool, n_free: int) -> None:
+    """Copy-on-write bookkeeping of one pool: reference counts = pointers, free stack + used rows = pool, no
+    negative count, row 0 all zero."""
+    C = pool.rows.shape[0]
+    used = np.bincount(pool.ptr.ravel(), minlength=C)
     used[0] = 0
-    np.testing.assert_array_equal(m.words_.refcnt[1:], used[1:])
-    n_free = int(m.particles_.ctr[st.N_FREE])
-    free = m.words_.free[:n_free]
+    np.testing.assert_array_equal(pool.refcnt[1:], used[1:])
+    free = pool.free[:n_free]
     assert len(set(free.tolist())) == n_free and 0 not in free
     assert np.all(used[free] == 0)
     assert n_free + int(np.count_nonzero(used[1:])) == C - 1
-    assert np.all(m.words_.rows[0] == 0)
+    assert np.all(pool.rows[0] == 0) and np.all(pool.rows[pool.ptr] >= 0)
+
+
+def _check_list(items: np.ndarray, mark: np.ndarray, n: int, differ: np.ndarray) -> None:
+    """A divergent list: ``items[:n]`` without duplicates, ``mark`` set exactly for them, and every entry whose
+    values differ between particles (``differ``, a prefix of the marks) listed."""
+    listed = items[:n]
+    assert len(set(listed.tolist())) == n
+    expected = np.zeros(mark.size, dtype=np.uint8)
+    expected[listed] = 1
+    np.testing.assert_array_equal(mark, expected)
+    assert np.all(mark[: differ.size][differ] == 1)
+
+
+def _check_invariants(m: ParticleFilterLDA) -> None:
+    """Both pools' bookkeeping (:func:`_check_pool`), n_k = Σ_w n_kw for every particle, and the divergent-word
+    and divergent-token lists (:func:`_check_list`)."""
+    ctr = m.particles_.ctr
+    _check_pool(m.words_.pool, int(ctr[st.N_FREE]))
+    _check_pool(m.doc_rows_.pool, int(ctr[st.D_FREE]))
+    pool = m.words_.pool
     for p in range(m.n_particles):
-        rows = m.words_.rows[m.words_.ptr[:, p]]  # (W, K)
-        assert np.all(rows >= 0)
-        np.testing.assert_array_equal(rows.sum(axis=0), m.particles_.nk[p])
-    D = m.doc_rows_.drows.shape[0]
-    dused = np.bincount(m.doc_rows_.dptr.ravel(), minlength=D)
-    dused[0] = 0
-    np.testing.assert_array_equal(m.doc_rows_.dref[1:], dused[1:])
-    d_free = int(m.particles_.ctr[st.D_FREE])
-    dfree = m.doc_rows_.dfree[:d_free]
-    assert len(set(dfree.tolist())) == d_free and 0 not in dfree
-    assert np.all(dused[dfree] == 0)
-    assert d_free + int(np.count_nonzero(dused[1:])) == D - 1
-    assert np.all(m.doc_rows_.drows[0] == 0) and np.all(m.doc_rows_.drows[m.doc_rows_.dptr] >= 0)
-    n_div = int(m.particles_.ctr[st.N_DIV])
-    listed = m.words_.div[:n_div]
-    assert len(set(listed.tolist())) == n_div
-    mark = np.zeros(m.n_words, dtype=np.uint8)
-    mark[listed] = 1
-    np.testing.assert_array_equal(m.words_.div_mark, mark)
-    differ = m.words_.ptr.min(axis=1) != m.words_.ptr.max(axis=1)
-    assert np.all(mark[differ] == 1)
-    fill, n_rdiv = int(m.particles_.ctr[st.FILL]), int(m.particles_.ctr[st.N_RDIV])
-    rlisted = m.reservoir_.rdiv[:n_rdiv]
-    assert len(set(rlisted.tolist())) == n_rdiv
-    rmark = np.zeros(m.reservoir_.rdiv_mark.size, dtype=np.uint8)
-    rmark[rlisted] = 1
-    np.testing.assert_array_equal(m.reservoir_.rdiv_mark, rmark)
-    z = m.reservoir_.res_z[:fill]
-    assert np.all(rmark[:fill][z.min(axis=1) != z.max(axis=1)] == 1)
+        np.testing.assert_array_equal(pool.rows[pool.ptr[:, p]].sum(axis=0), m.particles_.nk[p])
+    differ = pool.ptr.min(axis=1) != pool.ptr.max(axis=1)
+    _check_list(m.words_.div, m.words_.div_mark, int(ctr[st.N_DIV]), differ)
+    z = m.reservoir_.res_z[: int(ctr[st.FILL])]
+    _check_list(m.reservoir_.rdiv, m.reservoir_.rdiv_mark, int(ctr[st.N_RDIV]), z.min(axis=1) != z.max(axis=1))
 
 
 # ------------------------------------------------------------------------------------------ exactness
@@ -116,7 +109,7 @@ def test_proposal_and_counts_match_brute_force(seed: int) -> None:
         # The counts are exactly those implied by the particle's assignments.
         nkw = np.zeros((K, W), dtype=np.int64)
         np.add.at(nkw, (z, words), 1)
-        np.testing.assert_array_equal(m.words_.rows[m.words_.ptr[:, p]].T, nkw)
+        np.testing.assert_array_equal(m.words_.pool.rows[m.words_.pool.ptr[:, p]].T, nkw)
         for s in set(slots):
             zs = [k for k, t in zip(z, slots, strict=True) if t == s]
             np.testing.assert_array_equal(_ndk(m, s, p), np.bincount(zs, minlength=K))
@@ -125,7 +118,15 @@ def test_proposal_and_counts_match_brute_force(seed: int) -> None:
                 nd = float(m.doc_rows_.slot_len[s]) if s in slots else 0.0
                 ndk = _ndk(m, s, p) if s in slots else np.zeros(K, dtype=np.int32)
                 total = proposal(
-                    m.words_.rows, int(m.words_.ptr[w_new, p]), m.particles_.nk[p], ndk, nd, alpha, beta, W * beta, q
+                    m.words_.pool.rows,
+                    int(m.words_.pool.ptr[w_new, p]),
+                    m.particles_.nk[p],
+                    ndk,
+                    nd,
+                    alpha,
+                    beta,
+                    W * beta,
+                    q,
                 )
                 ref_q, ref_w = naive.proposal(words, slots, z, w_new, s, K, W, alpha, beta)
                 np.testing.assert_allclose(q / total, ref_q, rtol=1e-12)
@@ -181,7 +182,7 @@ def test_reservoir_keeps_every_token_with_probability_R_over_i() -> None:
         m.partial_fit(rest)
         assert m.particles_.ctr[st.FILL] == R and len(set(m.reservoir_.res_w.tolist())) == R
         # Every reservoir token keeps a document slot of its own (never the scratch slot).
-        assert np.all(m.reservoir_.res_slot < m.doc_rows_.dptr.shape[0] - 1)
+        assert np.all(m.reservoir_.res_slot < m.doc_rows_.pool.ptr.shape[0] - 1)
         hits[m.reservoir_.res_w] += 1
     assert _chi2_uniform(hits1, runs * R / n1) > 1e-3
     assert _chi2_uniform(hits, runs * R / n) > 1e-3
@@ -239,8 +240,8 @@ def test_resampling_shares_rows_copy_on_write() -> None:
         m.partial_fit(_random_stream(50, 20, W, b))
     d = m.diagnostics()
     assert d["resamples"] > 50
-    rows_used = d["pool_fill"] * (m.words_.rows.shape[0] - 1)
-    seen = np.count_nonzero(m.words_.ptr.max(axis=1))
+    rows_used = d["pool_fill"] * (m.words_.pool.rows.shape[0] - 1)
+    seen = np.count_nonzero(m.words_.pool.ptr.max(axis=1))
     assert rows_used < 0.5 * P * seen
     # Copying whole particles (a plain P·(K·W + R + R·K) layout) writes (P - 1)·(K·W + R + R·K) numbers.
     dense_bytes_per_resample = (P - 1) * (K * W + R + R * K) * 4
@@ -322,7 +323,7 @@ def test_reproducible_and_state_round_trip() -> None:
         r = ParticleFilterLDA.from_state(m.state_dict())
         for x in batches[cut:]:
             np.testing.assert_array_equal(m.partial_fit_transform(x), r.partial_fit_transform(x))
-        np.testing.assert_array_equal(m.words_.ptr, r.words_.ptr)
+        np.testing.assert_array_equal(m.words_.pool.ptr, r.words_.pool.ptr)
         np.testing.assert_array_equal(m.particles_.prng, r.particles_.prng)
 
 
