@@ -15,7 +15,7 @@ import numpy as np
 from numba import njit
 from numpy.typing import NDArray
 
-from ._pf_pools import close_slot, copy_pairs, enlist, evict_token, open_slot, own_drow, own_row
+from ._pf_pools import close_slot, copy_pairs, open_slot, own_drow, own_row
 from ._pf_rng import rng_below, sample_cat
 from ._pf_state import (
     COLLAPSES,
@@ -26,6 +26,7 @@ from ._pf_state import (
     N_RDIV,
     REJUVENATIONS,
     RESAMPLES,
+    SLOT_TOP,
     TOKENS,
     Config,
     DocRows,
@@ -89,11 +90,17 @@ def store_token(
     An evicted token releases its document slot when no other reservoir token (and no open document) uses it.
     """
     res_z = res.res_z
+    slot_refs = docs.slot_refs
+    scratch = slot_refs.shape[0] - 1
     P = res_z.shape[1]
     if pos == ctr[FILL]:
         ctr[FILL] += 1
     else:
-        evict_token(docs, res, ctr, pos)
+        old = res.res_slot[pos]
+        slot_refs[old] -= 1
+        if slot_refs[old] == 0 and old != scratch:
+            docs.slot_free[ctr[SLOT_TOP]] = old
+            ctr[SLOT_TOP] += 1
     res.res_w[pos] = w
     res.res_slot[pos] = s
     z0 = zcur[0]
@@ -102,9 +109,11 @@ def store_token(
         res_z[pos, p] = zcur[p]
         if zcur[p] != z0:
             same = False
-    if not same:
-        enlist(res.rdiv, res.rdiv_mark, ctr, N_RDIV, pos)
-    docs.slot_refs[s] += 1
+    if not same and res.rdiv_mark[pos] == 0:
+        res.rdiv_mark[pos] = 1
+        res.rdiv[ctr[N_RDIV]] = pos
+        ctr[N_RDIV] += 1
+    slot_refs[s] += 1
 
 
 @njit(cache=True, nogil=True)
@@ -195,10 +204,10 @@ def _rejuvenate(
     ctr = parts.ctr
     rng = parts.prng
     nk = parts.nk
-    rows = words.pool.rows
-    drows = docs.pool.rows
+    rows = words.rows
+    drows = docs.drows
     res_z = res.res_z
-    W, P = words.pool.ptr.shape
+    W, P = words.ptr.shape
     K = nk.shape[1]
     wbeta = W * beta
     fill = ctr[FILL]
@@ -207,7 +216,10 @@ def _rejuvenate(
     for t in range(n_rejuv):
         j = rng_below(rng, fill)
         idx[t] = j
-        enlist(res.rdiv, res.rdiv_mark, ctr, N_RDIV, j)
+        if res.rdiv_mark[j] == 0:
+            res.rdiv_mark[j] = 1
+            res.rdiv[ctr[N_RDIV]] = j
+            ctr[N_RDIV] += 1
     for p in range(P):
         for t in range(n_rejuv):
             j = idx[t]
@@ -286,10 +298,10 @@ def filter_docs(
     rng = parts.prng
     nk = parts.nk
     weights = parts.weights
-    rows = words.pool.rows
-    ptr = words.pool.ptr
-    drows = docs.pool.rows
-    dptr = docs.pool.ptr
+    rows = words.rows
+    ptr = words.ptr
+    drows = docs.drows
+    dptr = docs.dptr
     slot_len = docs.slot_len
     W, P = ptr.shape
     K = nk.shape[1]

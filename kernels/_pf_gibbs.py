@@ -16,7 +16,7 @@ from numba import njit
 from numpy.typing import NDArray
 
 from ._pf_filter import reservoir_position, store_token
-from ._pf_pools import close_slot, open_slot, shared_row
+from ._pf_pools import close_slot, open_slot
 from ._pf_rng import rng_below, sample_cat
 from ._pf_state import D_FREE, FILL, N_FREE, PEAK_ROWS, TOKENS, DocRows, Particles, Reservoir, WordRows
 
@@ -277,10 +277,10 @@ def install_init(
     """
     ctr = parts.ctr
     nk = parts.nk
-    rows = words.pool.rows
-    ptr = words.pool.ptr
-    drows = docs.pool.rows
-    dptr = docs.pool.ptr
+    rows = words.rows
+    ptr = words.ptr
+    drows = docs.drows
+    dptr = docs.dptr
     P = ptr.shape[1]
     K = nk.shape[1]
     R = res.res_w.shape[0]
@@ -293,7 +293,13 @@ def install_init(
         if r == 0:
             if ctr[N_FREE] < 1:
                 return -1
-            r = shared_row(words.pool, ctr, N_FREE, w)
+            ctr[N_FREE] -= 1
+            r = words.free[ctr[N_FREE]]
+            for kk in range(K):
+                rows[r, kk] = 0
+            words.refcnt[r] = P
+            for p in range(P):
+                ptr[w, p] = r
         rows[r, k] += 1
         for p in range(P):
             nk[p, k] += 1
@@ -306,9 +312,15 @@ def install_init(
         hi = doc_ptr[d + 1]
         s = open_slot(docs, ctr)
         if hi > lo:
-            rd = shared_row(docs.pool, ctr, D_FREE, s)
+            ctr[D_FREE] -= 1
+            rd = docs.dfree[ctr[D_FREE]]
+            for kk in range(K):
+                drows[rd, kk] = 0
             for i in range(lo, hi):
                 drows[rd, z[i]] += 1
+            docs.dref[rd] = P
+            for p in range(P):
+                dptr[s, p] = rd
         docs.slot_len[s] = hi - lo
         for kk in range(K):
             theta[d, kk] = (drows[dptr[s, 0], kk] + alpha) / ((hi - lo) + K * alpha)

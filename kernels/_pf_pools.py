@@ -1,4 +1,4 @@
-"""Copy-on-write pools of the particle filter: count rows shared between particles, divergent lists, slots.
+"""Copy-on-write pools of the particle filter: count rows shared between particles, document slots.
 
 A particle writes a word-count row (:func:`own_row`) or a document-count row (:func:`own_drow`) only after
 making it private, so resampling copies a particle by copying row pointers, not its K·W counts, and a token
@@ -27,62 +27,31 @@ from ._pf_state import (
     DocRows,
     Particles,
     Reservoir,
-    RowPool,
     WordRows,
 )
 
-__all__ = [
-    "close_slot",
-    "copy_pairs",
-    "enlist",
-    "evict_token",
-    "forget_words",
-    "open_slot",
-    "own_drow",
-    "own_row",
-    "shared_row",
-]
-
-
-# ------------------------------------------------------------------------------------------ lists and rows
-@njit(cache=True, nogil=True)
-def enlist(items: NDArray[np.int32], mark: NDArray[np.uint8], ctr: NDArray[np.int64], n: int, x: int) -> None:
-    """Put x on the list ``items[:ctr[n]]`` unless ``mark[x]`` says it is on it already."""
-    if mark[x] == 0:
-        mark[x] = 1
-        items[ctr[n]] = x
-        ctr[n] += 1
+__all__ = ["close_slot", "copy_pairs", "forget_words", "open_slot", "own_drow", "own_row"]
 
 
 @njit(cache=True, nogil=True)
-def _unlist(items: NDArray[np.int32], mark: NDArray[np.uint8], ctr: NDArray[np.int64], n: int, a: int) -> None:
-    """Take entry a off the list ``items[:ctr[n]]`` (the last entry moves into its place)."""
-    mark[items[a]] = 0
-    last = ctr[n] - 1
-    items[a] = items[last]
-    ctr[n] = last
+def own_row(words: WordRows, ctr: NDArray[np.int64], p: int, w: int) -> int:
+    """Make particle p's row of word w private (copy on write) and return its pool index.
 
-
-@njit(cache=True, nogil=True)
-def _agree(row: NDArray[np.int32] | NDArray[np.int16]) -> bool:
-    """Whether all P entries of ``row`` (one per particle) are equal."""
-    p = 1
-    while p < row.shape[0] and row[p] == row[0]:
-        p += 1
-    return p == row.shape[0]
-
-
-@njit(cache=True, nogil=True)
-def _private_row(pool: RowPool, ctr: NDArray[np.int64], top: int, i: int, p: int) -> int:
-    """Make particle p's row of item i private (copy on write) and return it; the caller guarantees a free row
-    (``ctr[top] ≥ 1``) when the row is shared or the zero row."""
-    rows = pool.rows
-    refcnt = pool.refcnt
-    r = pool.ptr[i, p]
+    The caller guarantees a free row (``ctr[N_FREE] ≥ 1``) when the row is shared or the zero row. A word that
+    gets a new row goes on the divergent-word list.
+    """
+    rows = words.rows
+    refcnt = words.refcnt
+    ptr = words.ptr
+    r = ptr[w, p]
     if r != 0 and refcnt[r] == 1:
         return r
-    ctr[top] -= 1
-    new = pool.free[ctr[top]]
+    if words.div_mark[w] == 0:
+        words.div_mark[w] = 1
+        words.div[ctr[N_DIV]] = w
+        ctr[N_DIV] += 1
+    ctr[N_FREE] -= 1
+    new = words.free[ctr[N_FREE]]
     K = rows.shape[1]
     if r == 0:
         for k in range(K):
@@ -91,73 +60,12 @@ def _private_row(pool: RowPool, ctr: NDArray[np.int64], top: int, i: int, p: int
         for k in range(K):
             rows[new, k] = rows[r, k]
         refcnt[r] -= 1
+        ctr[COW_ROWS] += 1
     refcnt[new] = 1
-    pool.ptr[i, p] = new
-    return new
-
-
-@njit(cache=True, nogil=True)
-def shared_row(pool: RowPool, ctr: NDArray[np.int64], top: int, i: int) -> int:
-    """Give item i one zeroed row that every particle points to (reference count P); returns it."""
-    ctr[top] -= 1
-    r = pool.free[ctr[top]]
-    for k in range(pool.rows.shape[1]):
-        pool.rows[r, k] = 0
-    P = pool.ptr.shape[1]
-    pool.refcnt[r] = P
-    for p in range(P):
-        pool.ptr[i, p] = r
-    return r
-
-
-@njit(cache=True, nogil=True)
-def _release(pool: RowPool, ctr: NDArray[np.int64], top: int, r: int) -> None:
-    """Drop one pointer to row r ≥ 1; a row nobody points to goes back on the free stack."""
-    pool.refcnt[r] -= 1
-    if pool.refcnt[r] == 0:
-        pool.free[ctr[top]] = r
-        ctr[top] += 1
-
-
-@njit(cache=True, nogil=True)
-def _repoint(
-    pool: RowPool, ctr: NDArray[np.int64], top: int, i: int, src: NDArray[np.int64], dst: NDArray[np.int64], n: int
-) -> int:
-    """Point particle ``dst[j]``'s row of item i where ``src[j]``'s points, j < n; returns the pointers
-    rewritten."""
-    pi = pool.ptr[i]
-    copied = 0
-    for j in range(n):
-        rs = pi[src[j]]
-        rd = pi[dst[j]]
-        if rs != rd:
-            if rd != 0:
-                _release(pool, ctr, top, rd)
-            if rs != 0:
-                pool.refcnt[rs] += 1
-            pi[dst[j]] = rs
-            copied += 1
-    return copied
-
-
-# ------------------------------------------------------------------------------------------ the two pools
-@njit(cache=True, nogil=True)
-def own_row(words: WordRows, ctr: NDArray[np.int64], p: int, w: int) -> int:
-    """Make particle p's row of word w private (copy on write) and return its pool index.
-
-    The caller guarantees a free row (``ctr[N_FREE] ≥ 1``). A word that gets a new row goes on the
-    divergent-word list.
-    """
-    pool = words.pool
-    r = pool.ptr[w, p]
-    new = _private_row(pool, ctr, N_FREE, w, p)
-    if new != r:
-        enlist(words.div, words.div_mark, ctr, N_DIV, w)
-        if r != 0:
-            ctr[COW_ROWS] += 1
-        used = pool.rows.shape[0] - 1 - ctr[N_FREE]
-        if used > ctr[PEAK_ROWS]:
-            ctr[PEAK_ROWS] = used
+    ptr[w, p] = new
+    used = rows.shape[0] - 1 - ctr[N_FREE]
+    if used > ctr[PEAK_ROWS]:
+        ctr[PEAK_ROWS] = used
     return new
 
 
@@ -165,16 +73,48 @@ def own_row(words: WordRows, ctr: NDArray[np.int64], p: int, w: int) -> int:
 def own_drow(docs: DocRows, ctr: NDArray[np.int64], s: int, p: int) -> int:
     """Make particle p's document-count row of slot s private (copy on write) and return its index. The pool
     (D·P + 1 rows) always has a free row: a shared or zero row means fewer than D·P rows are in use."""
-    return _private_row(docs.pool, ctr, D_FREE, s, p)
+    drows = docs.drows
+    dref = docs.dref
+    dptr = docs.dptr
+    r = dptr[s, p]
+    if r != 0 and dref[r] == 1:
+        return r
+    ctr[D_FREE] -= 1
+    new = docs.dfree[ctr[D_FREE]]
+    K = drows.shape[1]
+    if r == 0:
+        for k in range(K):
+            drows[new, k] = 0
+    else:
+        for k in range(K):
+            drows[new, k] = drows[r, k]
+        dref[r] -= 1
+    dref[new] = 1
+    dptr[s, p] = new
+    return new
+
+
+@njit(cache=True, nogil=True)
+def _release_slot(docs: DocRows, ctr: NDArray[np.int64], s: int) -> None:
+    """Point every particle's document counts of slot s at the zero row (rows nobody uses go back)."""
+    dptr = docs.dptr
+    dref = docs.dref
+    P = dptr.shape[1]
+    for p in range(P):
+        r = dptr[s, p]
+        if r != 0:
+            dref[r] -= 1
+            if dref[r] == 0:
+                docs.dfree[ctr[D_FREE]] = r
+                ctr[D_FREE] += 1
+            dptr[s, p] = 0
 
 
 @njit(cache=True, nogil=True)
 def open_slot(docs: DocRows, ctr: NDArray[np.int64]) -> int:
     """Give the next document a slot for its n_d· (the scratch slot, last, when none is free: its tokens then
-    stay out of the reservoir), every particle's counts at the zero row. The open document holds one reference
-    to its slot."""
-    pool = docs.pool
-    scratch = pool.ptr.shape[0] - 1
+    stay out of the reservoir). The open document holds one reference to its slot."""
+    scratch = docs.dptr.shape[0] - 1
     if ctr[SLOT_TOP] > 0:
         ctr[SLOT_TOP] -= 1
         s = docs.slot_free[ctr[SLOT_TOP]]
@@ -182,40 +122,23 @@ def open_slot(docs: DocRows, ctr: NDArray[np.int64]) -> int:
         s = scratch
     docs.slot_refs[s] = 1
     docs.slot_len[s] = 0
-    for p in range(pool.ptr.shape[1]):
-        r = pool.ptr[s, p]
-        if r != 0:
-            _release(pool, ctr, D_FREE, r)
-            pool.ptr[s, p] = 0
+    _release_slot(docs, ctr, s)
     return s
-
-
-@njit(cache=True, nogil=True)
-def _drop_slot_ref(docs: DocRows, ctr: NDArray[np.int64], s: int) -> None:
-    """One user (a reservoir token) of slot s is gone: free the slot when it has no user left."""
-    slot_refs = docs.slot_refs
-    slot_refs[s] -= 1
-    if slot_refs[s] == 0 and s != slot_refs.shape[0] - 1:
-        docs.slot_free[ctr[SLOT_TOP]] = s
-        ctr[SLOT_TOP] += 1
 
 
 @njit(cache=True, nogil=True)
 def close_slot(docs: DocRows, ctr: NDArray[np.int64], s: int) -> None:
     """The document in slot s is complete: drop its reference; free the slot if no reservoir token uses it."""
-    if s == docs.slot_refs.shape[0] - 1:
-        docs.slot_refs[s] = 0
-    else:
-        _drop_slot_ref(docs, ctr, s)
+    slot_refs = docs.slot_refs
+    scratch = slot_refs.shape[0] - 1
+    slot_refs[s] -= 1
+    if s == scratch:
+        slot_refs[s] = 0
+    elif slot_refs[s] == 0:
+        docs.slot_free[ctr[SLOT_TOP]] = s
+        ctr[SLOT_TOP] += 1
 
 
-@njit(cache=True, nogil=True)
-def evict_token(docs: DocRows, res: Reservoir, ctr: NDArray[np.int64], j: int) -> None:
-    """Reservoir token j leaves: its document slot loses a user."""
-    _drop_slot_ref(docs, ctr, res.res_slot[j])
-
-
-# ------------------------------------------------------------------------------------------ particles
 @njit(cache=True, nogil=True)
 def copy_pairs(
     src: NDArray[np.int64],
@@ -237,31 +160,83 @@ def copy_pairs(
     """
     ctr = parts.ctr
     nk = parts.nk
+    refcnt = words.refcnt
+    free = words.free
+    div = words.div
+    P = words.ptr.shape[1]
     K = nk.shape[1]
     copied = 0
     a = 0
     while a < ctr[N_DIV]:
-        w = words.div[a]
-        copied += _repoint(words.pool, ctr, N_FREE, w, src, dst, n_pairs)
-        if _agree(words.pool.ptr[w]):  # leaves the list; the entry moved into place a is visited next
-            _unlist(words.div, words.div_mark, ctr, N_DIV, a)
+        w = div[a]
+        pw = words.ptr[w]
+        for i in range(n_pairs):
+            rs = pw[src[i]]
+            rd = pw[dst[i]]
+            if rs != rd:
+                if rd != 0:
+                    refcnt[rd] -= 1
+                    if refcnt[rd] == 0:
+                        free[ctr[N_FREE]] = rd
+                        ctr[N_FREE] += 1
+                if rs != 0:
+                    refcnt[rs] += 1
+                pw[dst[i]] = rs
+                copied += 1
+        r0 = pw[0]
+        same = True
+        for p in range(1, P):
+            if pw[p] != r0:
+                same = False
+                break
+        if same:  # leaves the list (swap with the last entry, which is visited next)
+            words.div_mark[w] = 0
+            last = ctr[N_DIV] - 1
+            div[a] = div[last]
+            ctr[N_DIV] = last
         else:
             a += 1
     for i in range(n_pairs):
         for k in range(K):
             nk[dst[i], k] = nk[src[i], k]
     copied += K * n_pairs
-    for s in range(docs.slot_refs.shape[0]):
+    dref = docs.dref
+    dptr = docs.dptr
+    for s in range(dptr.shape[0]):
         if docs.slot_refs[s] > 0:
-            copied += _repoint(docs.pool, ctr, D_FREE, s, src, dst, n_pairs)
+            ds = dptr[s]
+            for i in range(n_pairs):
+                rs = ds[src[i]]
+                rd = ds[dst[i]]
+                if rs != rd:
+                    if rd != 0:
+                        dref[rd] -= 1
+                        if dref[rd] == 0:
+                            docs.dfree[ctr[D_FREE]] = rd
+                            ctr[D_FREE] += 1
+                    if rs != 0:
+                        dref[rs] += 1
+                    ds[dst[i]] = rs
+                    copied += 1
+    rdiv = res.rdiv
     a = 0
     while a < ctr[N_RDIV]:
-        zj = res.res_z[res.rdiv[a]]
+        j = rdiv[a]
+        zj = res.res_z[j]
         for i in range(n_pairs):
             zj[dst[i]] = zj[src[i]]
         copied += n_pairs
-        if _agree(zj):
-            _unlist(res.rdiv, res.rdiv_mark, ctr, N_RDIV, a)
+        z0 = zj[0]
+        same = True
+        for p in range(1, P):
+            if zj[p] != z0:
+                same = False
+                break
+        if same:
+            res.rdiv_mark[j] = 0
+            last = ctr[N_RDIV] - 1
+            rdiv[a] = rdiv[last]
+            ctr[N_RDIV] = last
         else:
             a += 1
     ctr[COPIED] += copied
@@ -280,36 +255,54 @@ def forget_words(
     nobody uses go back to the pool) and drop the words' tokens from the reservoir (compacted)."""
     ctr = parts.ctr
     nk = parts.nk
-    pool = words.pool
-    P = pool.ptr.shape[1]
+    rows = words.rows
+    refcnt = words.refcnt
+    ptr = words.ptr
+    P = ptr.shape[1]
     K = nk.shape[1]
+    slot_refs = docs.slot_refs
+    scratch = slot_refs.shape[0] - 1
     for p in range(P):
         for a in range(ids.shape[0]):
             w = ids[a]
-            r = pool.ptr[w, p]
+            r = ptr[w, p]
             if r != 0:
                 for k in range(K):
-                    nk[p, k] -= pool.rows[r, k]
-                _release(pool, ctr, N_FREE, r)
-                pool.ptr[w, p] = 0
+                    nk[p, k] -= rows[r, k]
+                refcnt[r] -= 1
+                if refcnt[r] == 0:
+                    words.free[ctr[N_FREE]] = r
+                    ctr[N_FREE] += 1
+                ptr[w, p] = 0
     res_w = res.res_w
+    res_slot = res.res_slot
     res_z = res.res_z
     j = 0
     while j < ctr[FILL]:
         if mask[res_w[j]]:
-            evict_token(docs, res, ctr, j)
+            s = res_slot[j]
+            slot_refs[s] -= 1
+            if slot_refs[s] == 0 and s != scratch:
+                docs.slot_free[ctr[SLOT_TOP]] = s
+                ctr[SLOT_TOP] += 1
             last = ctr[FILL] - 1
             res_w[j] = res_w[last]
-            res.res_slot[j] = res.res_slot[last]
+            res_slot[j] = res_slot[last]
             for p in range(P):
                 res_z[j, p] = res_z[last, p]
             ctr[FILL] -= 1
         else:
             j += 1
     # The compaction moved tokens between slots: rebuild the divergent-token list.
+    rdiv = res.rdiv
+    rdiv_mark = res.rdiv_mark
     for a in range(ctr[N_RDIV]):
-        res.rdiv_mark[res.rdiv[a]] = 0
+        rdiv_mark[rdiv[a]] = 0
     ctr[N_RDIV] = 0
     for j in range(ctr[FILL]):
-        if not _agree(res_z[j]):
-            enlist(res.rdiv, res.rdiv_mark, ctr, N_RDIV, j)
+        for p in range(1, P):
+            if res_z[j, p] != res_z[j, 0]:
+                rdiv_mark[j] = 1
+                rdiv[ctr[N_RDIV]] = j
+                ctr[N_RDIV] += 1
+                break

@@ -18,8 +18,8 @@ def mean_phi_columns(
 ) -> NDArray[np.float64]:
     """Columns ``cols`` of φ = Σ_p ω^(p) (n_kw^(p) + β)/(n_k^(p) + Wβ), shape (K, len(cols)); ``weights`` are
     the normalised ω, ``nk`` the particles' n_k (P×K)."""
-    rows = words.pool.rows
-    ptr = words.pool.ptr
+    rows = words.rows
+    ptr = words.ptr
     W, P = ptr.shape
     K = nk.shape[1]
     wbeta = W * beta

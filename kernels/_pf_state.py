@@ -35,7 +35,6 @@ __all__ = [
     "DocRows",
     "Particles",
     "Reservoir",
-    "RowPool",
     "WordRows",
     "allocate",
     "arrays",
@@ -44,7 +43,7 @@ __all__ = [
 ]
 
 # Indices into the int64 counter array ``Particles.ctr``.
-N_FREE = 0  # free word-count rows (top of the free stack of ``WordRows.pool``)
+N_FREE = 0  # free word-count rows (top of the ``WordRows.free`` stack)
 TOKENS = 1  # tokens seen by the filter, init sample included (the i of Algorithm R)
 FILL = 2  # reservoir slots in use
 RESAMPLES = 3  # ESS-triggered resamplings (step 4)
@@ -55,7 +54,7 @@ COPIED = 7  # integers written when copying particles in resampling (pointers + 
 COW_ROWS = 8  # K-long rows copied on write
 PEAK_ROWS = 9  # largest number of word-count rows in use
 N_DIV = 10  # words on the divergent-word list ``WordRows.div[:ctr[N_DIV]]``
-D_FREE = 11  # free document-count rows (top of the free stack of ``DocRows.pool``)
+D_FREE = 11  # free document-count rows (top of the ``DocRows.dfree`` stack)
 N_RDIV = 12  # reservoir slots on the divergent-token list ``Reservoir.rdiv[:ctr[N_RDIV]]``
 N_CTR = 13
 
@@ -65,38 +64,37 @@ LAST_ESS = 1
 N_FST = 2
 
 
-class RowPool(NamedTuple):
-    """K-long count rows shared copy on write between the particles.
+class WordRows(NamedTuple):
+    """Topic–word counts n_kw^(p) of every particle: K-long count rows shared copy on write.
 
-    ``ptr[i, p]`` is the row holding particle p's counts of item i (a word, or a document slot); row 0 of
-    ``rows`` is the all-zero row of every item without counts and is never written; ``refcnt[r]`` counts the
-    pointers at row r ≥ 1; ``free[:ctr[top]]`` is the stack of free rows, ``top`` being ``N_FREE`` for the
-    word pool and ``D_FREE`` for the document pool.
+    ``ptr[w, p]`` is the row holding particle p's counts of word w (word-major: a token reads P neighbours);
+    row 0 of ``rows`` is the all-zero row of every unseen word and is never written; ``refcnt[r]`` counts the
+    particles pointing at row r ≥ 1; ``free[:ctr[N_FREE]]`` is a stack of free rows. ``div[:ctr[N_DIV]]``
+    lists the words whose pointers may differ between particles (``div_mark[w]`` = 1 while listed).
     """
 
     rows: NDArray[np.int32]  # (C, K)
     refcnt: NDArray[np.int64]  # (C,)
     free: NDArray[np.int64]  # (C,)
-    ptr: NDArray[np.int32]  # (items, P)
-
-
-class WordRows(NamedTuple):
-    """Topic–word counts n_kw^(p) of every particle: a pool of C rows over the W words (word-major pointers: a
-    token reads its P neighbours). ``div[:ctr[N_DIV]]`` lists the words whose pointers may differ between
-    particles (``div_mark[w]`` = 1 while listed)."""
-
-    pool: RowPool
+    ptr: NDArray[np.int32]  # (W, P)
     div: NDArray[np.int32]  # (W,)
     div_mark: NDArray[np.uint8]  # (W,)
 
 
 class DocRows(NamedTuple):
-    """Document–topic counts n_d·^(p) of the documents that still matter: a pool of D·P + 1 rows (so it never
-    runs out) over D document slots. ``slot_len[s]`` is the document's tokens so far, ``slot_refs[s]`` the
-    reservoir tokens (plus an open document) using the slot, ``slot_free[:ctr[SLOT_TOP]]`` the free slots;
-    slot D − 1 is the scratch slot of documents that find none free."""
+    """Document–topic counts n_d·^(p) of the documents that still matter, per document slot.
 
-    pool: RowPool
+    ``dptr[s, p]`` is the row of ``drows`` holding particle p's counts of the document in slot s (0 = the zero
+    row), shared copy on write with reference counts ``dref`` and the free stack ``dfree[:ctr[D_FREE]]``. The
+    pool has D·P + 1 rows, so it never runs out. ``slot_len[s]`` is the document's tokens so far,
+    ``slot_refs[s]`` the reservoir tokens (plus an open document) using the slot, ``slot_free[:ctr[SLOT_TOP]]``
+    the free slots; slot D − 1 is the scratch slot of documents that find none free.
+    """
+
+    drows: NDArray[np.int32]  # (D·P + 1, K)
+    dref: NDArray[np.int64]  # (D·P + 1,)
+    dfree: NDArray[np.int64]  # (D·P + 1,)
+    dptr: NDArray[np.int32]  # (D, P)
     slot_len: NDArray[np.int64]  # (D,)
     slot_refs: NDArray[np.int64]  # (D,)
     slot_free: NDArray[np.int64]  # (D,)
@@ -138,34 +136,31 @@ class Config(NamedTuple):
 
 Bundle = TypeVar("Bundle", WordRows, DocRows, Reservoir, Particles)
 
-# State names of the pools' arrays (those of the snapshots written before the pools were bundles).
-_POOL_NAMES = {
-    WordRows: {"rows": "rows", "refcnt": "refcnt", "free": "free", "ptr": "ptr"},
-    DocRows: {"rows": "drows", "refcnt": "dref", "free": "dfree", "ptr": "dptr"},
-}
-
-
-def _new_pool(n_rows: int, K: int, n_items: int, P: int) -> RowPool:
-    free = np.zeros(n_rows, dtype=np.int64)
-    free[: n_rows - 1] = np.arange(n_rows - 1, 0, -1)  # rows 1..n_rows-1; row 0 is the shared zero row
-    return RowPool(
-        rows=np.zeros((n_rows, K), dtype=np.int32),
-        refcnt=np.zeros(n_rows, dtype=np.int64),
-        free=free,
-        ptr=np.zeros((n_items, P), dtype=np.int32),
-    )
-
 
 def allocate(
     P: int, W: int, K: int, C: int, R: int, D: int, prng: NDArray[np.uint64]
 ) -> tuple[WordRows, DocRows, Reservoir, Particles]:
     """Empty state for P particles, W words, K topics, C word-count rows, R reservoir slots, D document slots
     (the scratch slot included)."""
-    words = WordRows(pool=_new_pool(C, K, W, P), div=np.zeros(W, dtype=np.int32), div_mark=np.zeros(W, dtype=np.uint8))
+    free = np.zeros(C, dtype=np.int64)
+    free[: C - 1] = np.arange(C - 1, 0, -1)  # rows 1..C-1; row 0 is the shared zero row
+    words = WordRows(
+        rows=np.zeros((C, K), dtype=np.int32),
+        refcnt=np.zeros(C, dtype=np.int64),
+        free=free,
+        ptr=np.zeros((W, P), dtype=np.int32),
+        div=np.zeros(W, dtype=np.int32),
+        div_mark=np.zeros(W, dtype=np.uint8),
+    )
+    dfree = np.zeros(D * P + 1, dtype=np.int64)
+    dfree[: D * P] = np.arange(D * P, 0, -1)  # rows 1..D·P; row 0 is the shared zero row
     slot_free = np.zeros(D, dtype=np.int64)
     slot_free[: D - 1] = np.arange(D - 2, -1, -1)  # slot D-1 is the scratch slot
     docs = DocRows(
-        pool=_new_pool(D * P + 1, K, D, P),
+        drows=np.zeros((D * P + 1, K), dtype=np.int32),
+        dref=np.zeros(D * P + 1, dtype=np.int64),
+        dfree=dfree,
+        dptr=np.zeros((D, P), dtype=np.int32),
         slot_len=np.zeros(D, dtype=np.int64),
         slot_refs=np.zeros(D, dtype=np.int64),
         slot_free=slot_free,
@@ -188,15 +183,9 @@ def allocate(
 
 
 def arrays(*bundles: WordRows | DocRows | Reservoir | Particles) -> Iterator[tuple[str, NDArray[Any]]]:
-    """(state name, array) of every array of the bundles."""
+    """(name, array) of every field of the bundles."""
     for b in bundles:
-        for name in b._fields:
-            value = getattr(b, name)
-            if isinstance(value, RowPool):
-                names = _POOL_NAMES[type(b)]
-                yield from ((names[f], getattr(value, f)) for f in value._fields)
-            else:
-                yield name, value
+        yield from zip(b._fields, b, strict=True)
 
 
 def restore_array(name: str, current: NDArray[Any], state: Mapping[str, Any]) -> NDArray[Any]:
@@ -208,14 +197,5 @@ def restore_array(name: str, current: NDArray[Any], state: Mapping[str, Any]) ->
 
 
 def restore(template: Bundle, state: Mapping[str, Any]) -> Bundle:
-    """A bundle like ``template`` holding copies of the state's arrays (same shapes and dtypes)."""
-    fields = []
-    for name in template._fields:
-        value = getattr(template, name)
-        if isinstance(value, RowPool):
-            names = _POOL_NAMES[type(template)]
-            value = RowPool(*(restore_array(names[f], getattr(value, f), state) for f in value._fields))
-        else:
-            value = restore_array(name, value, state)
-        fields.append(value)
-    return type(template)(*fields)
+    """A bundle like ``template`` holding copies of ``state[name]`` for its fields (same shapes and dtypes)."""
+    return type(template)(*(restore_array(name, getattr(template, name), state) for name in template._fields))

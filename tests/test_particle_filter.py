@@ -44,21 +44,21 @@ def _reservoir_tokens(m: ParticleFilterLDA, p: int) -> tuple[list[int], list[int
 
 def _ndk(m: ParticleFilterLDA, s: int, p: int) -> np.ndarray:
     """Particle p's document–topic counts of slot s (through its copy-on-write row pointer)."""
-    return np.asarray(m.doc_rows_.pool.rows[m.doc_rows_.pool.ptr[s, p]])
+    return np.asarray(m.doc_rows_.drows[m.doc_rows_.dptr[s, p]])
 
 
-def _check_pool(pool: st.RowPool, n_free: int) -> None:
-    """Copy-on-write bookkeeping of one pool: reference counts = pointers, free stack + used rows = pool, no
-    negative count, row 0 all zero."""
-    C = pool.rows.shape[0]
-    used = np.bincount(pool.ptr.ravel(), minlength=C)
+def _check_pool(rows: np.ndarray, refcnt: np.ndarray, free: np.ndarray, ptr: np.ndarray, n_free: int) -> None:
+    """Copy-on-write bookkeeping of one pool of count rows: reference counts = pointers, free stack + used rows
+    = pool, no negative count, row 0 all zero."""
+    C = rows.shape[0]
+    used = np.bincount(ptr.ravel(), minlength=C)
     used[0] = 0
-    np.testing.assert_array_equal(pool.refcnt[1:], used[1:])
-    free = pool.free[:n_free]
-    assert len(set(free.tolist())) == n_free and 0 not in free
-    assert np.all(used[free] == 0)
+    np.testing.assert_array_equal(refcnt[1:], used[1:])
+    stack = free[:n_free]
+    assert len(set(stack.tolist())) == n_free and 0 not in stack
+    assert np.all(used[stack] == 0)
     assert n_free + int(np.count_nonzero(used[1:])) == C - 1
-    assert np.all(pool.rows[0] == 0) and np.all(pool.rows[pool.ptr] >= 0)
+    assert np.all(rows[0] == 0) and np.all(rows[ptr] >= 0)
 
 
 def _check_list(items: np.ndarray, mark: np.ndarray, n: int, differ: np.ndarray) -> None:
@@ -76,18 +76,47 @@ def _check_invariants(m: ParticleFilterLDA) -> None:
     """Both pools' bookkeeping (:func:`_check_pool`), n_k = Σ_w n_kw for every particle, and the divergent-word
     and divergent-token lists (:func:`_check_list`)."""
     ctr = m.particles_.ctr
-    _check_pool(m.words_.pool, int(ctr[st.N_FREE]))
-    _check_pool(m.doc_rows_.pool, int(ctr[st.D_FREE]))
-    pool = m.words_.pool
+    words, docs = m.words_, m.doc_rows_
+    _check_pool(words.rows, words.refcnt, words.free, words.ptr, int(ctr[st.N_FREE]))
+    _check_pool(docs.drows, docs.dref, docs.dfree, docs.dptr, int(ctr[st.D_FREE]))
     for p in range(m.n_particles):
-        np.testing.assert_array_equal(pool.rows[pool.ptr[:, p]].sum(axis=0), m.particles_.nk[p])
-    differ = pool.ptr.min(axis=1) != pool.ptr.max(axis=1)
+        np.testing.assert_array_equal(words.rows[words.ptr[:, p]].sum(axis=0), m.particles_.nk[p])
+    differ = words.ptr.min(axis=1) != words.ptr.max(axis=1)
     _check_list(m.words_.div, m.words_.div_mark, int(ctr[st.N_DIV]), differ)
     z = m.reservoir_.res_z[: int(ctr[st.FILL])]
     _check_list(m.reservoir_.rdiv, m.reservoir_.rdiv_mark, int(ctr[st.N_RDIV]), z.min(axis=1) != z.max(axis=1))
 
 
 # ------------------------------------------------------------------------------------------ exactness
+@pytest.mark.parametrize(("seed", "ess_threshold"), [(0, 0.6), (1, 0.6), (2, 0.9)])
+def test_matches_dense_reference_filter(seed: int, ess_threshold: float) -> None:
+    """Steps 1–6 end to end: the kernel (copy-on-write rows, document slots, divergent lists, partial copies on
+    resampling) gives exactly the mixtures, counts and weights of a filter with dense per-particle counts that
+    copies whole particles (``naive.DenseFilter``), drawing the same random numbers."""
+    K, W, P, R, r, alpha, beta = 3, 12, 4, 15, 3, 0.3, 0.05
+    m = ParticleFilterLDA(
+        K, W, seed, n_particles=P, ess_threshold=ess_threshold, n_rejuvenate=r, reservoir_size=R, alpha=alpha,
+        beta=beta, init_docs=0, pool_factor=float(P),
+    )  # fmt: skip
+    ref = naive.DenseFilter(K, W, P, alpha, beta, ess_threshold, r, R, m.particles_.prng.copy())
+    rng = np.random.default_rng(seed)
+    for _ in range(4):
+        docs = []
+        for _ in range(8):
+            ids = np.unique(rng.integers(0, W, int(rng.integers(0, 6))))
+            docs.append((ids, rng.integers(1, 4, ids.size).astype(np.float64)))
+        theta = m.partial_fit_transform(docs)
+        expected = [ref.fit_document(ids.tolist(), c.astype(int).tolist()) for ids, c in docs]
+        np.testing.assert_array_equal(theta, np.array(expected))
+    for p in range(P):
+        np.testing.assert_array_equal(m.words_.rows[m.words_.ptr[:, p]].T, ref.nkw[p])
+    np.testing.assert_array_equal(m.particles_.nk, ref.nk)
+    np.testing.assert_array_equal(m.particles_.weights, ref.weights)
+    d = m.diagnostics()
+    assert d["resamples"] > 0 and d["rejuvenations"] > 0 and d["collapses"] == 0 and d["reservoir_tokens"] == R
+    _check_invariants(m)
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_proposal_and_counts_match_brute_force(seed: int) -> None:
     """Step 1–2: the kernel's proposal and incremental weight equal the ratios of full collapsed joints, for
@@ -109,7 +138,7 @@ def test_proposal_and_counts_match_brute_force(seed: int) -> None:
         # The counts are exactly those implied by the particle's assignments.
         nkw = np.zeros((K, W), dtype=np.int64)
         np.add.at(nkw, (z, words), 1)
-        np.testing.assert_array_equal(m.words_.pool.rows[m.words_.pool.ptr[:, p]].T, nkw)
+        np.testing.assert_array_equal(m.words_.rows[m.words_.ptr[:, p]].T, nkw)
         for s in set(slots):
             zs = [k for k, t in zip(z, slots, strict=True) if t == s]
             np.testing.assert_array_equal(_ndk(m, s, p), np.bincount(zs, minlength=K))
@@ -118,8 +147,8 @@ def test_proposal_and_counts_match_brute_force(seed: int) -> None:
                 nd = float(m.doc_rows_.slot_len[s]) if s in slots else 0.0
                 ndk = _ndk(m, s, p) if s in slots else np.zeros(K, dtype=np.int32)
                 total = proposal(
-                    m.words_.pool.rows,
-                    int(m.words_.pool.ptr[w_new, p]),
+                    m.words_.rows,
+                    int(m.words_.ptr[w_new, p]),
                     m.particles_.nk[p],
                     ndk,
                     nd,
@@ -182,7 +211,7 @@ def test_reservoir_keeps_every_token_with_probability_R_over_i() -> None:
         m.partial_fit(rest)
         assert m.particles_.ctr[st.FILL] == R and len(set(m.reservoir_.res_w.tolist())) == R
         # Every reservoir token keeps a document slot of its own (never the scratch slot).
-        assert np.all(m.reservoir_.res_slot < m.doc_rows_.pool.ptr.shape[0] - 1)
+        assert np.all(m.reservoir_.res_slot < m.doc_rows_.dptr.shape[0] - 1)
         hits[m.reservoir_.res_w] += 1
     assert _chi2_uniform(hits1, runs * R / n1) > 1e-3
     assert _chi2_uniform(hits, runs * R / n) > 1e-3
@@ -240,8 +269,8 @@ def test_resampling_shares_rows_copy_on_write() -> None:
         m.partial_fit(_random_stream(50, 20, W, b))
     d = m.diagnostics()
     assert d["resamples"] > 50
-    rows_used = d["pool_fill"] * (m.words_.pool.rows.shape[0] - 1)
-    seen = np.count_nonzero(m.words_.pool.ptr.max(axis=1))
+    rows_used = d["pool_fill"] * (m.words_.rows.shape[0] - 1)
+    seen = np.count_nonzero(m.words_.ptr.max(axis=1))
     assert rows_used < 0.5 * P * seen
     # Copying whole particles (a plain P·(K·W + R + R·K) layout) writes (P - 1)·(K·W + R + R·K) numbers.
     dense_bytes_per_resample = (P - 1) * (K * W + R + R * K) * 4
@@ -323,7 +352,7 @@ def test_reproducible_and_state_round_trip() -> None:
         r = ParticleFilterLDA.from_state(m.state_dict())
         for x in batches[cut:]:
             np.testing.assert_array_equal(m.partial_fit_transform(x), r.partial_fit_transform(x))
-        np.testing.assert_array_equal(m.words_.pool.ptr, r.words_.pool.ptr)
+        np.testing.assert_array_equal(m.words_.ptr, r.words_.ptr)
         np.testing.assert_array_equal(m.particles_.prng, r.particles_.prng)
 
 
