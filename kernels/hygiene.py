@@ -1,7 +1,7 @@
 """Topic hygiene: merge duplicate topics, retire negligible ones, and give a freed slot to what the model misses.
 
 Run at snapshot time, off the batch loop, on a kernel that supports topic moves (:class:`kernels.SCVB0`, and
-:class:`kernels.OnlineHDP` with ``inference="collapsed"``)::
+:class:`kernels.OnlineHDP`, the collapsed HDP)::
 
     hygiene = TopicHygiene()
     events = hygiene.apply(model, recent_docs)   # recent_docs: a kernels.Batch of recent documents, or None
