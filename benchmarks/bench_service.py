@@ -1,11 +1,17 @@
-"""End-to-end throughput and memory of the learner through a real (local) broker and Redis.
+"""End-to-end benchmark of the service through a real (local) broker and Redis, measured from outside.
 
-Replays a corpus (cycled, with fresh ids) into a local Tansu broker, runs ``topicstream run`` as its own process
-(K=100 by default), and reports articles/s, the time spent per stage (from the learner's own histograms), and
-the learner's peak RSS (VmHWM) after 20k and after 200k articles: a learner whose memory grows with the stream
-would show it here.
+Everything is judged by what goes in and comes out, so the same script measures any version of the code
+(``--code DIR`` runs the learner and replicas from another checkout, e.g. a ``git worktree`` of an older commit):
 
-    python -m benchmarks.bench_service [--articles 200000] [--topics 100] [--corpus PATH]
+1. **backlog**: ``--backlog`` articles (a corpus cycled with fresh ids) are in the input topic before the learner
+   starts; articles/s from its first to its last consumed article, RSS at a quarter of the stream and at the end,
+   time per stage (the learner's own ``topicstream_batch_duration_seconds``), snapshot duration;
+2. **steady**: a producer sends at ``--rates`` articles/s for ``--steady-seconds`` each, snapshots every 5 s; a
+   reader measures consume→publish latency per article (time the output arrived − time the input was sent);
+3. **replicas**: one replica process over a ``--replica-articles`` backlog, then two replicas (one partition each);
+   articles/s of inference.
+
+    python -m benchmarks.bench_service [--corpus PATH] [--backlog 50000] [--code DIR]
 """
 
 from __future__ import annotations
@@ -16,38 +22,39 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
+from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.dev.localstack import LocalStack, free_port
 from service.kafka import ensure_topics
 from service.settings import load_settings
-from service.source import produce_lines
 
 from ._proc import vm_mb
 
-DEFAULT_CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "20ng_all_train.jsonl.gz"
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_CORPUS = ROOT.parent / "shared" / "data" / "bbc.jsonl.gz"
+STAGES = ("decode", "tokenize", "kernel", "publish", "commit", "snapshot")
 
 
-def corpus_lines(path: Path | None, n: int) -> Iterator[bytes]:
-    """``n`` articles: the corpus cycled with unique ids, or generated articles when there is no corpus."""
-    if path is None or not path.exists():
-        from service.dev.generator import generate_articles
-
-        for a in generate_articles(n, seed=0):
-            yield json.dumps(a).encode()
-        return
+def corpus(path: Path) -> list[dict]:
     with gzip.open(path, "rt", encoding="utf-8") as f:
         docs = [json.loads(line) for line in f]
-    docs = [d for d in docs if (d.get("text") or "").strip()]
+    return [d for d in docs if (d.get("text") or "").strip()]
+
+
+def articles(docs: list[dict], n: int, tag: str) -> Iterator[tuple[str, bytes]]:
     for i in range(n):
         d = dict(docs[i % len(docs)])
-        d["id"] = f"{d['id']}#{i // len(docs)}"
-        yield json.dumps(d).encode()
+        d["id"] = f"{tag}-{i}"
+        yield d["id"], json.dumps(d).encode()
 
 
 def scrape(port: int) -> dict[str, float]:
@@ -61,84 +68,252 @@ def scrape(port: int) -> dict[str, float]:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--articles", type=int, default=200_000)
-    ap.add_argument("--checkpoint", type=int, default=20_000, help="also report RSS after this many")
-    ap.add_argument("--topics", type=int, default=100)
-    ap.add_argument("--algorithm", default="scvb0")
-    ap.add_argument("--batch-size", type=int, default=1000)
-    ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
-    args = ap.parse_args()
+def consumed(port: int) -> float:
+    try:
+        return scrape(port).get("topicstream_articles_consumed_total", 0.0)
+    except OSError:
+        return 0.0
 
-    with LocalStack() as stack:
-        port = free_port()
-        env = {
+
+class Stack:
+    """A local broker and Redis, and a way to start service processes on them."""
+
+    def __init__(self, stack: LocalStack, code: Path, topics: int, vocab: int) -> None:
+        self.stack = stack
+        self.code = code
+        self.base = {
             **os.environ,
+            "PYTHONPATH": str(code),
             "TOPICSTREAM_KAFKA_BOOTSTRAP": stack.kafka_bootstrap,
             "TOPICSTREAM_REDIS_URL": stack.redis_url,
-            "TOPICSTREAM_TOPICS": str(args.topics),
-            "TOPICSTREAM_ALGORITHM": args.algorithm,
-            "TOPICSTREAM_BATCH_SIZE": str(args.batch_size),
-            # Snapshots (the learner's memory peak) well before the first checkpoint, then regularly.
-            "TOPICSTREAM_SNAPSHOT_EVERY_BATCHES": str(max(1, args.checkpoint // args.batch_size // 2)),
-            "TOPICSTREAM_METRICS_PORT": str(port),
+            "TOPICSTREAM_TOPICS": str(topics),
+            "TOPICSTREAM_VOCAB_SIZE": str(vocab),
             "TOPICSTREAM_MAX_POLL_INTERVAL_MS": "10000",
             "TOPICSTREAM_SESSION_TIMEOUT_MS": "10000",
             "TOPICSTREAM_LOG_LEVEL": "WARNING",
             "NUMBA_NUM_THREADS": "1",
         }
-        s = load_settings(kafka_bootstrap=stack.kafka_bootstrap, redis_url=stack.redis_url)
-        ensure_topics(s, {s.input_topic: 2, s.output_topic: 2, s.dlq_topic: 1})
-        t0 = time.perf_counter()
-        n = produce_lines(s, corpus_lines(args.corpus, args.articles))
-        print(f"produced {n} articles in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
 
-        learner = subprocess.Popen([sys.executable, "-m", "service", "run"], env=env)
+    def settings(self, tag: str, partitions: int) -> dict[str, str]:
+        env = {
+            "TOPICSTREAM_INPUT_TOPIC": f"in-{tag}",
+            "TOPICSTREAM_OUTPUT_TOPIC": f"out-{tag}",
+            "TOPICSTREAM_DLQ_TOPIC": f"dlq-{tag}",
+            "TOPICSTREAM_REDIS_PREFIX": f"bench-{tag}",
+        }
+        s = load_settings(
+            kafka_bootstrap=self.stack.kafka_bootstrap,
+            input_topic=env["TOPICSTREAM_INPUT_TOPIC"],
+            output_topic=env["TOPICSTREAM_OUTPUT_TOPIC"],
+            dlq_topic=env["TOPICSTREAM_DLQ_TOPIC"],
+        )
+        ensure_topics(s, {s.input_topic: partitions, s.output_topic: partitions, s.dlq_topic: 1})
+        return env
+
+    def start(self, command: str, env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
+        full = {**self.base, **env, "TOPICSTREAM_METRICS_PORT": str(port)}
+        return subprocess.Popen([sys.executable, "-m", "service", command], env=full, cwd=self.code)
+
+
+def produce_all(bootstrap: str, topic: str, records: Iterator[tuple[str, bytes]]) -> int:
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "queue.buffering.max.messages": 200_000})
+    n = 0
+    for key, value in records:
+        while True:
+            try:
+                p.produce(topic, value=value, key=key)
+                break
+            except BufferError:
+                p.poll(0.05)
+        n += 1
+    p.flush(120)
+    return n
+
+
+def wait_consumed(proc: subprocess.Popen[bytes], port: int, n: float, timeout: float) -> tuple[float, float, float]:
+    """Poll the process's consumed counter until it reaches ``n``; (first time seen > 0, its value, end time)."""
+    first_t, first_n = None, 0.0
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"process exited with {proc.returncode}")
+        c = consumed(port)
+        now = time.perf_counter()
+        if c and first_t is None:
+            first_t, first_n = now, c
+        if c >= n:
+            return first_t or now, first_n, now
+        time.sleep(0.2)
+    raise SystemExit(f"only {consumed(port):.0f} of {n:.0f} consumed after {timeout:.0f}s")
+
+
+def stop(*procs: subprocess.Popen[bytes]) -> None:
+    for p in procs:
+        p.terminate()
+    for p in procs:
         try:
-            consumed, first_t, at_checkpoint = 0.0, None, None
-            first_n = 0.0
-            next_report = args.checkpoint
-            while consumed < n:
-                time.sleep(0.5)
-                if learner.poll() is not None:
-                    raise SystemExit(f"learner exited with {learner.returncode}")
-                try:
-                    m = scrape(port)
-                except OSError:
-                    continue
-                consumed = m.get("topicstream_articles_consumed_total", 0.0)
-                if consumed and first_t is None:
-                    first_t, first_n = time.perf_counter(), consumed
-                if at_checkpoint is None and consumed >= args.checkpoint:
-                    at_checkpoint = vm_mb(learner.pid)
-                if consumed >= next_report:
-                    rss, hwm = vm_mb(learner.pid, "VmRSS"), vm_mb(learner.pid)
-                    print(f"  {int(consumed):>8,} articles: RSS {rss:.0f} MB, peak {hwm:.0f} MB", file=sys.stderr)
-                    next_report += args.checkpoint
-            elapsed = time.perf_counter() - (first_t or time.perf_counter())
-            end_rss = vm_mb(learner.pid)
-            m = scrape(port)
-        finally:
-            learner.terminate()
-            learner.wait(60)
+            p.wait(60)
+        except subprocess.TimeoutExpired:
+            p.kill()
 
-    rate = (consumed - first_n) / elapsed if elapsed > 0 else float("nan")
-    stages = {
-        st: m.get(f"topicstream_batch_duration_seconds_sum{{stage={st}}}", 0.0)
-        for st in ("decode", "tokenize", "kernel", "publish", "commit")
+
+def backlog(st: Stack, docs: list[dict], n: int) -> dict[str, float]:
+    env = st.settings("backlog", 3)
+    produce_all(st.stack.kafka_bootstrap, env["TOPICSTREAM_INPUT_TOPIC"], articles(docs, n, "b"))
+    port = free_port()
+    env = {**env, "TOPICSTREAM_BATCH_SIZE": "1000", "TOPICSTREAM_SNAPSHOT_EVERY_S": "5"}
+    learner = st.start("run", env, port)
+    try:
+        first_t, first_n, _ = wait_consumed(learner, port, n // 4, 600)
+        rss_quarter = vm_mb(learner.pid, "VmRSS")
+        _, _, end_t = wait_consumed(learner, port, n, 900)
+        rss_end = vm_mb(learner.pid, "VmRSS")
+        m = scrape(port)
+    finally:
+        stop(learner)
+    stages = {s: m.get(f"topicstream_batch_duration_seconds_sum{{stage={s}}}", 0.0) for s in STAGES}
+    snaps = m.get("topicstream_snapshot_duration_seconds_count", 0.0)
+    return {
+        "articles_per_s": (n - first_n) / (end_t - first_t),
+        "rss_quarter_mb": rss_quarter,
+        "rss_end_mb": rss_end,
+        "snapshots": snaps,
+        "snapshot_mean_s": m.get("topicstream_snapshot_duration_seconds_sum", 0.0) / max(snaps, 1),
+        "snapshot_mb": m.get("topicstream_snapshot_size_bytes", 0.0) / 1e6,
+        **{f"stage_{k}_s": v for k, v in stages.items()},
     }
-    busy = sum(stages.values())
-    tokens = m.get("topicstream_tokens_total", 0.0)
-    print(f"algorithm={args.algorithm} K={args.topics} articles={int(consumed)} corpus={args.corpus.name}")
-    print(f"end-to-end: {rate:,.0f} articles/s, {tokens / max(busy, 1e-9):,.0f} tokens/s of busy time")
-    print("time per stage: " + ", ".join(f"{k} {v / busy:.0%}" for k, v in stages.items()))
-    print(f"kernel alone: {tokens / max(stages['kernel'], 1e-9):,.0f} tokens/s")
-    early = at_checkpoint if at_checkpoint is not None else float("nan")  # the stream ended before it
-    print(
-        f"peak RSS after {args.checkpoint:,}: {early:.0f} MB; after {int(consumed):,}: {end_rss:.0f} MB "
-        f"(ratio {end_rss / early:.3f})"
-    )
+
+
+def steady(st: Stack, docs: list[dict], rate: float, seconds: float) -> dict[str, float]:
+    tag = f"steady{int(rate)}"
+    env = st.settings(tag, 3)
+    port = free_port()
+    learner = st.start("run", {**env, "TOPICSTREAM_SNAPSHOT_EVERY_S": "5"}, port)
+    sent: dict[str, float] = {}
+    latencies: list[float] = []
+    reader = Consumer({"bootstrap.servers": st.stack.kafka_bootstrap, "group.id": "bench", "enable.auto.commit": False})
+    out_topic = env["TOPICSTREAM_OUTPUT_TOPIC"]
+    parts = reader.list_topics(out_topic, timeout=10).topics[out_topic].partitions
+    reader.assign([TopicPartition(out_topic, p, OFFSET_END) for p in parts])
+    done = threading.Event()
+
+    def read() -> None:
+        while not done.is_set():
+            for msg in reader.consume(1000, 0.1):
+                if msg.error() is None:
+                    t = sent.get(msg.key().decode())
+                    if t is not None:
+                        latencies.append(time.time() - t)
+
+    thread = threading.Thread(target=read, daemon=True)
+    try:
+        # Warm up: the learner is ready once it has answered a first article.
+        produce_all(st.stack.kafka_bootstrap, env["TOPICSTREAM_INPUT_TOPIC"], articles(docs, 10, f"{tag}w"))
+        wait_consumed(learner, port, 10, 300)
+        thread.start()
+        p = Producer({"bootstrap.servers": st.stack.kafka_bootstrap, "linger.ms": 1})
+        start = time.perf_counter()
+        for i, (key, value) in enumerate(articles(docs, int(rate * seconds), tag)):
+            ahead = i / rate - (time.perf_counter() - start)
+            if ahead > 0:
+                time.sleep(ahead)
+            sent[key] = time.time()
+            p.produce(env["TOPICSTREAM_INPUT_TOPIC"], value=value, key=key)
+            p.poll(0)
+        p.flush(60)
+        deadline = time.monotonic() + 30
+        while len(latencies) < len(sent) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        m = scrape(port)
+    finally:
+        done.set()
+        stop(learner)
+    lat = np.array(latencies)
+    return {
+        "sent": float(len(sent)),
+        "answered": float(len(lat)),
+        "p50_ms": float(np.percentile(lat, 50) * 1000),
+        "p95_ms": float(np.percentile(lat, 95) * 1000),
+        "p99_ms": float(np.percentile(lat, 99) * 1000),
+        "max_ms": float(lat.max() * 1000),
+        "snapshot_mean_s": m.get("topicstream_snapshot_duration_seconds_sum", 0.0)
+        / max(m.get("topicstream_snapshot_duration_seconds_count", 0.0), 1),
+    }
+
+
+def replicas(st: Stack, docs: list[dict], n: int) -> dict[str, float]:
+    env = st.settings("replicas", 2)
+    produce_all(st.stack.kafka_bootstrap, env["TOPICSTREAM_INPUT_TOPIC"], articles(docs, n, "r"))
+    port = free_port()
+    learner = st.start("run", {**env, "TOPICSTREAM_LEARNER_PUBLISH": "false"}, port)
+    try:
+        wait_consumed(learner, port, n, 900)
+    finally:
+        stop(learner)  # leaves its final snapshot
+    out: dict[str, float] = {}
+    for count in (1, 2):
+        group = {**env, "TOPICSTREAM_GROUP_ID": f"replicas-{count}-{uuid.uuid4().hex[:6]}"}
+        ports = [free_port() for _ in range(count)]
+        procs = [st.start("replica", group, p) for p in ports]
+        try:
+            t0 = time.perf_counter()
+            first = None
+            while True:
+                total = sum(consumed(p) for p in ports)
+                now = time.perf_counter()
+                if total and first is None:
+                    first = (now, total)
+                if total >= n or now - t0 > 900:
+                    break
+                time.sleep(0.2)
+            assert first is not None
+            out[f"replicas_{count}_articles_per_s"] = (total - first[1]) / (now - first[0])
+        finally:
+            stop(*procs)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    ap.add_argument("--code", type=Path, default=ROOT, help="checkout whose learner and replica to run")
+    ap.add_argument("--topics", type=int, default=100)
+    ap.add_argument("--vocab", type=int, default=65_536)
+    ap.add_argument("--backlog", type=int, default=50_000)
+    ap.add_argument("--rates", type=float, nargs="*", default=[1000.0, 3000.0])
+    ap.add_argument("--steady-seconds", type=float, default=60.0)
+    ap.add_argument("--replica-articles", type=int, default=20_000)
+    ap.add_argument("--skip", nargs="*", default=[], choices=["backlog", "steady", "replicas"])
+    args = ap.parse_args()
+
+    docs = corpus(args.corpus)
+    head = subprocess.run(["git", "-C", str(args.code), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    print(f"code {args.code} at {head.stdout.strip()}; K={args.topics} W={args.vocab}; corpus {args.corpus.name}")
+    print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    with LocalStack() as local:
+        st = Stack(local, args.code.resolve(), args.topics, args.vocab)
+        if "backlog" not in args.skip:
+            r = backlog(st, docs, args.backlog)
+            busy = sum(r[f"stage_{s}_s"] for s in STAGES) or 1.0
+            print(
+                f"backlog {args.backlog:,}: {r['articles_per_s']:,.0f} articles/s; RSS {r['rss_quarter_mb']:.0f} MB "
+                f"at a quarter, {r['rss_end_mb']:.0f} MB at the end ({r['rss_end_mb'] / r['rss_quarter_mb']:.3f}); "
+                f"{r['snapshots']:.0f} snapshots of {r['snapshot_mb']:.0f} MB, {r['snapshot_mean_s']:.2f} s each"
+            )
+            print("  stage time: " + ", ".join(f"{s} {r[f'stage_{s}_s'] / busy:.0%}" for s in STAGES))
+        if "steady" not in args.skip:
+            for rate in args.rates:
+                r = steady(st, docs, rate, args.steady_seconds)
+                print(
+                    f"steady {rate:,.0f}/s for {args.steady_seconds:.0f} s: answered {r['answered']:.0f}/"
+                    f"{r['sent']:.0f}; latency p50 {r['p50_ms']:.0f} ms, p95 {r['p95_ms']:.0f} ms, "
+                    f"p99 {r['p99_ms']:.0f} ms, max {r['max_ms']:.0f} ms; snapshots {r['snapshot_mean_s']:.2f} s"
+                )
+        if "replicas" not in args.skip:
+            r = replicas(st, docs, args.replica_articles)
+            one, two = r["replicas_1_articles_per_s"], r["replicas_2_articles_per_s"]
+            print(f"replicas: one {one:,.0f} articles/s, two {two:,.0f} articles/s ({two / one:.2f}x)")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

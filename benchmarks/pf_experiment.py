@@ -57,7 +57,8 @@ from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 from sklearn.metrics import normalized_mutual_info_score
 
 from kernels import SCVB0, Batch, ParticleFilterLDA
-from kernels import _pf_numba as nb
+from kernels import _pf_state as st
+from kernels._pf_gibbs import fold_in_gibbs, gibbs_chain
 
 from ._proc import reset_peak, vm_mb
 
@@ -131,7 +132,7 @@ class Corpus:
 def nmi(corpus: Corpus, phi: NDArray[np.float64], seed: int) -> float:
     """The seed's out-of-sample NMI (φ fixed, five Gibbs sweeps per test document, argmax of n_dk)."""
     rng = _prng(seed)
-    ndk = nb.fold_in_gibbs(corpus.test_ptr, corpus.test_toks, np.ascontiguousarray(phi), 0.1, 5, rng)
+    ndk = fold_in_gibbs(corpus.test_ptr, corpus.test_toks, np.ascontiguousarray(phi), 0.1, 5, rng)
     return float(normalized_mutual_info_score(corpus.y_test, ndk.argmax(axis=1)))
 
 
@@ -147,7 +148,7 @@ def gibbs(
     toks, doc_of = corpus.tokens(0, n_docs)
     z = np.zeros(toks.size, dtype=np.int64)
     beta = PF["beta"]
-    nkw, nk, ndk = nb.gibbs_chain(
+    nkw, nk, ndk = gibbs_chain(
         toks, doc_of, n_docs, corpus.W, K, PF["alpha"], beta, corpus.W * beta, sweeps, z, True, _prng(seed)
     )
     phi = (nkw + beta) / (nk[:, None] + corpus.W * beta)
@@ -186,7 +187,7 @@ def run_filter(
         "final": scores[-1],
         "seconds": time.perf_counter() - t0,
         "filter_seconds": filt_time,
-        "tokens": int(model.ctr_[nb.TOKENS]),
+        "tokens": int(model.particles_.ctr[st.TOKENS]),
         "resamples": d["resamples"],
         "collapses": d["collapses"],
         "state_mb": d["state_mb"],
@@ -319,7 +320,7 @@ def exp_ref(corpus: Corpus, runs: range, sizes: list[int]) -> dict[str, Any]:
     for r in runs:  # one chain per run, continued from checkpoint to checkpoint (same draws as ``batch``)
         rng, z, done, scores = _prng(r), np.zeros(toks.size, dtype=np.int64), 0, []
         for s in SWEEP_POINTS:
-            nkw, nk, _ = nb.gibbs_chain(
+            nkw, nk, _ = gibbs_chain(
                 toks, doc_of, len(corpus.train), corpus.W, K, PF["alpha"], beta, corpus.W * beta, s - done, z,
                 done == 0, rng,
             )  # fmt: skip
@@ -360,12 +361,12 @@ def exp_tp(
         topics, max(corpus.W, 2), 0, n_particles=particles, init_docs=100, init_sweeps=20, init_restarts=1, **extra
     )
     model.partial_fit(corpus.batch(0, 100))
-    tok0 = int(model.ctr_[nb.TOKENS])
+    tok0 = int(model.particles_.ctr[st.TOKENS])
     t = time.perf_counter()
     for lo in range(100, n, 200):
         model.partial_fit(corpus.batch(lo, min(n, lo + 200)))
     secs = time.perf_counter() - t
-    toks = int(model.ctr_[nb.TOKENS]) - tok0
+    toks = int(model.particles_.ctr[st.TOKENS]) - tok0
     d = model.diagnostics()
     peak = vm_mb(os.getpid(), "VmHWM")
     return {

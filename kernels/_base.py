@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import abc
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -240,7 +240,7 @@ class TopicModel(abc.ABC):
         """Rebuild a model from :meth:`state_dict` output."""
         if state.get("algorithm") != cls.algorithm:
             raise ValueError(f"state is for algorithm {state.get('algorithm')!r}, not {cls.algorithm!r}")
-        model = cls(**state["params"])
+        model = cls(**cls.params_from_state(state["params"]))
         s = dict(state["state"])
         model.rng_.bit_generator.state = s.pop("rng")
         model.n_batches_seen_ = int(s.pop("n_batches_seen"))
@@ -248,6 +248,15 @@ class TopicModel(abc.ABC):
         model.n_tokens_seen_ = float(s.pop("n_tokens_seen"))
         model._set_state(s)
         return model
+
+    @classmethod
+    def params_from_state(cls, params: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``__init__`` settings held in a :meth:`state_dict`'s ``params``, as this version names them.
+
+        A kernel whose settings changed since older snapshots were written maps them here (``ValueError`` for a
+        state it cannot read); :meth:`from_state` and ``service.compat.restore_plan`` read snapshots through it.
+        """
+        return dict(params)
 
     @abc.abstractmethod
     def _get_state(self) -> dict[str, StateValue]:

@@ -1,7 +1,7 @@
 """Topic hygiene: merge duplicate topics, retire negligible ones, and give a freed slot to what the model misses.
 
 Run at snapshot time, off the batch loop, on a kernel that supports topic moves (:class:`kernels.SCVB0`, and
-:class:`kernels.OnlineHDP` with ``inference="collapsed"``)::
+:class:`kernels.OnlineHDP`, the collapsed HDP)::
 
     hygiene = TopicHygiene()
     events = hygiene.apply(model, recent_docs)   # recent_docs: a kernels.Batch of recent documents, or None
@@ -53,7 +53,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -89,6 +89,7 @@ class Event:
             raise ValueError(f"event kind must be one of {_EVENT_KINDS}, got {self.kind!r}")
 
 
+@runtime_checkable
 class SupportsTopicMoves(Protocol):
     """What :meth:`TopicHygiene.apply` needs from a kernel."""
 

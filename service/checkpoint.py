@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -65,6 +65,8 @@ class Capture:
     drift: NDArray[np.float64]
     topics_used: int
     taken_at: float
+    events: list[Any] = field(default_factory=list)  # lineage events of the hygiene moves made just before
+    topic_ids: list[int] = field(default_factory=list)  # stable id of each slot
 
 
 class SnapshotWriter:

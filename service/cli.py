@@ -276,6 +276,7 @@ def show_topics(
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON")] = False,
 ) -> None:
     """Print the current topics (top words, prevalence, drift) from the newest snapshot in Redis."""
+    from .lineage import LineageStore, render_lineage
     from .names import TopicNames
     from .snapshot import SnapshotStore
 
@@ -284,6 +285,7 @@ def show_topics(
         store = SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix)
         summary = store.summary()
         names = TopicNames(store.r, s.redis_prefix).all()
+        events = LineageStore(store.r, s.redis_prefix).recent(10)
     if summary is None:
         err.print(f"no snapshot under Redis prefix {s.redis_prefix!r} yet: is the learner running?")
         raise typer.Exit(1)
@@ -291,6 +293,8 @@ def show_topics(
         print(json.dumps(summary))
     else:
         Console().print(topics_table(summary, limit=limit, names=names))
+        if events:
+            Console().print("recent topic events (newest first):\n  " + "\n  ".join(render_lineage(events)))
 
 
 def matches_table(matches: list[Any], words: str, version: Any) -> Table:

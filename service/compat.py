@@ -249,8 +249,8 @@ def restore_plan(settings: Settings, snapshot_payload: Mapping[str, Any]) -> Res
         return plan
     cls = kernel_class(s.algorithm)
     try:
-        old_params = cls.params_with_defaults(**kstate["params"])
-    except TypeError as e:
+        old_params = cls.params_with_defaults(**cls.params_from_state(kstate["params"]))
+    except (TypeError, ValueError) as e:
         plan.refused.append(
             f"TOPICSTREAM_ALGORITHM: {where} holds a {s.algorithm} model this version cannot read ({e})"
         )

@@ -50,8 +50,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: What each header of :mod:`service.pipeline` means: constant name → (where it appears, meaning).
 HEADER_DOCS: dict[str, tuple[str, str]] = {
-    "H_TOPIC": ("output", "the dominant topic's id"),
-    "H_TOPICS": ("output", "comma-separated ids of the topics in `top_topics` (empty when none reaches the threshold)"),
+    "H_TOPIC": ("output", "the dominant topic's stable id (its slot until topic hygiene moves a topic)"),
+    "H_TOPICS": ("output", "comma-separated stable ids of the topics in `top_topics` (empty when none qualifies)"),
     "H_VERSION": ("output", "version of the snapshot (model) that computed the mixture"),
     "H_ALGORITHM": ("output", "`scvb0`, `ohdp` or `pf`"),
     "H_REASON": ("dead letter", "why the message was rejected (the reasons below)"),
@@ -306,8 +306,10 @@ def render(text: str, cache: dict[str, str] | None = None) -> str:
     r"""``text`` with every generated block replaced by what its generator makes now.
 
     >>> old = "<!-- doctables:output-headers -->\n| stale |\n<!-- /doctables:output-headers -->"
-    >>> render(old).splitlines()[1:4]
-    ['| header | meaning |', '|---|---|', "| `topicstream-topic` | the dominant topic's id |"]
+    >>> render(old).splitlines()[1:3]
+    ['| header | meaning |', '|---|---|']
+    >>> render(old).splitlines()[3].split(" | ")[0]
+    '| `topicstream-topic`'
     """
     cache = {} if cache is None else cache
 

@@ -27,21 +27,25 @@ import contextlib
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from confluent_kafka import OFFSET_BEGINNING, Message
 from numpy.typing import NDArray
 
-from kernels import TopicModel
+from kernels import Batch, TopicModel
+from kernels.hygiene import SupportsTopicMoves, TopicHygiene, recent_batch
 from kernels.registry import kernel_class
 
 from .checkpoint import Capture, SnapshotWriter, hellinger_rows
 from .compat import restore_plan
 from .history import SummaryHistory
 from .lease import Lease, LeaseKeeper
+from .lineage import Lineage, LineageEvent, LineageStore, stamp
 from .metrics import Metrics
+from .names import TopicNames
 from .pipeline import TopicLabels
 from .schemas import Rejection
 from .settings import Settings
@@ -82,9 +86,18 @@ class Learner(BatchWorker):
         super().__init__(s, metrics or Metrics("learner"), s.learner_group(), consumer_overrides)
         self.version = 0
         self.articles_learned = 0
+        self.lineage: Lineage | None = None
         self.lease = Lease(self.store.r, s.redis_prefix, ttl_s=s.lease_ttl_s)
         self._take_lease(stop)
         self.model, self.vocab = self._restore_or_create()
+        if self.lineage is None:
+            self.lineage = Lineage(s.topics)
+        hygiene_on = s.topic_hygiene if s.topic_hygiene is not None else s.algorithm == "scvb0"
+        self.hygiene = TopicHygiene() if hygiene_on and isinstance(self.model, SupportsTopicMoves) else None
+        self._recent: deque[Batch] = deque(maxlen=4)  # the latest batches, for the birth move
+        self.lineage_store = LineageStore(self.store.r, s.redis_prefix)
+        self.names = TopicNames(self.store.r, s.redis_prefix)
+        self._names: dict[int, str] = {}
         self.keeper = LeaseKeeper(self.lease)
         self.keeper.start()
         log.info("compiling the %s kernel (cached on disk after the first start)", s.algorithm)
@@ -161,6 +174,8 @@ class Learner(BatchWorker):
         for line in plan.applied:
             log.info("%s", line)
         self.positions = {(t, int(p)): int(o) for t, p, o in payload["offsets"]}
+        if "lineage" in payload:
+            self.lineage = Lineage.from_state(payload["lineage"])
         # Continue above everything this prefix has seen, even versions whose data is unreadable.
         self.version = max([int(meta["version"]), *(v for v, _ in loaded.skipped)])
         self.articles_learned = int(payload.get("articles_learned", 0))
@@ -190,7 +205,15 @@ class Learner(BatchWorker):
 
     def encode(self, batch: InFlight, bags: list[Any]) -> None:
         batch.encoded = self.vocab.encode(bags)
-        batch.model = ModelRef(self.labels, self.settings.algorithm, self.version, self.settings.topics)
+        assert self.lineage is not None
+        batch.model = ModelRef(
+            self.labels,
+            self.settings.algorithm,
+            self.version,
+            self.settings.topics,
+            tuple(self.lineage.slot_ids),
+            self._names,
+        )
         self.articles_learned += len(batch.decoded.good)
 
     def compute(self, batch: InFlight) -> NDArray[np.float64]:
@@ -201,6 +224,8 @@ class Learner(BatchWorker):
             self.metrics.vocabulary_recycled.inc(int(recycled.size))
         if not batch.decoded.good:
             return np.zeros((0, self.settings.topics))
+        if self.hygiene is not None:
+            self._recent.append(batch.encoded.batch)
         return self.model.partial_fit_transform(batch.encoded.batch)
 
     def between_batches(self, finished: InFlight | None) -> None:
@@ -227,21 +252,39 @@ class Learner(BatchWorker):
 
     def _take_snapshot(self) -> None:
         """Capture on the kernel lane (it is idle now: called between batches) and hand it to the writer."""
-        s = self.settings
         t0 = time.perf_counter()
         vocab_state = self.vocab.state_dict()
         slot_words = self.vocab.slot_words()
         offsets = dict(self.positions)
-        extra = {"articles_learned": self.articles_learned}
-        meta = {"algorithm": s.algorithm, "topics": s.topics, "articles_learned": self.articles_learned}
-        future = self.lane.submit(
-            self.writer.capture, self._seq, self.model, vocab_state, slot_words, offsets, extra, meta
-        )
+        future = self.lane.submit(self._capture, self._seq, vocab_state, slot_words, offsets, self.articles_learned)
         self.writer.submit(future)
         self._republish.clear()
         self._batches_since_snapshot = 0
         self._last_snapshot = time.monotonic()
         self.metrics.batch_duration.labels(stage="snapshot").observe(time.perf_counter() - t0)
+
+    def _capture(
+        self,
+        seq: int,
+        vocab_state: dict[str, Any],
+        slot_words: list[str],
+        offsets: dict[tuple[str, int], int],
+        articles_learned: int,
+    ) -> Capture:
+        """Kernel lane: topic hygiene (merges, births; docs/topic-hygiene.md), then a consistent copy."""
+        s = self.settings
+        assert self.lineage is not None
+        events: list[LineageEvent] = []
+        if self.hygiene is not None:
+            model = cast(SupportsTopicMoves, self.model)  # checked in __init__
+            moves = self.hygiene.apply(model, recent_batch(list(self._recent), 256))
+            events = self.lineage.record(moves, 0, time.time())
+        meta = {"algorithm": s.algorithm, "topics": s.topics, "articles_learned": articles_learned}
+        extra = {"articles_learned": articles_learned, "lineage": self.lineage.state_dict()}
+        cap = self.writer.capture(seq, self.model, vocab_state, slot_words, offsets, extra, meta)
+        cap.events = events
+        cap.topic_ids = list(self.lineage.slot_ids)
+        return cap
 
     def _save(self, cap: Capture) -> SnapshotInfo:
         """Write a capture (writer thread): never below our last version, only while our fencing token is the
@@ -267,6 +310,16 @@ class Learner(BatchWorker):
         self.labels = cap.labels
         self.version = info.version
         self.metrics.lease_token.set(self.lease.token or 0)
+        if cap.events:
+            self.lineage_store.push(stamp(cap.events, info.version, info.created_at))
+            for e in cap.events:
+                self.metrics.topic_events.labels(kind=e.kind).inc()
+                if e.kind in ("merge", "retire"):  # the id is gone: drop its series (bounded label sets)
+                    for gauge in (self.metrics.topic_prevalence, self.metrics.topic_drift):
+                        with contextlib.suppress(KeyError):
+                            gauge.remove(str(e.topic))
+        self._names = self.names.all()
+        ids = cap.topic_ids
         model_drift = float(np.dot(cap.weights, cap.drift))
         summary = {
             "version": info.version,
@@ -293,7 +346,7 @@ class Learner(BatchWorker):
         m.snapshot_timestamp.set(info.created_at)
         m.model_drift.set(model_drift)
         for k, d in enumerate(cap.drift):
-            m.topic_drift.labels(topic=str(k)).set(float(d))
+            m.topic_drift.labels(topic=str(ids[k])).set(float(d))
         log.info(
             "snapshot %d: %.1f MB, %d articles learned",
             info.version,
@@ -303,8 +356,9 @@ class Learner(BatchWorker):
 
     def _model_gauges(self) -> None:
         m = self.metrics
+        ids = self.lineage.slot_ids if self.lineage is not None else range(self.settings.topics)
         for k, w in enumerate(self.model.topic_weights()):
-            m.topic_prevalence.labels(topic=str(k)).set(float(w))
+            m.topic_prevalence.labels(topic=str(ids[k])).set(float(w))
         m.topics_used.set(self.model.topics_used())
         m.vocabulary_words.set(len(self.vocab))
         for name, value in self.model.diagnostics().items():

@@ -29,6 +29,8 @@ __all__ = ["Lineage", "LineageEvent", "LineageStore", "render_lineage", "stamp"]
 
 #: Events kept in ``P:lineage`` by default.
 DEFAULT_KEEP = 1000
+#: Merged-away ids whose successor is remembered (the oldest are forgotten: memory stays bounded for ever).
+MAX_MERGED = 10_000
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,8 @@ class Lineage:
                     raise ValueError(f"merge event without 'into': {e}")
                 gone, into = self.slot_ids[slot], self.slot_ids[e.into]
                 self.merged_into[gone] = into
+                while len(self.merged_into) > MAX_MERGED:
+                    del self.merged_into[next(iter(self.merged_into))]
                 self._fresh(slot)
                 out.append(LineageEvent("merge", gone, slot, into, e.score, version, at))
             elif e.kind == "retire":

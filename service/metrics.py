@@ -151,6 +151,12 @@ class Metrics:
             ["stat"],
             registry=r,
         )
+        self.topic_events = Counter(
+            "topicstream_topic_events_total",
+            "Topic hygiene moves by kind (merge, birth, retire): docs/topic-hygiene.md",
+            ["kind"],
+            registry=r,
+        )
         self.standby = Gauge(
             "topicstream_learner_standby",
             "1 while this learner waits as a standby for the active learner's lease, else 0",

@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 import numpy as np
 import orjson
@@ -35,6 +36,9 @@ from .metrics import Metrics
 from .schemas import Article, Rejection, decode_article
 from .settings import Settings
 from .text import Tokenizer
+
+if TYPE_CHECKING:
+    from .worker import ModelRef
 
 __all__ = ["Decoded", "Publisher", "TopicLabels", "dead_letter_record", "decode_batch", "tokenize"]
 
@@ -200,31 +204,36 @@ class Publisher:
         good: list[tuple[Message, Article]],
         theta: NDArray[np.float64],
         tokens: NDArray[np.float64],
-        labels: TopicLabels,
-        algorithm: str,
-        version: int,
+        model: ModelRef,
         tracker: DeliveryTracker,
     ) -> None:
         """One output event per article; ``theta`` rows are the mixtures, ``tokens`` the in-vocab counts."""
         s = self.settings
         n_topics = theta.shape[1]
-        model = {"algorithm": algorithm, "version": version, "topics": n_topics}
+        ref = {"algorithm": model.algorithm, "version": model.version, "topics": n_topics}
+        ids = model.topic_ids or tuple(range(n_topics))
+        names = model.names
         now = datetime.now(timezone.utc).isoformat()
         consumed_at = time.time()
         order = np.argsort(-theta, axis=1)[:, : s.top_topics_max]
         mixtures = np.round(theta, 6)
-        version_b, algorithm_b = str(version).encode(), algorithm.encode()
-        names = labels.labels
+        version_b, algorithm_b = str(model.version).encode(), model.algorithm.encode()
+        labels = model.labels.labels
         for j, (msg, article) in enumerate(good):
             row = theta[j]
-            top = [
-                {"topic": int(k), "weight": round(float(row[k]), 6), "label": names[k]}
-                for k in order[j].tolist()
-                if row[k] >= s.top_topics_threshold
-            ]
+            top = []
+            for k in order[j].tolist():
+                if row[k] < s.top_topics_threshold:
+                    continue
+                entry: dict[str, object] = {"topic": ids[k], "weight": round(float(row[k]), 6), "label": labels[k]}
+                if ids[k] != k:
+                    entry["slot"] = k
+                if ids[k] in names:
+                    entry["name"] = names[ids[k]]
+                top.append(entry)
             event = {
                 "id": article.id,
-                "model": model,
+                "model": ref,
                 "mixture": mixtures[j],
                 "top_topics": top,
                 "published_at": article.published_at.isoformat() if article.published_at else None,
@@ -234,7 +243,7 @@ class Publisher:
                 "tokens": int(tokens[j]),
             }
             headers: Headers = [
-                (H_TOPIC, str(int(order[j, 0])).encode()),
+                (H_TOPIC, str(ids[int(order[j, 0])]).encode()),
                 (H_TOPICS, ",".join(str(t["topic"]) for t in top).encode()),
                 (H_VERSION, version_b),
                 (H_ALGORITHM, algorithm_b),

@@ -26,7 +26,9 @@ from numpy.typing import NDArray
 from kernels import TopicModel
 from kernels.registry import kernel_class
 
+from .lineage import Lineage
 from .metrics import Metrics
+from .names import TopicNames
 from .pipeline import TopicLabels
 from .schemas import Rejection
 from .settings import Settings
@@ -142,7 +144,11 @@ class Replica(BatchWorker):
         model = cls.from_state(kstate)
         vocab = Vocabulary.from_state(payload["vocabulary"])
         labels = TopicLabels(model.topic_word(), vocab.slot_words())
-        return Served(model, vocab, ModelRef(labels, model.algorithm, int(meta["version"]), model.n_topics))
+        lineage = payload.get("lineage")
+        ids = tuple(Lineage.from_state(lineage).slot_ids) if lineage else tuple(range(model.n_topics))
+        names = TopicNames(self.store.r, self.settings.redis_prefix).all()
+        ref = ModelRef(labels, model.algorithm, int(meta["version"]), model.n_topics, ids, names)
+        return Served(model, vocab, ref)
 
     def _follow(self) -> None:
         while not self._stop_follower.wait(self.poll_s):

@@ -57,9 +57,11 @@ class ModelRef(BaseModel):
 
 
 class TopicWeight(BaseModel):
-    topic: int
+    topic: int = Field(description="Stable topic id (never reused; see docs/topic-hygiene.md)")
     weight: float
-    label: str
+    label: str = Field(description="The topic's three top words")
+    slot: int | None = Field(None, description="Index of the topic in `mixture`, when it differs from `topic`")
+    name: str | None = Field(None, description="The name given with `topicstream label`, if any")
 
 
 class TopicEvent(BaseModel):

@@ -53,6 +53,11 @@ class Settings(BaseSettings):
     )
     vocab_size: int = Field(65_536, ge=16, le=5_000_000, description="Vocabulary capacity W (bounded)")
     vocab_admit_count: float = Field(2.0, gt=0, description="Occurrences a new word needs before it gets a slot")
+    topic_hygiene: bool | None = Field(
+        None,
+        description="Merge duplicate topics and give freed slots to new ones at each snapshot "
+        "(docs/topic-hygiene.md); default on for scvb0, off for the others",
+    )
     seed: int = Field(0, ge=0, description="Random seed of the kernel")
 
     # Batching and snapshots.

@@ -50,12 +50,18 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ModelRef:
-    """What an output event says about the model that computed it."""
+    """What an output event says about the model that computed it.
+
+    ``topic_ids[k]`` is the stable id of the topic in slot k (:mod:`service.lineage`; ids equal slots until topic
+    hygiene merges or re-seeds one), ``names`` the names people gave topic ids (``topicstream label``).
+    """
 
     labels: TopicLabels
     algorithm: str
     version: int
     n_topics: int
+    topic_ids: tuple[int, ...] = ()
+    names: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -215,7 +221,7 @@ class BatchWorker(abc.ABC):
         if self.publishes and batch.decoded.good:
             m = batch.model
             tokens = batch.encoded.batch.doc_tokens()
-            self.publisher.publish(batch.decoded.good, theta, tokens, m.labels, m.algorithm, m.version, batch.tracker)
+            self.publisher.publish(batch.decoded.good, theta, tokens, m, batch.tracker)
         self.producer.poll(0)
         batch.timings["publish"] = time.perf_counter() - t0
         self._unacked.append((batch, next_offsets(batch.msgs)))

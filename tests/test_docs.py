@@ -112,6 +112,7 @@ def test_every_command_is_in_the_commands_table() -> None:
 def test_redis_keys_in_the_architecture_page_are_the_keys_the_code_builds() -> None:
     from service.history import SummaryHistory
     from service.lease import Lease
+    from service.lineage import LineageStore
     from service.names import TopicNames
     from service.seen import SeenIds
     from service.snapshot import SnapshotStore
@@ -128,6 +129,8 @@ def test_redis_keys_in_the_architecture_page_are_the_keys_the_code_builds() -> N
         history.versions_key,
         history.records_key,
         TopicNames(client, "P").key,
+        LineageStore(client, "P").key,
+        LineageStore(client, "P").counts_key,
         *SeenIds(client, "P").keys,
     ]
     source = inspect.getsource(SnapshotStore)

@@ -21,6 +21,7 @@ from kernels.hygiene import (
     mass_topics,
     recent_batch,
 )
+from kernels.ohdp_stick import StickBreakingHDP
 from kernels.scvb0 import minka_alpha
 
 GEN_RECOVERY = 0.40
@@ -165,8 +166,8 @@ def test_hygiene_refuses_kernels_without_moves_and_bad_settings():
     pf = ParticleFilterLDA(n_topics=3, n_words=10, seed=0)
     with pytest.raises(TypeError, match="topic moves"):
         TopicHygiene().apply(pf, None)
-    with pytest.raises(ValueError, match="collapsed"):
-        OnlineHDP(n_topics=4, n_words=10, inference="stick").merge_topics(0, 1)
+    with pytest.raises(TypeError, match="topic moves"):
+        TopicHygiene().apply(StickBreakingHDP(n_topics=4, n_words=10, seed=0), None)
     with pytest.raises(ValueError, match="threshold"):
         TopicHygiene(threshold=0.0)
     with pytest.raises(ValueError, match="kind"):

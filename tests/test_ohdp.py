@@ -1,4 +1,5 @@
-"""Tests of ``kernels.ohdp.OnlineHDP`` (issue 4) against slow transcriptions of the seed's equations."""
+"""Tests of the online HDP kernels (issue 4): the collapsed ``kernels.ohdp.OnlineHDP`` and seed 004's
+``kernels.ohdp_stick.StickBreakingHDP``, against slow transcriptions of the equations (``tests/naive/ohdp.py``)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from scipy.special import digamma as sp_digamma
 
 import kernels
 from kernels import Batch
+from kernels._hdp_base import OnlineHDPBase
 from kernels._special import digamma, digamma_array
-from kernels.ohdp import OnlineHDP, _cvb_doc, _elog_rows, _stick_doc
+from kernels.ohdp import OnlineHDP, _cvb_doc
+from kernels.ohdp_stick import StickBreakingHDP, _elog_rows, _stick_doc
 from tests.naive import ohdp as naive
 
 
@@ -107,11 +110,10 @@ def test_collapsed_document_update_matches_naive() -> None:
 def test_corpus_update_matches_naive_eq22_27() -> None:
     rng = np.random.default_rng(3)
     K, W, T, D, alpha, eta, gamma = 5, 12, 3, 500, 1.0, 0.05, 1.5
-    m = OnlineHDP(
+    m = StickBreakingHDP(
         K,
         W,
         seed=4,
-        inference="stick",
         doc_topics=T,
         window=D,
         batch_size=16,
@@ -156,8 +158,8 @@ def test_elog_rows_matches_scipy() -> None:
 
 
 def test_only_minibatch_rows_change() -> None:
-    for inference in ("collapsed", "stick"):
-        m = OnlineHDP(6, 30, seed=0, inference=inference, batch_size=50, window=100)
+    for cls in (OnlineHDP, StickBreakingHDP):
+        m = cls(6, 30, seed=0, batch_size=50, window=100)
         before = m.topic_stat_ * m.scale_
         m.partial_fit([(np.array([1, 4]), np.array([2.0, 1.0])), (np.array([4, 9]), np.array([1.0, 1.0]))])
         after = m.topic_stat_ * m.scale_
@@ -248,20 +250,26 @@ def test_transform_is_k_long_over_public_ids(planted: tuple[np.ndarray, list]) -
 
 
 # ----------------------------------------------------------------------------------------- state, seeds
-@pytest.mark.parametrize("inference", ["collapsed", "stick"])
-def test_round_trip_and_same_seed_bit_identical(inference: str, planted: tuple[np.ndarray, list]) -> None:
+def _assert_same_state(a: OnlineHDPBase, b: OnlineHDPBase) -> None:
+    sa, sb = a.state_dict()["state"], b.state_dict()["state"]
+    assert sa.keys() == sb.keys()
+    for key, v in sa.items():
+        assert np.array_equal(v, sb[key]), key
+
+
+@pytest.mark.parametrize("cls", [OnlineHDP, StickBreakingHDP])
+def test_round_trip_and_same_seed_bit_identical(cls: type[OnlineHDPBase], planted: tuple[np.ndarray, list]) -> None:
     docs = planted[1][:120]
-    kw = {"inference": inference, "batch_size": 20, "window": 120, "max_iter": 10}
-    a = OnlineHDP(12, 240, seed=7, **kw).partial_fit(docs[:60])
-    b = OnlineHDP(12, 240, seed=7, **kw).partial_fit(docs[:60])
-    c = OnlineHDP.from_state(a.state_dict())
+    kw = {"batch_size": 20, "window": 120, "max_iter": 10}
+    a = cls(12, 240, seed=7, **kw).partial_fit(docs[:60])
+    b = cls(12, 240, seed=7, **kw).partial_fit(docs[:60])
+    c = cls.from_state(a.state_dict())
     for m in (a, b, c):
         m.partial_fit(docs[60:])
     for x in (b, c):
-        assert np.array_equal(a.topic_stat_, x.topic_stat_) and a.scale_ == x.scale_
-        assert np.array_equal(a.stick_u_, x.stick_u_) and np.array_equal(a.stick_v_, x.stick_v_)
+        _assert_same_state(a, x)
         assert np.array_equal(a.transform(docs[:5]), x.transform(docs[:5]))
-    d = OnlineHDP(12, 240, seed=8, **kw).partial_fit(docs[:60])
+    d = cls(12, 240, seed=8, **kw).partial_fit(docs[:60])
     # stick: random initial topics; collapsed: the order in which free ids go to new topics
     assert not np.array_equal(a.topic_stat_, d.topic_stat_)
 
@@ -269,22 +277,39 @@ def test_round_trip_and_same_seed_bit_identical(inference: str, planted: tuple[n
 def test_registered_and_validates() -> None:
     assert kernels.ALGORITHMS["ohdp"] is OnlineHDP
     assert kernels.OnlineHDP is OnlineHDP
-    m = OnlineHDP(n_topics=10, n_words=20, seed=0)
-    assert m.get_params()["inference"] == "collapsed"
+    assert StickBreakingHDP.algorithm not in kernels.ALGORITHMS  # a comparison, not offered by the service
     for bad in (
-        {"inference": "gibbs"},
         {"kappa": 0.0},
         {"gamma": -1.0},
         {"batch_size": 0},
-        {"doc_topics": 1},
         {"rho_floor": 1.0},
         {"window": 0},
         {"sequential": "yes"},
     ):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=next(iter(bad))):
             OnlineHDP(10, 20, **bad)
-    with pytest.raises(ValueError):
-        OnlineHDP(1, 20)
+    for bad in ({"doc_topics": 1}, {"doc_topics": 2.5}, {"kappa": 0.0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            StickBreakingHDP(10, 20, **bad)
+    for cls in (OnlineHDP, StickBreakingHDP):
+        with pytest.raises(ValueError, match="n_topics"):
+            cls(1, 20)
+
+
+def test_state_written_before_the_split_loads(planted: tuple[np.ndarray, list]) -> None:
+    """Snapshots written while one class held both estimators carry ``inference`` and ``doc_topics`` among
+    the parameters: a collapsed one loads and continues exactly; a stick-breaking one is refused by name."""
+    docs = planted[1][:80]
+    a = OnlineHDP(12, 240, seed=7, batch_size=20, window=120).partial_fit(docs[:40])
+    old = a.state_dict()
+    old["params"] = {**old["params"], "inference": "collapsed", "doc_topics": 15}
+    b = OnlineHDP.from_state(old)
+    a.partial_fit(docs[40:])
+    b.partial_fit(docs[40:])
+    _assert_same_state(a, b)
+    old["params"]["inference"] = "stick"
+    with pytest.raises(ValueError, match="StickBreakingHDP"):
+        OnlineHDP.from_state(old)
 
 
 def test_reset_words_and_empty_batches() -> None:

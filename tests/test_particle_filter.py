@@ -1,4 +1,4 @@
-"""Tests of the reservoir particle filter (``kernels.particle_filter``, ``kernels._pf_numba``).
+"""Tests of the reservoir particle filter (``kernels.particle_filter`` and its numba modules ``kernels._pf_*``).
 
 Brute-force references are in ``tests/naive/pf.py``. Exactness checks use tiny vocabularies and a handful of
 tokens, so that every topic assignment can be enumerated.
@@ -13,7 +13,8 @@ import pytest
 from scipy import stats
 
 from kernels import ALGORITHMS, Batch, ParticleFilterLDA
-from kernels import _pf_numba as nb
+from kernels import _pf_state as st
+from kernels._pf_filter import proposal
 from tests.naive import pf as naive
 
 
@@ -33,67 +34,89 @@ def _random_stream(n_docs: int, doc_len: int, W: int, seed: int) -> Batch:
 
 
 def _reservoir_tokens(m: ParticleFilterLDA, p: int) -> tuple[list[int], list[int], list[int]]:
-    fill = int(m.ctr_[nb.FILL])
+    fill = int(m.particles_.ctr[st.FILL])
     return (
-        m.res_w_[:fill].tolist(),
-        m.res_slot_[:fill].tolist(),
-        m.res_z_[:fill, p].astype(int).tolist(),
+        m.reservoir_.res_w[:fill].tolist(),
+        m.reservoir_.res_slot[:fill].tolist(),
+        m.reservoir_.res_z[:fill, p].astype(int).tolist(),
     )
 
 
 def _ndk(m: ParticleFilterLDA, s: int, p: int) -> np.ndarray:
     """Particle p's document–topic counts of slot s (through its copy-on-write row pointer)."""
-    return np.asarray(m.drows_[m.dptr_[s, p]])
+    return np.asarray(m.doc_rows_.drows[m.doc_rows_.dptr[s, p]])
+
+
+def _check_pool(rows: np.ndarray, refcnt: np.ndarray, free: np.ndarray, ptr: np.ndarray, n_free: int) -> None:
+    """Copy-on-write bookkeeping of one pool of count rows: reference counts = pointers, free stack + used rows
+    = pool, no negative count, row 0 all zero."""
+    C = rows.shape[0]
+    used = np.bincount(ptr.ravel(), minlength=C)
+    used[0] = 0
+    np.testing.assert_array_equal(refcnt[1:], used[1:])
+    stack = free[:n_free]
+    assert len(set(stack.tolist())) == n_free and 0 not in stack
+    assert np.all(used[stack] == 0)
+    assert n_free + int(np.count_nonzero(used[1:])) == C - 1
+    assert np.all(rows[0] == 0) and np.all(rows[ptr] >= 0)
+
+
+def _check_list(items: np.ndarray, mark: np.ndarray, n: int, differ: np.ndarray) -> None:
+    """A divergent list: ``items[:n]`` without duplicates, ``mark`` set exactly for them, and every entry whose
+    values differ between particles (``differ``, a prefix of the marks) listed."""
+    listed = items[:n]
+    assert len(set(listed.tolist())) == n
+    expected = np.zeros(mark.size, dtype=np.uint8)
+    expected[listed] = 1
+    np.testing.assert_array_equal(mark, expected)
+    assert np.all(mark[: differ.size][differ] == 1)
 
 
 def _check_invariants(m: ParticleFilterLDA) -> None:
-    """Copy-on-write bookkeeping: reference counts = pointers, free stack + used rows = pool, counts ≥ 0,
-    n_k = Σ_w n_kw for every particle; the same for the document-count rows; every word whose pointers differ
-    between particles is on the divergent-word list, every reservoir token whose z differ on the
-    divergent-token list (no duplicates)."""
-    C = m.rows_.shape[0]
-    used = np.bincount(m.ptr_.ravel(), minlength=C)
-    used[0] = 0
-    np.testing.assert_array_equal(m.refcnt_[1:], used[1:])
-    n_free = int(m.ctr_[nb.N_FREE])
-    free = m.free_[:n_free]
-    assert len(set(free.tolist())) == n_free and 0 not in free
-    assert np.all(used[free] == 0)
-    assert n_free + int(np.count_nonzero(used[1:])) == C - 1
-    assert np.all(m.rows_[0] == 0)
+    """Both pools' bookkeeping (:func:`_check_pool`), n_k = Σ_w n_kw for every particle, and the divergent-word
+    and divergent-token lists (:func:`_check_list`)."""
+    ctr = m.particles_.ctr
+    words, docs = m.words_, m.doc_rows_
+    _check_pool(words.rows, words.refcnt, words.free, words.ptr, int(ctr[st.N_FREE]))
+    _check_pool(docs.drows, docs.dref, docs.dfree, docs.dptr, int(ctr[st.D_FREE]))
     for p in range(m.n_particles):
-        rows = m.rows_[m.ptr_[:, p]]  # (W, K)
-        assert np.all(rows >= 0)
-        np.testing.assert_array_equal(rows.sum(axis=0), m.nk_[p])
-    D = m.drows_.shape[0]
-    dused = np.bincount(m.dptr_.ravel(), minlength=D)
-    dused[0] = 0
-    np.testing.assert_array_equal(m.dref_[1:], dused[1:])
-    d_free = int(m.ctr_[nb.D_FREE])
-    dfree = m.dfree_[:d_free]
-    assert len(set(dfree.tolist())) == d_free and 0 not in dfree
-    assert np.all(dused[dfree] == 0)
-    assert d_free + int(np.count_nonzero(dused[1:])) == D - 1
-    assert np.all(m.drows_[0] == 0) and np.all(m.drows_[m.dptr_] >= 0)
-    n_div = int(m.ctr_[nb.N_DIV])
-    listed = m.div_[:n_div]
-    assert len(set(listed.tolist())) == n_div
-    mark = np.zeros(m.n_words, dtype=np.uint8)
-    mark[listed] = 1
-    np.testing.assert_array_equal(m.div_mark_, mark)
-    differ = m.ptr_.min(axis=1) != m.ptr_.max(axis=1)
-    assert np.all(mark[differ] == 1)
-    fill, n_rdiv = int(m.ctr_[nb.FILL]), int(m.ctr_[nb.N_RDIV])
-    rlisted = m.rdiv_[:n_rdiv]
-    assert len(set(rlisted.tolist())) == n_rdiv
-    rmark = np.zeros(m.rdiv_mark_.size, dtype=np.uint8)
-    rmark[rlisted] = 1
-    np.testing.assert_array_equal(m.rdiv_mark_, rmark)
-    z = m.res_z_[:fill]
-    assert np.all(rmark[:fill][z.min(axis=1) != z.max(axis=1)] == 1)
+        np.testing.assert_array_equal(words.rows[words.ptr[:, p]].sum(axis=0), m.particles_.nk[p])
+    differ = words.ptr.min(axis=1) != words.ptr.max(axis=1)
+    _check_list(m.words_.div, m.words_.div_mark, int(ctr[st.N_DIV]), differ)
+    z = m.reservoir_.res_z[: int(ctr[st.FILL])]
+    _check_list(m.reservoir_.rdiv, m.reservoir_.rdiv_mark, int(ctr[st.N_RDIV]), z.min(axis=1) != z.max(axis=1))
 
 
 # ------------------------------------------------------------------------------------------ exactness
+@pytest.mark.parametrize(("seed", "ess_threshold"), [(0, 0.6), (1, 0.6), (2, 0.9)])
+def test_matches_dense_reference_filter(seed: int, ess_threshold: float) -> None:
+    """Steps 1–6 end to end: the kernel (copy-on-write rows, document slots, divergent lists, partial copies on
+    resampling) gives exactly the mixtures, counts and weights of a filter with dense per-particle counts that
+    copies whole particles (``naive.DenseFilter``), drawing the same random numbers."""
+    K, W, P, R, r, alpha, beta = 3, 12, 4, 15, 3, 0.3, 0.05
+    m = ParticleFilterLDA(
+        K, W, seed, n_particles=P, ess_threshold=ess_threshold, n_rejuvenate=r, reservoir_size=R, alpha=alpha,
+        beta=beta, init_docs=0, pool_factor=float(P),
+    )  # fmt: skip
+    ref = naive.DenseFilter(K, W, P, alpha, beta, ess_threshold, r, R, m.particles_.prng.copy())
+    rng = np.random.default_rng(seed)
+    for _ in range(4):
+        docs = []
+        for _ in range(8):
+            ids = np.unique(rng.integers(0, W, int(rng.integers(0, 6))))
+            docs.append((ids, rng.integers(1, 4, ids.size).astype(np.float64)))
+        theta = m.partial_fit_transform(docs)
+        expected = [ref.fit_document(ids.tolist(), c.astype(int).tolist()) for ids, c in docs]
+        np.testing.assert_array_equal(theta, np.array(expected))
+    for p in range(P):
+        np.testing.assert_array_equal(m.words_.rows[m.words_.ptr[:, p]].T, ref.nkw[p])
+    np.testing.assert_array_equal(m.particles_.nk, ref.nk)
+    np.testing.assert_array_equal(m.particles_.weights, ref.weights)
+    d = m.diagnostics()
+    assert d["resamples"] > 0 and d["rejuvenations"] > 0 and d["collapses"] == 0 and d["reservoir_tokens"] == R
+    _check_invariants(m)
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_proposal_and_counts_match_brute_force(seed: int) -> None:
     """Step 1–2: the kernel's proposal and incremental weight equal the ratios of full collapsed joints, for
@@ -104,22 +127,36 @@ def test_proposal_and_counts_match_brute_force(seed: int) -> None:
         history_tokens=64, history_docs=8, alpha=alpha, beta=beta, init_docs=0, pool_factor=3.0,
     )  # fmt: skip
     m.partial_fit(_batch([[0, 1, 1, 2], [3, 3, 0, 2, 1], [2, 0]]))
-    assert m.ctr_[nb.FILL] == 11 and m.ctr_[nb.RESAMPLES] > 0 and m.ctr_[nb.REJUVENATIONS] > 0
+    assert (
+        m.particles_.ctr[st.FILL] == 11
+        and m.particles_.ctr[st.RESAMPLES] > 0
+        and m.particles_.ctr[st.REJUVENATIONS] > 0
+    )
     q = np.empty(K)
     for p in range(3):
         words, slots, z = _reservoir_tokens(m, p)
         # The counts are exactly those implied by the particle's assignments.
         nkw = np.zeros((K, W), dtype=np.int64)
         np.add.at(nkw, (z, words), 1)
-        np.testing.assert_array_equal(m.rows_[m.ptr_[:, p]].T, nkw)
+        np.testing.assert_array_equal(m.words_.rows[m.words_.ptr[:, p]].T, nkw)
         for s in set(slots):
             zs = [k for k, t in zip(z, slots, strict=True) if t == s]
             np.testing.assert_array_equal(_ndk(m, s, p), np.bincount(zs, minlength=K))
         for w_new in range(W):
             for s in [slots[-1], 7]:  # an existing document, and a new one (slot 7 unused: empty counts)
-                nd = float(m.slot_len_[s]) if s in slots else 0.0
+                nd = float(m.doc_rows_.slot_len[s]) if s in slots else 0.0
                 ndk = _ndk(m, s, p) if s in slots else np.zeros(K, dtype=np.int32)
-                total = nb.proposal(m.rows_, int(m.ptr_[w_new, p]), m.nk_[p], ndk, nd, alpha, beta, W * beta, q)
+                total = proposal(
+                    m.words_.rows,
+                    int(m.words_.ptr[w_new, p]),
+                    m.particles_.nk[p],
+                    ndk,
+                    nd,
+                    alpha,
+                    beta,
+                    W * beta,
+                    q,
+                )
                 ref_q, ref_w = naive.proposal(words, slots, z, w_new, s, K, W, alpha, beta)
                 np.testing.assert_allclose(q / total, ref_q, rtol=1e-12)
                 assert total == pytest.approx(ref_w, rel=1e-12)
@@ -142,7 +179,7 @@ def test_weight_estimate_matches_exact_marginal() -> None:
         )  # fmt: skip
         m.partial_fit(batch)
         ratios.append(math.exp(m.log_evidence_ - exact))
-        rejuvenations += int(m.ctr_[nb.REJUVENATIONS])
+        rejuvenations += int(m.particles_.ctr[st.REJUVENATIONS])
     assert rejuvenations > 2000  # resampling and rejuvenation were exercised
     r = np.asarray(ratios)
     se = r.std(ddof=1) / math.sqrt(r.size)
@@ -169,13 +206,13 @@ def test_reservoir_keeps_every_token_with_probability_R_over_i() -> None:
     for seed in range(runs):
         m = ParticleFilterLDA(2, n, seed, n_particles=1, n_rejuvenate=0, reservoir_size=R, init_docs=0, pool_factor=1.0)
         m.partial_fit(first)
-        assert m.ctr_[nb.FILL] == R
-        hits1[m.res_w_] += 1
+        assert m.particles_.ctr[st.FILL] == R
+        hits1[m.reservoir_.res_w] += 1
         m.partial_fit(rest)
-        assert m.ctr_[nb.FILL] == R and len(set(m.res_w_.tolist())) == R
+        assert m.particles_.ctr[st.FILL] == R and len(set(m.reservoir_.res_w.tolist())) == R
         # Every reservoir token keeps a document slot of its own (never the scratch slot).
-        assert np.all(m.res_slot_ < m.dptr_.shape[0] - 1)
-        hits[m.res_w_] += 1
+        assert np.all(m.reservoir_.res_slot < m.doc_rows_.dptr.shape[0] - 1)
+        hits[m.reservoir_.res_w] += 1
     assert _chi2_uniform(hits1, runs * R / n1) > 1e-3
     assert _chi2_uniform(hits, runs * R / n) > 1e-3
     ref = naive.reservoir_inclusion(n, R, runs, seed=1)
@@ -188,6 +225,15 @@ def test_reservoir_keeps_every_token_with_probability_R_over_i() -> None:
     assert _chi2_uniform(biased, biased.sum() / n) < 1e-3
 
 
+def _array_bytes(value: object) -> int:
+    """Bytes of the arrays in ``value`` (an array, or a bundle of arrays such as ``m.words_``)."""
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if isinstance(value, tuple):
+        return sum(_array_bytes(v) for v in value)
+    return 0
+
+
 def test_memory_constant_over_stream() -> None:
     """State size and every array's size are the same after 10,000 and 100,000 documents (within 5%: exactly),
     and the count-row pool never needs more rows than it has."""
@@ -196,7 +242,7 @@ def test_memory_constant_over_stream() -> None:
     def nbytes() -> tuple[int, int]:
         state = m.state_dict()["state"]
         s = sum(v.nbytes for v in state.values() if isinstance(v, np.ndarray))
-        a = sum(v.nbytes for v in vars(m).values() if isinstance(v, np.ndarray))
+        a = sum(_array_bytes(v) for v in vars(m).values())
         return s, a
 
     for b in range(10):
@@ -223,10 +269,10 @@ def test_resampling_shares_rows_copy_on_write() -> None:
         m.partial_fit(_random_stream(50, 20, W, b))
     d = m.diagnostics()
     assert d["resamples"] > 50
-    rows_used = d["pool_fill"] * (m.rows_.shape[0] - 1)
-    seen = np.count_nonzero(m.ptr_.max(axis=1))
+    rows_used = d["pool_fill"] * (m.words_.rows.shape[0] - 1)
+    seen = np.count_nonzero(m.words_.ptr.max(axis=1))
     assert rows_used < 0.5 * P * seen
-    # Copying whole particles (the notes' P·(K·W + R + R·K) layout) writes (P - 1)·(K·W + R + R·K) numbers.
+    # Copying whole particles (a plain P·(K·W + R + R·K) layout) writes (P - 1)·(K·W + R + R·K) numbers.
     dense_bytes_per_resample = (P - 1) * (K * W + R + R * K) * 4
     assert d["resample_copied_mb"] * 1e6 / d["resamples"] < 0.2 * dense_bytes_per_resample
     _check_invariants(m)
@@ -250,20 +296,20 @@ def test_initialisation_buffer_and_mixtures() -> None:
     )  # fmt: skip
     th = m.partial_fit_transform(_random_stream(3, 6, 30, 0))
     np.testing.assert_allclose(th, 1.0 / K)
-    assert m.diagnostics()["initialized"] == 0.0 and m.nk_.sum() == 0
+    assert m.diagnostics()["initialized"] == 0.0 and m.particles_.nk.sum() == 0
     th = m.partial_fit_transform(_random_stream(4, 6, 30, 1))
     assert m.diagnostics()["initialized"] == 1.0
     np.testing.assert_allclose(th.sum(axis=1), 1.0)
     assert not np.allclose(th, 1.0 / K)
-    assert np.all(m.nk_.sum(axis=1) == 7 * 6)  # 5 initial documents + 2 filtered, 6 tokens each
-    assert m.ctr_[nb.FILL] == 20 and m.ctr_[nb.TOKENS] == 42
+    assert np.all(m.particles_.nk.sum(axis=1) == 7 * 6)  # 5 initial documents + 2 filtered, 6 tokens each
+    assert m.particles_.ctr[st.FILL] == 20 and m.particles_.ctr[st.TOKENS] == 42
     _check_invariants(m)
     # The token cap ends buffering early.
     capped = ParticleFilterLDA(
         K, 30, 0, n_particles=2, ess_threshold=0.6, init_docs=100, init_max_tokens=10, init_sweeps=5
     )
     capped.partial_fit(_random_stream(4, 4, 30, 2))
-    assert capped.initialized_ and capped.nk_[0].sum() == 16
+    assert capped.initialized_ and capped.particles_.nk[0].sum() == 16
 
 
 def test_recovers_planted_topics() -> None:
@@ -306,8 +352,8 @@ def test_reproducible_and_state_round_trip() -> None:
         r = ParticleFilterLDA.from_state(m.state_dict())
         for x in batches[cut:]:
             np.testing.assert_array_equal(m.partial_fit_transform(x), r.partial_fit_transform(x))
-        np.testing.assert_array_equal(m.ptr_, r.ptr_)
-        np.testing.assert_array_equal(m.prng_, r.prng_)
+        np.testing.assert_array_equal(m.words_.ptr, r.words_.ptr)
+        np.testing.assert_array_equal(m.particles_.prng, r.particles_.prng)
 
 
 def test_reset_words_forgets() -> None:
@@ -317,7 +363,7 @@ def test_reset_words_forgets() -> None:
     m.reset_words([4])
     after = m.topic_word()[:, 4].sum()
     assert after * 10 <= before
-    assert 4 not in m.res_w_[: m.ctr_[nb.FILL]].tolist()
+    assert 4 not in m.reservoir_.res_w[: m.particles_.ctr[st.FILL]].tolist()
     _check_invariants(m)
     m.partial_fit(_random_stream(10, 8, 10, 1))
     _check_invariants(m)
@@ -350,7 +396,7 @@ def test_registered_and_validates() -> None:
 
 @pytest.mark.parametrize("P", [2, 3, 4, 5])
 def test_ess_threshold_must_allow_resampling(P: int) -> None:
-    """ESS ≥ 1, so with ess_threshold·P ≤ 1 (the notes' P/5 for P ≤ 5) resampling could never trigger: that is
+    """ESS ≥ 1, so with ess_threshold·P ≤ 1 (the default P/5 for P ≤ 5) resampling could never trigger: that is
     refused with a clear message; above 1/P the filter does resample and rejuvenate."""
     with pytest.raises(ValueError, match="resampling could never trigger"):
         ParticleFilterLDA(3, 20, 0, n_particles=P, ess_threshold=0.2)

@@ -10,7 +10,7 @@ import pytest
 from scipy.optimize import linear_sum_assignment
 
 from kernels import SCVB0, Batch, StepSize, as_batch
-from kernels.scvb0 import _doc_pass
+from kernels._scvb0_numba import _doc_pass
 from tests.naive import scvb0 as naive
 
 K, W = 4, 12

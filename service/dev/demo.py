@@ -86,6 +86,7 @@ def run_demo(settings: Settings, articles: Path | None, rate: float, duration: f
             f"learner metrics on http://localhost:{env['TOPICSTREAM_METRICS_PORT']}/metrics · logs in {workdir}/ "
             "· Ctrl-C to stop"
         )
+        console.print(second_terminal(env, workdir), soft_wrap=True, highlight=False)
         _watch(console, SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix), learner, duration)
     except KeyboardInterrupt:
         pass
@@ -96,6 +97,36 @@ def run_demo(settings: Settings, articles: Path | None, rate: float, duration: f
         if stack is not None:
             stack.stop()
         console.print(f"stopped. Logs are in {workdir}/")
+
+
+#: The settings another terminal needs to reach the demo's broker, Redis and model.
+SHARED_SETTINGS = (
+    "TOPICSTREAM_KAFKA_BOOTSTRAP",
+    "TOPICSTREAM_REDIS_URL",
+    "TOPICSTREAM_REDIS_PREFIX",
+    "TOPICSTREAM_INPUT_TOPIC",
+    "TOPICSTREAM_OUTPUT_TOPIC",
+    "TOPICSTREAM_DLQ_TOPIC",
+)
+
+
+def second_terminal(env: dict[str, str], workdir: Path) -> str:
+    """Write the demo's connection settings to ``workdir/demo.env`` and say how another terminal uses them.
+
+    The demo runs on random ports with a private Redis prefix; without these, ``topicstream topics`` in a second
+    terminal would look at the defaults and find nothing.
+    """
+    lines = [f"{k}={env[k]}" for k in SHARED_SETTINGS if k in env]
+    path = workdir / "demo.env"
+    path.write_text("\n".join(lines) + "\n")
+    use = f"set -a; . {path}; set +a"
+    return (
+        f"in a second terminal: [bold]{use}[/bold], then\n"
+        "  .venv/bin/topicstream topics                       # the current topics and recent topic events\n"
+        '  .venv/bin/topicstream subscribe --words "oil opec"  # articles about oil, as they are published\n'
+        '  .venv/bin/topicstream label 3 "Football"           # name a topic\n'
+        "  .venv/bin/topicstream report --out report.html     # drift over time, as a page"
+    )
 
 
 def _watch(console: Console, store: SnapshotStore, learner: subprocess.Popen[bytes], duration: float | None) -> None:

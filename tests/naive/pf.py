@@ -83,3 +83,153 @@ def reservoir_inclusion(n: int, R: int, runs: int, seed: int) -> np.ndarray:
                 res[u] = i
         hits[res] += 1
     return hits
+
+
+class DenseFilter:
+    """The particle filter with plain dense per-particle counts (no shared rows, no slots, no divergent lists):
+    n_kw^(p) as a P×K×W array, n_dk^(p) per document id, the reservoir as a list, every particle copied whole
+    on resampling. It draws from the same xoshiro256** stream (``kernels._pf_rng``, started from ``prng``) in
+    the same order as the kernel (``docs/particle-filter.md``, steps 1–6), so with no collapse and no
+    initialisation its mixtures and counts must equal the kernel's exactly.
+    """
+
+    def __init__(
+        self, K: int, W: int, P: int, alpha: float, beta: float, ess_threshold: float, n_rejuv: int, R: int, prng
+    ) -> None:
+        self.K, self.W, self.P, self.R = K, W, P, R
+        self.alpha, self.beta, self.ess_threshold, self.n_rejuv = alpha, beta, ess_threshold, n_rejuv
+        self.rng = np.array(prng, dtype=np.uint64)
+        self.nkw = np.zeros((P, K, W), dtype=np.int64)
+        self.nk = np.zeros((P, K), dtype=np.int64)
+        self.ndk: dict[int, np.ndarray] = {}  # document id -> P×K
+        self.reservoir: list[tuple[int, int, np.ndarray]] = []  # (word, document id, z per particle)
+        self.weights = np.full(P, 1.0 / P)
+        self.tokens = 0
+        self.docs = 0
+
+    def _draw(self, q: np.ndarray, total: float) -> int:
+        from kernels._pf_rng import sample_cat
+
+        return int(sample_cat(q, q.shape[0], total, self.rng))
+
+    def _below(self, n: int) -> int:
+        from kernels._pf_rng import rng_below
+
+        return int(rng_below(self.rng, n))
+
+    def fit_document(self, word_ids: Sequence[int], counts: Sequence[int]) -> np.ndarray:
+        """Filter one document; returns its mixture θ_d."""
+        K, W, P, alpha, beta = self.K, self.W, self.P, self.alpha, self.beta
+        d = self.docs
+        self.docs += 1
+        toks = [w for w, c in zip(word_ids, counts, strict=True) for _ in range(c)]
+        if not toks:
+            return np.full(K, 1.0 / K)
+        for t in range(len(toks) - 1, 0, -1):  # the same Fisher–Yates draws as the kernel
+            u = self._below(t + 1)
+            toks[t], toks[u] = toks[u], toks[t]
+        ndk = self.ndk[d] = np.zeros((P, K), dtype=np.int64)
+        for nd, w in enumerate(toks):
+            zcur = np.zeros(P, dtype=np.int64)
+            total = 0.0
+            for p in range(P):
+                q = np.array(
+                    [
+                        (self.nkw[p, kk, w] + beta)
+                        / (self.nk[p, kk] + W * beta)
+                        * (ndk[p, kk] + alpha)
+                        / (nd + K * alpha)
+                        for kk in range(K)
+                    ]
+                )
+                inc = 0.0
+                for v in q:
+                    inc += v
+                k = self._draw(q, inc)
+                zcur[p] = k
+                self.nkw[p, k, w] += 1
+                self.nk[p, k] += 1
+                ndk[p, k] += 1
+                self.weights[p] *= inc
+                total += self.weights[p]
+            sq = 0.0
+            for p in range(P):
+                self.weights[p] /= total
+                sq += self.weights[p] * self.weights[p]
+            self.tokens += 1
+            self._reservoir_add(w, d, zcur)
+            if 1.0 / sq < self.ess_threshold * P:
+                self._resample()
+                self._rejuvenate()
+        theta = np.empty(K)
+        for k in range(K):
+            acc = 0.0
+            for p in range(P):
+                acc += self.weights[p] * (ndk[p, k] + alpha)
+            theta[k] = acc / (len(toks) + K * alpha)
+        return theta
+
+    def _reservoir_add(self, w: int, d: int, z: np.ndarray) -> None:
+        """Algorithm R: append while there is room, else overwrite a uniform slot among the first R of i."""
+        if self.R == 0:
+            return
+        if len(self.reservoir) < self.R:
+            self.reservoir.append((w, d, z.copy()))
+            return
+        u = self._below(self.tokens)
+        if u < self.R:
+            self.reservoir[u] = (w, d, z.copy())
+
+    def _resample(self) -> None:
+        """Multinomial resampling; a particle drawn n ≥ 1 times keeps its place and its extra copies go to the
+        places of particles drawn zero times, in order."""
+        P = self.P
+        total = 0.0
+        for p in range(P):
+            total += self.weights[p]
+        offspring = [0] * P
+        for _ in range(P):
+            offspring[self._draw(self.weights, total)] += 1
+        dead = 0
+        for a in range(P):
+            while offspring[a] > 1:
+                while offspring[dead] != 0:
+                    dead += 1
+                self.nkw[dead] = self.nkw[a]
+                self.nk[dead] = self.nk[a]
+                for counts in self.ndk.values():
+                    counts[dead] = counts[a]
+                for _, _, z in self.reservoir:
+                    z[dead] = z[a]
+                offspring[dead] = -1
+                offspring[a] -= 1
+        self.weights[:] = 1.0 / P
+
+    def _rejuvenate(self) -> None:
+        """r tokens drawn uniformly from the reservoir; one collapsed Gibbs step each, in every particle."""
+        if not self.reservoir or self.n_rejuv == 0:
+            return
+        K, W, alpha, beta = self.K, self.W, self.alpha, self.beta
+        picks = [self._below(len(self.reservoir)) for _ in range(self.n_rejuv)]
+        for p in range(self.P):
+            for j in picks:
+                w, d, z = self.reservoir[j]
+                ndk = self.ndk[d]
+                k = z[p]
+                self.nkw[p, k, w] -= 1
+                self.nk[p, k] -= 1
+                ndk[p, k] -= 1
+                q = np.array(
+                    [
+                        (self.nkw[p, kk, w] + beta) / (self.nk[p, kk] + W * beta) * (ndk[p, kk] + alpha)
+                        for kk in range(K)
+                    ]
+                )
+                tot = 0.0
+                for v in q:
+                    tot += v
+                k = self._draw(q, tot)
+                self.nkw[p, k, w] += 1
+                self.nk[p, k] += 1
+                ndk[p, k] += 1
+                z[p] = k

@@ -1,0 +1,256 @@
+"""What the two online HDP estimators share: settings, the minibatch loop, the sparse corpus step, read-outs.
+
+:class:`kernels.ohdp.OnlineHDP` (collapsed, the service's ``ohdp``) and
+:class:`kernels.ohdp_stick.StickBreakingHDP` (seed 004 as written) keep the W×K word–topic statistics G as
+``scale_ · topic_stat_``, so that the step G := (1−ρ)G + ρĜ touches only the rows of the minibatch's words
+(:func:`sparse_step`). Topic ids are the column indices of G and never move. Each estimator supplies its document
+step (:meth:`OnlineHDPBase._documents`), its corpus stick (:meth:`OnlineHDPBase._update_sticks`,
+:meth:`OnlineHDPBase._beta`) and its own state.
+
+Streaming meaning of D: D is the ``window`` setting, the number of documents the statistics stand for (the seed
+uses the corpus size). With ρ_t = max(ρ_min, (τ0 + t)^−κ) the statistics eventually become an exponential moving
+average over about S/ρ_min documents; the defaults make the two agree (256 / 0.01 ≈ 25,000).
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, NamedTuple
+
+import numpy as np
+from numba import njit
+from numpy.typing import ArrayLike, NDArray
+
+from ._base import StateValue, TopicModel, check_interval, check_positive_int
+from ._batch import Batch
+from ._schedule import StepSize
+
+__all__ = ["Minibatch", "OnlineHDPBase", "local_slots", "sparse_step"]
+
+# G = s·M; when s falls below this, M is multiplied by s and s reset to 1 (an O(W·K) pass, rare).
+_RENORM_BELOW = 1e-30
+
+
+@njit(cache=True, nogil=True)
+def sparse_step(
+    M: NDArray[np.float64],
+    msum: NDArray[np.float64],
+    rows: NDArray[np.int64],
+    stat: NDArray[np.float64],
+    scale: float,
+    rho: float,
+    mult: float,
+) -> float:
+    """G := (1−ρ)G + ρ·mult·Ĝ on G = s·M, touching only ``rows`` (Eq. 25 / SCVB0 Eq. 7). Returns the new s."""
+    K = M.shape[1]
+    s = scale * (1.0 - rho)
+    if s <= 0.0:
+        M[:, :] = 0.0
+        msum[:] = 0.0
+        s = 1.0
+        coef = mult
+    else:
+        coef = rho * mult / s
+    for i in range(rows.shape[0]):
+        r = M[rows[i]]
+        for k in range(K):
+            x = coef * stat[i, k]
+            r[k] += x
+            msum[k] += x
+    if s < _RENORM_BELOW:
+        for w in range(M.shape[0]):
+            for k in range(K):
+                M[w, k] *= s
+        for k in range(K):
+            msum[k] *= s
+        s = 1.0
+    return s
+
+
+@njit(cache=True, nogil=True)
+def local_slots(word_ids: NDArray[np.int64], slot: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """Distinct words of a minibatch (first-seen order) and each entry's index into them; ``slot`` (length W,
+    all −1) is restored to all −1 before returning."""
+    n_u = 0
+    for i in range(word_ids.shape[0]):
+        w = word_ids[i]
+        if slot[w] < 0:
+            slot[w] = n_u
+            n_u += 1
+    rows = np.empty(n_u, dtype=np.int64)
+    slots = np.empty(word_ids.shape[0], dtype=np.int64)
+    for i in range(word_ids.shape[0]):
+        w = word_ids[i]
+        rows[slot[w]] = w
+        slots[i] = slot[w]
+    for u in range(n_u):
+        slot[rows[u]] = -1
+    return rows, slots
+
+
+class Minibatch(NamedTuple):
+    """One minibatch as the document step sees it: the documents, their distinct words ``rows`` (first-seen
+    order), each entry's index into them ``slots``; and what the step writes: Ĝ (``stat``, one row per distinct
+    word) and the mixtures ``theta``."""
+
+    docs: Batch
+    rows: NDArray[np.int64]
+    slots: NDArray[np.int64]
+    stat: NDArray[np.float64]
+    theta: NDArray[np.float64]
+
+
+class OnlineHDPBase(TopicModel):
+    """Settings and corpus-level machinery of an online HDP with corpus truncation K = ``n_topics``.
+
+    Shared settings (see :class:`kernels.ohdp.OnlineHDP` for their meaning): ``gamma``, ``alpha``, ``eta``,
+    ``kappa``, ``tau0``, ``rho_floor``, ``batch_size``, ``window``, ``tol``, ``max_iter``.
+    """
+
+    gamma: float
+    alpha: float
+    eta: float
+    kappa: float
+    tau0: float
+    rho_floor: float
+    batch_size: int
+    window: int
+    tol: float
+    max_iter: int
+
+    topic_stat_: NDArray[np.float64]
+    topic_total_: NDArray[np.float64]
+    scale_: float
+    n_updates_: int
+    last_doc_iters_: float
+
+    def _store(self, params: dict[str, Any]) -> None:
+        """``__init__``: store the keyword arguments (``locals()`` of the subclass ``__init__``), then set up."""
+        for name in self._param_names():
+            setattr(self, name, params[name])
+        self._setup()
+
+    # ------------------------------------------------------------------ settings
+    def _validate_params(self) -> None:
+        if self.n_topics < 2:
+            raise ValueError(f"n_topics must be at least 2 for the HDP truncation, got {self.n_topics!r}")
+        check_interval("gamma", self.gamma, 0.0, low_open=True, high_open=True)
+        check_interval("alpha", self.alpha, 0.0, low_open=True, high_open=True)
+        check_interval("eta", self.eta, 0.0, low_open=True, high_open=True)
+        check_interval("kappa", self.kappa, 0.0, 1.0, low_open=True)
+        check_interval("tau0", self.tau0, 0.0, high_open=True)
+        check_interval("rho_floor", self.rho_floor, 0.0, 1.0, high_open=True)
+        check_positive_int("batch_size", self.batch_size)
+        check_positive_int("window", self.window)
+        check_interval("tol", self.tol, 0.0, high_open=True)
+        check_positive_int("max_iter", self.max_iter)
+        self._schedule = StepSize(scale=1.0, tau=float(self.tau0), kappa=float(self.kappa), floor=float(self.rho_floor))
+
+    def _init_corpus_state(self, topic_stat: NDArray[np.float64]) -> None:
+        """Start from the statistics G = ``topic_stat`` (W×K)."""
+        self.topic_stat_ = np.ascontiguousarray(topic_stat)
+        self.topic_total_ = self.topic_stat_.sum(axis=0)
+        self.scale_ = 1.0
+        self.n_updates_ = 0
+        self.last_doc_iters_ = 0.0
+
+    # ------------------------------------------------------------------ estimator hooks
+    @abc.abstractmethod
+    def _documents(self, mb: Minibatch, update: bool) -> tuple[int, NDArray[np.float64]]:
+        """The document step over a minibatch: fill ``mb.theta``, add Ĝ to ``mb.stat``. Returns (total
+        iterations, the statistics of the corpus stick for :meth:`_update_sticks`)."""
+
+    @abc.abstractmethod
+    def _update_sticks(self, stick_stat: NDArray[np.float64], rho: float, mult: float) -> None:
+        """The corpus stick's step of size ρ, ``mult`` = D/S."""
+
+    @abc.abstractmethod
+    def _beta(self) -> NDArray[np.float64]:
+        """E[β] over the public topic ids."""
+
+    # ------------------------------------------------------------------ learning
+    def _rho(self, t: int) -> float:
+        return self._schedule(float(t))
+
+    def _partial_fit(self, batch: Batch) -> NDArray[np.float64]:
+        return self._minibatches(batch, update=True)
+
+    def _transform(self, batch: Batch) -> NDArray[np.float64]:
+        return self._minibatches(batch, update=False)
+
+    def _minibatches(self, batch: Batch, *, update: bool) -> NDArray[np.float64]:
+        theta = np.empty((batch.n_docs, self.n_topics))
+        S = int(self.batch_size)
+        slot = np.full(self.n_words, -1, dtype=np.int64)
+        for d0 in range(0, batch.n_docs, S):
+            d1 = min(batch.n_docs, d0 + S)
+            theta[d0:d1] = self._minibatch(batch.slice(d0, d1), slot, update=update)
+        return theta
+
+    def _minibatch(self, docs: Batch, slot: NDArray[np.int64], *, update: bool) -> NDArray[np.float64]:
+        K = int(self.n_topics)
+        rows, slots = local_slots(docs.word_ids, slot)
+        mb = Minibatch(docs, rows, slots, np.zeros((rows.shape[0], K)), np.empty((docs.n_docs, K)))
+        iters, stick_stat = self._documents(mb, update)
+        if not update:
+            return mb.theta
+        self.last_doc_iters_ = iters / max(1, docs.n_docs)
+        if docs.word_ids.shape[0] == 0:
+            return mb.theta
+        rho = self._rho(self.n_updates_)
+        mult = float(self.window) / docs.n_docs  # D/S
+        self.scale_ = sparse_step(self.topic_stat_, self.topic_total_, rows, mb.stat, self.scale_, rho, mult)
+        self._update_sticks(stick_stat, rho, mult)
+        self.n_updates_ += 1
+        return mb.theta
+
+    # ------------------------------------------------------------------ read-outs
+    def topic_word(self) -> NDArray[np.float64]:
+        """E[φ_k] = λ_k / Σ_w λ_kw (stick-breaking) or φ̂_k = (N^Φ_k + η)/(N^Z_k + Wη) (collapsed): one formula."""
+        lam = self.topic_stat_.T * self.scale_ + float(self.eta)
+        return lam / lam.sum(axis=1, keepdims=True)
+
+    def topic_weights(self) -> NDArray[np.float64]:
+        """Corpus-level weights E[β], indexed by the stable public topic ids."""
+        beta = self._beta()
+        return beta / beta.sum()
+
+    def reset_words(self, word_ids: ArrayLike) -> None:
+        ids = self._check_word_ids(word_ids)
+        if ids.size == 0:
+            return
+        self.topic_total_ -= self.topic_stat_[ids].sum(axis=0)
+        np.maximum(self.topic_total_, 0.0, out=self.topic_total_)
+        self.topic_stat_[ids] = 0.0
+
+    def diagnostics(self) -> dict[str, float]:
+        beta = self.topic_weights()
+        nz = beta[beta > 0]
+        return {
+            "rho": float(self._rho(self.n_updates_)),
+            "topics_used": float(self.topics_used()),
+            "beta_entropy_topics": float(np.exp(-(nz * np.log(nz)).sum())),
+            "doc_iterations": float(self.last_doc_iters_),
+            "scale_s": float(self.scale_),
+        }
+
+    # ------------------------------------------------------------------ persistence
+    def _get_corpus_state(self) -> dict[str, StateValue]:
+        return {
+            "topic_stat": self.topic_stat_.copy(),
+            "topic_total": self.topic_total_.copy(),
+            "scale": float(self.scale_),
+            "n_updates": int(self.n_updates_),
+            "last_doc_iters": float(self.last_doc_iters_),
+        }
+
+    def _set_corpus_state(self, state: dict[str, StateValue]) -> None:
+        K, W = int(self.n_topics), int(self.n_words)
+        stat = np.array(state["topic_stat"], dtype=np.float64, copy=True)
+        if stat.shape != (W, K):
+            raise ValueError(f"topic_stat has shape {stat.shape}, expected {(W, K)}")
+        self.topic_stat_ = np.ascontiguousarray(stat)
+        self.topic_total_ = np.array(state["topic_total"], dtype=np.float64, copy=True)
+        self.scale_ = float(state["scale"])  # type: ignore[arg-type]
+        self.n_updates_ = int(state["n_updates"])  # type: ignore[arg-type]
+        self.last_doc_iters_ = float(state["last_doc_iters"])  # type: ignore[arg-type]

@@ -1,0 +1,372 @@
+"""Filtering and rejuvenation: the particle filter's token step over a batch (steps 1–6 of
+``docs/particle-filter.md``, "One token"), the reservoir (Vitter's Algorithm R) and resampling.
+
+The algorithm is the Rao-Blackwellized particle filter of Canini, Shi & Griffiths (2009) with the rejuvenation
+sequence drawn from a reservoir, as studied in seed 003: (1) the optimal proposal q_k, (2) the incremental
+weight Σ_k q_k, (3) drawing z_i, (4) ESS-triggered multinomial resampling, (5) rejuvenation from the reservoir,
+(6) resetting the weights. The state is that of :mod:`kernels._pf_state`, kept by :mod:`kernels._pf_pools`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+from numpy.typing import NDArray
+
+from ._pf_pools import close_slot, copy_pairs, open_slot, own_drow, own_row
+from ._pf_rng import rng_below, sample_cat
+from ._pf_state import (
+    COLLAPSES,
+    FILL,
+    LAST_ESS,
+    LOG_EVIDENCE,
+    N_FREE,
+    N_RDIV,
+    REJUVENATIONS,
+    RESAMPLES,
+    SLOT_TOP,
+    TOKENS,
+    Config,
+    DocRows,
+    Particles,
+    Reservoir,
+    WordRows,
+)
+
+__all__ = ["filter_docs", "proposal", "reservoir_position", "store_token"]
+
+
+@njit(cache=True, nogil=True)
+def proposal(
+    rows: NDArray[np.int32],
+    r: int,
+    nk_p: NDArray[np.int64],
+    ndk_ps: NDArray[np.int32],
+    nd: float,
+    alpha: float,
+    beta: float,
+    wbeta: float,
+    q: NDArray[np.float64],
+) -> float:
+    """Step 1 for one particle: q_k = (n_kw + β)/(n_k + Wβ) · (n_dk + α)/(n_d + Kα), into ``q``.
+
+    ``r`` is the pool row of the word, ``nk_p`` the particle's n_k, ``ndk_ps`` its n_d· for the document,
+    ``nd`` the document's tokens so far (token i excluded). Returns Σ_k q_k, the incremental weight of step 2.
+    """
+    K = q.shape[0]
+    kalpha = K * alpha
+    total = 0.0
+    for k in range(K):
+        v = (rows[r, k] + beta) / (nk_p[k] + wbeta) * (ndk_ps[k] + alpha) / (nd + kalpha)
+        q[k] = v
+        total += v
+    return total
+
+
+@njit(cache=True, nogil=True)
+def reservoir_position(i: int, fill: int, R: int, rng: NDArray[np.uint64]) -> int:
+    """Vitter's Algorithm R for token number ``i`` (counted from 1): the slot it goes to, or -1.
+
+    While slots are free (i ≤ R, or after :func:`kernels.particle_filter.ParticleFilterLDA.reset_words`
+    emptied some) the token is appended; otherwise u is uniform on 1..i and the token overwrites slot u if u ≤
+    R, so each of the i tokens seen so far is in the reservoir with probability R/i.
+    """
+    if R == 0:
+        return -1
+    if fill < R:
+        return fill
+    u = rng_below(rng, i)  # 0..i-1
+    return u if u < R else -1
+
+
+@njit(cache=True, nogil=True)
+def store_token(
+    pos: int, w: int, s: int, zcur: NDArray[np.int64], res: Reservoir, docs: DocRows, ctr: NDArray[np.int64]
+) -> None:
+    """Put a token (word w of the document in slot s, z^(p) = zcur[p]) into reservoir slot ``pos``.
+
+    An evicted token releases its document slot when no other reservoir token (and no open document) uses it.
+    """
+    res_z = res.res_z
+    slot_refs = docs.slot_refs
+    scratch = slot_refs.shape[0] - 1
+    P = res_z.shape[1]
+    if pos == ctr[FILL]:
+        ctr[FILL] += 1
+    else:
+        old = res.res_slot[pos]
+        slot_refs[old] -= 1
+        if slot_refs[old] == 0 and old != scratch:
+            docs.slot_free[ctr[SLOT_TOP]] = old
+            ctr[SLOT_TOP] += 1
+    res.res_w[pos] = w
+    res.res_slot[pos] = s
+    z0 = zcur[0]
+    same = True
+    for p in range(P):
+        res_z[pos, p] = zcur[p]
+        if zcur[p] != z0:
+            same = False
+    if not same and res.rdiv_mark[pos] == 0:
+        res.rdiv_mark[pos] = 1
+        res.rdiv[ctr[N_RDIV]] = pos
+        ctr[N_RDIV] += 1
+    slot_refs[s] += 1
+
+
+@njit(cache=True, nogil=True)
+def _resample(
+    offspring: NDArray[np.int64],
+    zcur: NDArray[np.int64],
+    words: WordRows,
+    docs: DocRows,
+    res: Reservoir,
+    parts: Particles,
+) -> None:
+    """Step 4: multinomial resampling, P draws with probability ∝ ω, then ω = 1/P (step 6).
+
+    A particle drawn at least once stays in its own slot; only the slots of particles drawn zero times are
+    overwritten with the extra copies, so a resampling copies P − (number of distinct survivors) particles.
+    """
+    weights = parts.weights
+    P = weights.shape[0]
+    total = 0.0
+    for p in range(P):
+        total += weights[p]
+        offspring[p] = 0
+    for _ in range(P):
+        offspring[sample_cat(weights, P, total, parts.prng)] += 1
+    src = np.empty(P, dtype=np.int64)
+    dst = np.empty(P, dtype=np.int64)
+    n_pairs = 0
+    dead = 0
+    for a in range(P):
+        while offspring[a] > 1:
+            while offspring[dead] != 0:
+                dead += 1
+            src[n_pairs] = a
+            dst[n_pairs] = dead
+            n_pairs += 1
+            zcur[dead] = zcur[a]
+            offspring[dead] = -1  # filled
+            offspring[a] -= 1
+    copy_pairs(src, dst, n_pairs, words, docs, res, parts)
+    for p in range(P):
+        weights[p] = 1.0 / P
+
+
+@njit(cache=True, nogil=True)
+def _collapse(zcur: NDArray[np.int64], words: WordRows, docs: DocRows, res: Reservoir, parts: Particles) -> None:
+    """Pool-full fallback: draw one particle a with probability ω_a and make every particle a copy of it.
+
+    This is a valid (if maximally degenerate) resampling — every particle's expected number of copies is P·ω_a
+    — so the filter stays consistent and its evidence estimate unbiased. Afterwards the pool holds one
+    particle's rows only (≤ W), which the validated pool size always leaves room for.
+    """
+    weights = parts.weights
+    P = weights.shape[0]
+    total = 0.0
+    for p in range(P):
+        total += weights[p]
+    a = sample_cat(weights, P, total, parts.prng)
+    src = np.full(P - 1, a, dtype=np.int64)
+    dst = np.empty(P - 1, dtype=np.int64)
+    n_pairs = 0
+    for b in range(P):
+        if b != a:
+            dst[n_pairs] = b
+            n_pairs += 1
+            zcur[b] = zcur[a]
+    copy_pairs(src, dst, n_pairs, words, docs, res, parts)
+    for p in range(P):
+        weights[p] = 1.0 / P
+    parts.ctr[COLLAPSES] += 1
+
+
+@njit(cache=True, nogil=True)
+def _rejuvenate(
+    cfg: Config,
+    idx: NDArray[np.int64],
+    q: NDArray[np.float64],
+    words: WordRows,
+    docs: DocRows,
+    res: Reservoir,
+    parts: Particles,
+) -> None:
+    """Step 5: draw r reservoir tokens uniformly (with replacement); for every particle and every drawn token
+    j, remove z_j from the counts and redraw it from P(z_j = k | rest) ∝ (n_kw¬j + β)/(n_k¬j + Wβ)·(n_dk¬j +
+    α) (one collapsed Gibbs step), then add it back. Needs up to r free pool rows per particle."""
+    n_rejuv = cfg.n_rejuv
+    alpha = cfg.alpha
+    beta = cfg.beta
+    ctr = parts.ctr
+    rng = parts.prng
+    nk = parts.nk
+    rows = words.rows
+    drows = docs.drows
+    res_z = res.res_z
+    W, P = words.ptr.shape
+    K = nk.shape[1]
+    wbeta = W * beta
+    fill = ctr[FILL]
+    if fill == 0 or n_rejuv == 0:
+        return
+    for t in range(n_rejuv):
+        j = rng_below(rng, fill)
+        idx[t] = j
+        if res.rdiv_mark[j] == 0:
+            res.rdiv_mark[j] = 1
+            res.rdiv[ctr[N_RDIV]] = j
+            ctr[N_RDIV] += 1
+    for p in range(P):
+        for t in range(n_rejuv):
+            j = idx[t]
+            w = res.res_w[j]
+            s = res.res_slot[j]
+            k_old = res_z[j, p]
+            r = own_row(words, ctr, p, w)
+            rd = own_drow(docs, ctr, s, p)
+            rows[r, k_old] -= 1
+            nk[p, k_old] -= 1
+            drows[rd, k_old] -= 1
+            total = 0.0
+            for k in range(K):
+                v = (rows[r, k] + beta) / (nk[p, k] + wbeta) * (drows[rd, k] + alpha)
+                q[k] = v
+                total += v
+            k_new = sample_cat(q, K, total, rng)
+            rows[r, k_new] += 1
+            nk[p, k_new] += 1
+            drows[rd, k_new] += 1
+            res_z[j, p] = k_new
+    ctr[REJUVENATIONS] += 1
+
+
+@njit(cache=True, nogil=True)
+def _shuffled_tokens(
+    lo: int,
+    hi: int,
+    word_ids: NDArray[np.int64],
+    counts: NDArray[np.int64],
+    tok: NDArray[np.int64],
+    rng: NDArray[np.uint64],
+) -> int:
+    """Write the document's tokens (``counts[j]`` copies of ``word_ids[j]``, j in lo..hi) into ``tok`` in a
+    random order (Fisher–Yates); returns their number."""
+    n = 0
+    for j in range(lo, hi):
+        for _ in range(counts[j]):
+            tok[n] = word_ids[j]
+            n += 1
+    if n == 0:
+        return 0
+    for t in range(n - 1, 0, -1):
+        u = rng_below(rng, t + 1)
+        tmp = tok[t]
+        tok[t] = tok[u]
+        tok[u] = tmp
+    return n
+
+
+@njit(cache=True, nogil=True)
+def filter_docs(
+    indptr: NDArray[np.int64],
+    word_ids: NDArray[np.int64],
+    counts: NDArray[np.int64],
+    tok: NDArray[np.int64],
+    cfg: Config,
+    words: WordRows,
+    docs: DocRows,
+    res: Reservoir,
+    parts: Particles,
+    theta: NDArray[np.float64],
+) -> int:
+    """Run the particle filter over the documents of a batch, token by token (steps 1–6 for each token).
+
+    The tokens of a document (``counts`` copies of each word) are visited in a random order. After the last
+    token of document d, θ_d = Σ_p ω^(p) (n_d·^(p) + α)/(n_d + Kα) is written to ``theta[d]`` (the prior mean
+    for an empty document). Returns 0, or -1 if the pool ran out of rows even after a collapse (cannot happen
+    with the validated pool size).
+    """
+    alpha = cfg.alpha
+    beta = cfg.beta
+    n_rejuv = cfg.n_rejuv
+    ctr = parts.ctr
+    fst = parts.fst
+    rng = parts.prng
+    nk = parts.nk
+    weights = parts.weights
+    rows = words.rows
+    ptr = words.ptr
+    drows = docs.drows
+    dptr = docs.dptr
+    slot_len = docs.slot_len
+    W, P = ptr.shape
+    K = nk.shape[1]
+    R = res.res_w.shape[0]
+    scratch = dptr.shape[0] - 1
+    wbeta = W * beta
+    kalpha = K * alpha
+    q = np.empty(K, dtype=np.float64)
+    zcur = np.zeros(P, dtype=np.int64)
+    offspring = np.zeros(P, dtype=np.int64)
+    idx = np.zeros(max(n_rejuv, 1), dtype=np.int64)
+    n_docs = indptr.shape[0] - 1
+    for d in range(n_docs):
+        n = _shuffled_tokens(indptr[d], indptr[d + 1], word_ids, counts, tok, rng)
+        if n == 0:
+            for k in range(K):
+                theta[d, k] = 1.0 / K
+            continue
+        s = open_slot(docs, ctr)
+        for t in range(n):
+            w = tok[t]
+            if ctr[N_FREE] < P:
+                _collapse(zcur, words, docs, res, parts)
+                if ctr[N_FREE] < P:
+                    return -1
+            nd = float(slot_len[s])
+            total = 0.0
+            for p in range(P):
+                inc = proposal(rows, ptr[w, p], nk[p], drows[dptr[s, p]], nd, alpha, beta, wbeta, q)  # step 1
+                k = sample_cat(q, K, inc, rng)  # step 3
+                zcur[p] = k
+                r = own_row(words, ctr, p, w)
+                rows[r, k] += 1
+                nk[p, k] += 1
+                rd = own_drow(docs, ctr, s, p)
+                drows[rd, k] += 1
+                weights[p] *= inc  # step 2
+                total += weights[p]
+            slot_len[s] += 1
+            fst[LOG_EVIDENCE] += math.log(total)
+            sq = 0.0
+            for p in range(P):
+                weights[p] /= total
+                sq += weights[p] * weights[p]
+            ess = 1.0 / sq
+            fst[LAST_ESS] = ess
+            ctr[TOKENS] += 1
+            if s != scratch:
+                pos = reservoir_position(ctr[TOKENS], ctr[FILL], R, rng)
+                if pos >= 0:
+                    store_token(pos, w, s, zcur, res, docs, ctr)
+            if ess < cfg.ess_threshold * P:
+                _resample(offspring, zcur, words, docs, res, parts)
+                ctr[RESAMPLES] += 1
+                if n_rejuv > 0 and ctr[FILL] > 0:
+                    if ctr[N_FREE] < n_rejuv * P:
+                        _collapse(zcur, words, docs, res, parts)
+                        if ctr[N_FREE] < n_rejuv * P:
+                            return -1
+                    _rejuvenate(cfg, idx, q, words, docs, res, parts)
+        nd_final = float(slot_len[s])
+        for k in range(K):
+            acc = 0.0
+            for p in range(P):
+                acc += weights[p] * (drows[dptr[s, p], k] + alpha)
+            theta[d, k] = acc / (nd_final + kalpha)
+        close_slot(docs, ctr, s)
+    return 0

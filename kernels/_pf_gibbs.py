@@ -1,0 +1,336 @@
+"""Gibbs initialisation of the particle filter (``docs/particle-filter.md``, "Initialisation"; seed 003's main
+finding: the initial model matters most).
+
+Collapsed Gibbs sampling for LDA (Griffiths & Steyvers 2004) on the buffered initial sample, the seed's
+label-free best-of-N choice by held-out perplexity (document completion), and :func:`install_init`, which starts
+every particle from the chosen assignments. :func:`fold_in_gibbs` is the seed's evaluation (Gibbs fold-in with
+the topics fixed), used by the experiments in ``benchmarks/pf_experiment.py``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+from numpy.typing import NDArray
+
+from ._pf_filter import reservoir_position, store_token
+from ._pf_pools import close_slot, open_slot
+from ._pf_rng import rng_below, sample_cat
+from ._pf_state import D_FREE, FILL, N_FREE, PEAK_ROWS, TOKENS, DocRows, Particles, Reservoir, WordRows
+
+__all__ = ["fold_in_gibbs", "gibbs_chain", "gibbs_init", "heldout_loglik", "install_init"]
+
+# Gibbs sweeps of the fold-in that scores an initial chain on the held-out documents (the seed's evaluation).
+_COMPLETION_SWEEPS = 5
+
+
+@njit(cache=True, nogil=True)
+def _conditional_draw(
+    nkw: NDArray[np.int64],
+    nk: NDArray[np.int64],
+    ndk: NDArray[np.int64],
+    w: int,
+    d: int,
+    alpha: float,
+    beta: float,
+    wbeta: float,
+    q: NDArray[np.float64],
+    rng: NDArray[np.uint64],
+) -> int:
+    """Draw z_i from P(z_i = k | rest) ∝ (n_kw + β)/(n_k + Wβ) · (n_dk + α), token i's counts removed."""
+    K = nk.shape[0]
+    total = 0.0
+    for kk in range(K):
+        v = (nkw[kk, w] + beta) / (nk[kk] + wbeta) * (ndk[d, kk] + alpha)
+        q[kk] = v
+        total += v
+    return sample_cat(q, K, total, rng)
+
+
+@njit(cache=True, nogil=True)
+def gibbs_chain(
+    words: NDArray[np.int64],
+    doc_of: NDArray[np.int64],
+    n_docs: int,
+    V: int,
+    K: int,
+    alpha: float,
+    beta: float,
+    wbeta: float,
+    sweeps: int,
+    z: NDArray[np.int64],
+    init_random: bool,
+    rng: NDArray[np.uint64],
+) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
+    """Collapsed Gibbs sampling for LDA (Griffiths & Steyvers 2004) on tokens ``words`` (local ids < V) of
+    documents ``doc_of``: the initialisation of the seed. P(z_i = k | rest) ∝ (n_kw¬i + β)/(n_k¬i + Wβ)
+    · (n_dk¬i + α), with ``wbeta`` = Wβ of the full vocabulary. If ``init_random`` the chain starts from
+    uniform topics, else from ``z``. ``z`` is updated in place; returns (n_kw as K×V, n_k, n_dk as
+    n_docs×K)."""
+    N = words.shape[0]
+    nkw = np.zeros((K, V), dtype=np.int64)
+    nk = np.zeros(K, dtype=np.int64)
+    ndk = np.zeros((n_docs, K), dtype=np.int64)
+    q = np.empty(K, dtype=np.float64)
+    for i in range(N):
+        if init_random:
+            z[i] = rng_below(rng, K)
+        k = z[i]
+        nkw[k, words[i]] += 1
+        nk[k] += 1
+        ndk[doc_of[i], k] += 1
+    for _ in range(sweeps):
+        for i in range(N):
+            w = words[i]
+            d = doc_of[i]
+            k = z[i]
+            nkw[k, w] -= 1
+            nk[k] -= 1
+            ndk[d, k] -= 1
+            k = _conditional_draw(nkw, nk, ndk, w, d, alpha, beta, wbeta, q, rng)
+            z[i] = k
+            nkw[k, w] += 1
+            nk[k] += 1
+            ndk[d, k] += 1
+    return nkw, nk, ndk
+
+
+@njit(cache=True, nogil=True)
+def _gibbs_add_docs(
+    words: NDArray[np.int64],
+    doc_of: NDArray[np.int64],
+    z: NDArray[np.int64],
+    start: int,
+    nkw: NDArray[np.int64],
+    nk: NDArray[np.int64],
+    ndk: NDArray[np.int64],
+    alpha: float,
+    beta: float,
+    wbeta: float,
+    rng: NDArray[np.uint64],
+) -> None:
+    """Add tokens ``start:`` to a Gibbs state one at a time, each drawn from its conditional given everything
+    added before it (used to fold the held-out part of the initial sample into the chosen chain)."""
+    q = np.empty(nk.shape[0], dtype=np.float64)
+    for i in range(start, words.shape[0]):
+        w = words[i]
+        d = doc_of[i]
+        k = _conditional_draw(nkw, nk, ndk, w, d, alpha, beta, wbeta, q, rng)
+        z[i] = k
+        nkw[k, w] += 1
+        nk[k] += 1
+        ndk[d, k] += 1
+
+
+@njit(cache=True, nogil=True)
+def fold_in_gibbs(
+    tok_ptr: NDArray[np.int64],
+    toks: NDArray[np.int64],
+    phi: NDArray[np.float64],
+    alpha: float,
+    sweeps: int,
+    rng: NDArray[np.uint64],
+) -> NDArray[np.int64]:
+    """The seed's evaluation: with φ (K×V) fixed, run ``sweeps`` Gibbs sweeps on each document's tokens
+    (P(z_i = k) ∝ φ_k,w (n_dk¬i + α), topics initialised uniformly at random) and return the final n_dk."""
+    K = phi.shape[0]
+    n_docs = tok_ptr.shape[0] - 1
+    ndk = np.zeros((n_docs, K), dtype=np.int64)
+    q = np.empty(K, dtype=np.float64)
+    for d in range(n_docs):
+        lo = tok_ptr[d]
+        hi = tok_ptr[d + 1]
+        z = np.empty(hi - lo, dtype=np.int64)
+        for a in range(hi - lo):
+            k = rng_below(rng, K)
+            z[a] = k
+            ndk[d, k] += 1
+        for _ in range(sweeps):
+            for a in range(hi - lo):
+                w = toks[lo + a]
+                k = z[a]
+                ndk[d, k] -= 1
+                total = 0.0
+                for kk in range(K):
+                    v = phi[kk, w] * (ndk[d, kk] + alpha)
+                    q[kk] = v
+                    total += v
+                k = sample_cat(q, K, total, rng)
+                z[a] = k
+                ndk[d, k] += 1
+    return ndk
+
+
+@njit(cache=True, nogil=True)
+def _completion_loglik(
+    tok_ptr: NDArray[np.int64], toks: NDArray[np.int64], ndk: NDArray[np.int64], phi: NDArray[np.float64], alpha: float
+) -> float:
+    """Σ over the odd-numbered tokens of every document of log Σ_k θ_dk φ_kw, θ_d = (n_dk + α)/(n + Kα) from
+    the counts ``ndk`` of its n even-numbered tokens."""
+    K = phi.shape[0]
+    ll = 0.0
+    for d in range(tok_ptr.shape[0] - 1):
+        lo = tok_ptr[d]
+        hi = tok_ptr[d + 1]
+        n_half = (hi - lo + 1) // 2
+        for i in range(lo + 1, hi, 2):
+            w = toks[i]
+            pr = 0.0
+            for k in range(K):
+                pr += (ndk[d, k] + alpha) / (n_half + K * alpha) * phi[k, w]
+            ll += math.log(pr)
+    return ll
+
+
+def heldout_loglik(
+    tok_ptr: NDArray[np.int64], toks: NDArray[np.int64], phi: NDArray[np.float64], alpha: float, rng: NDArray[np.uint64]
+) -> tuple[float, int]:
+    """Document completion: infer θ_d from the even-numbered tokens of each document by Gibbs fold-in with φ
+    fixed (:func:`fold_in_gibbs`, ``_COMPLETION_SWEEPS`` sweeps), then score the odd-numbered ones by
+    log Σ_k θ_dk φ_kw. Returns (sum of log-likelihoods, tokens scored); the seed's best-of-N initialisation keeps
+    the chain with the lowest perplexity exp(-sum/n)."""
+    lengths = np.diff(tok_ptr)
+    position = np.arange(toks.size) - np.repeat(tok_ptr[:-1], lengths)
+    even_ptr = np.zeros_like(tok_ptr)
+    np.cumsum((lengths + 1) // 2, out=even_ptr[1:])
+    ndk = fold_in_gibbs(even_ptr, np.ascontiguousarray(toks[position % 2 == 0]), phi, alpha, _COMPLETION_SWEEPS, rng)
+    return _completion_loglik(tok_ptr, toks, ndk, phi, alpha), int(lengths.sum() - even_ptr[-1])
+
+
+def gibbs_init(
+    words: NDArray[np.int64],
+    doc_ptr: NDArray[np.int64],
+    n_topics: int,
+    n_words: int,
+    alpha: float,
+    beta: float,
+    sweeps: int,
+    restarts: int,
+    holdout: float,
+    rng: NDArray[np.uint64],
+) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    """The initial model: collapsed Gibbs on the sample ``words`` (documents delimited by ``doc_ptr``).
+
+    With ``restarts`` = N > 1, N chains run on the first 1 − ``holdout`` of the documents, each is scored by
+    held-out perplexity on the rest, the best is kept, the held-out documents are added to it and max(5,
+    sweeps // 10) more sweeps run over all (the seed's label-free best-of-N). Returns the topic of every token
+    and the documents' mixtures (n_dk + α)/(n_d + Kα).
+    """
+    K = n_topics
+    wbeta = n_words * beta
+    n_docs = doc_ptr.shape[0] - 1
+    vocab, local = np.unique(words, return_inverse=True)
+    local = local.astype(np.int64)
+    V = max(int(vocab.size), 1)
+    doc_of = np.repeat(np.arange(n_docs, dtype=np.int64), np.diff(doc_ptr))
+    z = np.zeros(words.size, dtype=np.int64)
+    n_hold = round(holdout * n_docs)
+    if restarts > 1 and n_hold >= 1 and n_docs - n_hold >= 1:
+        n_train_docs = n_docs - n_hold
+        cut = int(doc_ptr[n_train_docs])
+        hold_ptr = doc_ptr[n_train_docs:] - cut
+        best_ll, best_z = -np.inf, z[:cut].copy()
+        for _ in range(restarts):
+            zc = np.zeros(cut, dtype=np.int64)
+            nkw, nk, _ = gibbs_chain(
+                local[:cut], doc_of[:cut], n_train_docs, V, K, alpha, beta, wbeta, sweeps, zc, True, rng
+            )
+            phi = (nkw + beta) / (nk[:, None] + wbeta)
+            ll, n = heldout_loglik(hold_ptr, local[cut:], phi, alpha, rng)
+            score = ll / max(n, 1)
+            if score > best_ll:
+                best_ll, best_z = score, zc
+        z[:cut] = best_z
+        # Fold the held-out documents into the chosen chain, then a few sweeps over the whole sample.
+        nkw, nk, ndk = gibbs_chain(local[:cut], doc_of[:cut], n_docs, V, K, alpha, beta, wbeta, 0, z[:cut], False, rng)
+        _gibbs_add_docs(local, doc_of, z, cut, nkw, nk, ndk, alpha, beta, wbeta, rng)
+        more = max(5, sweeps // 10)
+        nkw, nk, ndk = gibbs_chain(local, doc_of, n_docs, V, K, alpha, beta, wbeta, more, z, False, rng)
+    else:
+        nkw, nk, ndk = gibbs_chain(local, doc_of, n_docs, V, K, alpha, beta, wbeta, sweeps, z, True, rng)
+    nd = np.diff(doc_ptr).astype(np.float64)
+    theta = (ndk + alpha) / (nd[:, None] + K * alpha)
+    return z, theta
+
+
+@njit(cache=True, nogil=True)
+def install_init(
+    tokens: NDArray[np.int64],
+    doc_ptr: NDArray[np.int64],
+    z: NDArray[np.int64],
+    alpha: float,
+    theta: NDArray[np.float64],
+    words: WordRows,
+    docs: DocRows,
+    res: Reservoir,
+    parts: Particles,
+) -> int:
+    """Start every particle from one initial model: the assignments ``z`` of the initial sample's tokens
+    (``tokens`` in document order, documents delimited by ``doc_ptr``).
+
+    All particles share the resulting count rows and document-count rows (reference count P), so no word is
+    divergent. The initial sample's tokens then enter the reservoir in order like any other tokens
+    (``docs/particle-filter.md``, "Initialisation"), and θ_d of each initial document is (n_dk + α)/(n_d + Kα).
+    Returns 0, or -1 if the pool is too small.
+    """
+    ctr = parts.ctr
+    nk = parts.nk
+    rows = words.rows
+    ptr = words.ptr
+    drows = docs.drows
+    dptr = docs.dptr
+    P = ptr.shape[1]
+    K = nk.shape[1]
+    R = res.res_w.shape[0]
+    scratch = dptr.shape[0] - 1
+    zcur = np.zeros(P, dtype=np.int64)
+    for i in range(tokens.shape[0]):
+        w = tokens[i]
+        k = z[i]
+        r = ptr[w, 0]
+        if r == 0:
+            if ctr[N_FREE] < 1:
+                return -1
+            ctr[N_FREE] -= 1
+            r = words.free[ctr[N_FREE]]
+            for kk in range(K):
+                rows[r, kk] = 0
+            words.refcnt[r] = P
+            for p in range(P):
+                ptr[w, p] = r
+        rows[r, k] += 1
+        for p in range(P):
+            nk[p, k] += 1
+    used = rows.shape[0] - 1 - ctr[N_FREE]
+    if used > ctr[PEAK_ROWS]:
+        ctr[PEAK_ROWS] = used
+    n_docs = doc_ptr.shape[0] - 1
+    for d in range(n_docs):
+        lo = doc_ptr[d]
+        hi = doc_ptr[d + 1]
+        s = open_slot(docs, ctr)
+        if hi > lo:
+            ctr[D_FREE] -= 1
+            rd = docs.dfree[ctr[D_FREE]]
+            for kk in range(K):
+                drows[rd, kk] = 0
+            for i in range(lo, hi):
+                drows[rd, z[i]] += 1
+            docs.dref[rd] = P
+            for p in range(P):
+                dptr[s, p] = rd
+        docs.slot_len[s] = hi - lo
+        for kk in range(K):
+            theta[d, kk] = (drows[dptr[s, 0], kk] + alpha) / ((hi - lo) + K * alpha)
+        for i in range(lo, hi):
+            ctr[TOKENS] += 1
+            if s != scratch:
+                pos = reservoir_position(ctr[TOKENS], ctr[FILL], R, parts.prng)
+                if pos >= 0:
+                    for p in range(P):
+                        zcur[p] = z[i]
+                    store_token(pos, tokens[i], s, zcur, res, docs, ctr)
+        close_slot(docs, ctr, s)
+    return 0

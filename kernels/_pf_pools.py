@@ -1,0 +1,308 @@
+"""Copy-on-write pools of the particle filter: count rows shared between particles, document slots.
+
+A particle writes a word-count row (:func:`own_row`) or a document-count row (:func:`own_drow`) only after
+making it private, so resampling copies a particle by copying row pointers, not its K·W counts, and a token
+step copies at most one K-long row per particle. :func:`copy_pairs` (the copy of step 4) visits only what can
+differ between particles: the words on the divergent-word list, the document slots in use and the reservoir
+tokens on the divergent-token list. :func:`forget_words` serves ``reset_words``. The layout is that of
+:mod:`kernels._pf_state`; the design is described in ``docs/particle-filter.md``, "Storage".
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+from numpy.typing import NDArray
+
+from ._pf_state import (
+    COPIED,
+    COW_ROWS,
+    D_FREE,
+    FILL,
+    N_DIV,
+    N_FREE,
+    N_RDIV,
+    PEAK_ROWS,
+    SLOT_TOP,
+    DocRows,
+    Particles,
+    Reservoir,
+    WordRows,
+)
+
+__all__ = ["close_slot", "copy_pairs", "forget_words", "open_slot", "own_drow", "own_row"]
+
+
+@njit(cache=True, nogil=True)
+def own_row(words: WordRows, ctr: NDArray[np.int64], p: int, w: int) -> int:
+    """Make particle p's row of word w private (copy on write) and return its pool index.
+
+    The caller guarantees a free row (``ctr[N_FREE] ≥ 1``) when the row is shared or the zero row. A word that
+    gets a new row goes on the divergent-word list.
+    """
+    rows = words.rows
+    refcnt = words.refcnt
+    ptr = words.ptr
+    r = ptr[w, p]
+    if r != 0 and refcnt[r] == 1:
+        return r
+    if words.div_mark[w] == 0:
+        words.div_mark[w] = 1
+        words.div[ctr[N_DIV]] = w
+        ctr[N_DIV] += 1
+    ctr[N_FREE] -= 1
+    new = words.free[ctr[N_FREE]]
+    K = rows.shape[1]
+    if r == 0:
+        for k in range(K):
+            rows[new, k] = 0
+    else:
+        for k in range(K):
+            rows[new, k] = rows[r, k]
+        refcnt[r] -= 1
+        ctr[COW_ROWS] += 1
+    refcnt[new] = 1
+    ptr[w, p] = new
+    used = rows.shape[0] - 1 - ctr[N_FREE]
+    if used > ctr[PEAK_ROWS]:
+        ctr[PEAK_ROWS] = used
+    return new
+
+
+@njit(cache=True, nogil=True)
+def own_drow(docs: DocRows, ctr: NDArray[np.int64], s: int, p: int) -> int:
+    """Make particle p's document-count row of slot s private (copy on write) and return its index. The pool
+    (D·P + 1 rows) always has a free row: a shared or zero row means fewer than D·P rows are in use."""
+    drows = docs.drows
+    dref = docs.dref
+    dptr = docs.dptr
+    r = dptr[s, p]
+    if r != 0 and dref[r] == 1:
+        return r
+    ctr[D_FREE] -= 1
+    new = docs.dfree[ctr[D_FREE]]
+    K = drows.shape[1]
+    if r == 0:
+        for k in range(K):
+            drows[new, k] = 0
+    else:
+        for k in range(K):
+            drows[new, k] = drows[r, k]
+        dref[r] -= 1
+    dref[new] = 1
+    dptr[s, p] = new
+    return new
+
+
+@njit(cache=True, nogil=True)
+def _release_slot(docs: DocRows, ctr: NDArray[np.int64], s: int) -> None:
+    """Point every particle's document counts of slot s at the zero row (rows nobody uses go back)."""
+    dptr = docs.dptr
+    dref = docs.dref
+    P = dptr.shape[1]
+    for p in range(P):
+        r = dptr[s, p]
+        if r != 0:
+            dref[r] -= 1
+            if dref[r] == 0:
+                docs.dfree[ctr[D_FREE]] = r
+                ctr[D_FREE] += 1
+            dptr[s, p] = 0
+
+
+@njit(cache=True, nogil=True)
+def open_slot(docs: DocRows, ctr: NDArray[np.int64]) -> int:
+    """Give the next document a slot for its n_d· (the scratch slot, last, when none is free: its tokens then
+    stay out of the reservoir). The open document holds one reference to its slot."""
+    scratch = docs.dptr.shape[0] - 1
+    if ctr[SLOT_TOP] > 0:
+        ctr[SLOT_TOP] -= 1
+        s = docs.slot_free[ctr[SLOT_TOP]]
+    else:
+        s = scratch
+    docs.slot_refs[s] = 1
+    docs.slot_len[s] = 0
+    _release_slot(docs, ctr, s)
+    return s
+
+
+@njit(cache=True, nogil=True)
+def close_slot(docs: DocRows, ctr: NDArray[np.int64], s: int) -> None:
+    """The document in slot s is complete: drop its reference; free the slot if no reservoir token uses it."""
+    slot_refs = docs.slot_refs
+    scratch = slot_refs.shape[0] - 1
+    slot_refs[s] -= 1
+    if s == scratch:
+        slot_refs[s] = 0
+    elif slot_refs[s] == 0:
+        docs.slot_free[ctr[SLOT_TOP]] = s
+        ctr[SLOT_TOP] += 1
+
+
+@njit(cache=True, nogil=True)
+def copy_pairs(
+    src: NDArray[np.int64],
+    dst: NDArray[np.int64],
+    n_pairs: int,
+    words: WordRows,
+    docs: DocRows,
+    res: Reservoir,
+    parts: Particles,
+) -> None:
+    """Make particle ``dst[i]`` a copy of ``src[i]`` for every pair i (step 4), copying only what differs.
+
+    Topic–word counts: only the words on the divergent-word list are visited (every other word has one row
+    shared by all particles); of those, only row pointers that differ are rewritten (reference counts
+    adjusted, rows nobody points to any more go back to the free stack), never the K-long rows. A word whose P
+    pointers all agree afterwards leaves the list. n_k is copied; the n_d· row pointers only for document slots
+    in use; the reservoir's z only for the slots on the divergent-token list (dropped from it once all
+    particles agree). No source is a destination.
+    """
+    ctr = parts.ctr
+    nk = parts.nk
+    refcnt = words.refcnt
+    free = words.free
+    div = words.div
+    P = words.ptr.shape[1]
+    K = nk.shape[1]
+    copied = 0
+    a = 0
+    while a < ctr[N_DIV]:
+        w = div[a]
+        pw = words.ptr[w]
+        for i in range(n_pairs):
+            rs = pw[src[i]]
+            rd = pw[dst[i]]
+            if rs != rd:
+                if rd != 0:
+                    refcnt[rd] -= 1
+                    if refcnt[rd] == 0:
+                        free[ctr[N_FREE]] = rd
+                        ctr[N_FREE] += 1
+                if rs != 0:
+                    refcnt[rs] += 1
+                pw[dst[i]] = rs
+                copied += 1
+        r0 = pw[0]
+        same = True
+        for p in range(1, P):
+            if pw[p] != r0:
+                same = False
+                break
+        if same:  # leaves the list (swap with the last entry, which is visited next)
+            words.div_mark[w] = 0
+            last = ctr[N_DIV] - 1
+            div[a] = div[last]
+            ctr[N_DIV] = last
+        else:
+            a += 1
+    for i in range(n_pairs):
+        for k in range(K):
+            nk[dst[i], k] = nk[src[i], k]
+    copied += K * n_pairs
+    dref = docs.dref
+    dptr = docs.dptr
+    for s in range(dptr.shape[0]):
+        if docs.slot_refs[s] > 0:
+            ds = dptr[s]
+            for i in range(n_pairs):
+                rs = ds[src[i]]
+                rd = ds[dst[i]]
+                if rs != rd:
+                    if rd != 0:
+                        dref[rd] -= 1
+                        if dref[rd] == 0:
+                            docs.dfree[ctr[D_FREE]] = rd
+                            ctr[D_FREE] += 1
+                    if rs != 0:
+                        dref[rs] += 1
+                    ds[dst[i]] = rs
+                    copied += 1
+    rdiv = res.rdiv
+    a = 0
+    while a < ctr[N_RDIV]:
+        j = rdiv[a]
+        zj = res.res_z[j]
+        for i in range(n_pairs):
+            zj[dst[i]] = zj[src[i]]
+        copied += n_pairs
+        z0 = zj[0]
+        same = True
+        for p in range(1, P):
+            if zj[p] != z0:
+                same = False
+                break
+        if same:
+            res.rdiv_mark[j] = 0
+            last = ctr[N_RDIV] - 1
+            rdiv[a] = rdiv[last]
+            ctr[N_RDIV] = last
+        else:
+            a += 1
+    ctr[COPIED] += copied
+
+
+@njit(cache=True, nogil=True)
+def forget_words(
+    ids: NDArray[np.int64],
+    mask: NDArray[np.bool_],
+    words: WordRows,
+    docs: DocRows,
+    res: Reservoir,
+    parts: Particles,
+) -> None:
+    """reset_words: point every particle's rows of these words at the zero row (n_k reduced accordingly, rows
+    nobody uses go back to the pool) and drop the words' tokens from the reservoir (compacted)."""
+    ctr = parts.ctr
+    nk = parts.nk
+    rows = words.rows
+    refcnt = words.refcnt
+    ptr = words.ptr
+    P = ptr.shape[1]
+    K = nk.shape[1]
+    slot_refs = docs.slot_refs
+    scratch = slot_refs.shape[0] - 1
+    for p in range(P):
+        for a in range(ids.shape[0]):
+            w = ids[a]
+            r = ptr[w, p]
+            if r != 0:
+                for k in range(K):
+                    nk[p, k] -= rows[r, k]
+                refcnt[r] -= 1
+                if refcnt[r] == 0:
+                    words.free[ctr[N_FREE]] = r
+                    ctr[N_FREE] += 1
+                ptr[w, p] = 0
+    res_w = res.res_w
+    res_slot = res.res_slot
+    res_z = res.res_z
+    j = 0
+    while j < ctr[FILL]:
+        if mask[res_w[j]]:
+            s = res_slot[j]
+            slot_refs[s] -= 1
+            if slot_refs[s] == 0 and s != scratch:
+                docs.slot_free[ctr[SLOT_TOP]] = s
+                ctr[SLOT_TOP] += 1
+            last = ctr[FILL] - 1
+            res_w[j] = res_w[last]
+            res_slot[j] = res_slot[last]
+            for p in range(P):
+                res_z[j, p] = res_z[last, p]
+            ctr[FILL] -= 1
+        else:
+            j += 1
+    # The compaction moved tokens between slots: rebuild the divergent-token list.
+    rdiv = res.rdiv
+    rdiv_mark = res.rdiv_mark
+    for a in range(ctr[N_RDIV]):
+        rdiv_mark[rdiv[a]] = 0
+    ctr[N_RDIV] = 0
+    for j in range(ctr[FILL]):
+        for p in range(1, P):
+            if res_z[j, p] != res_z[j, 0]:
+                rdiv_mark[j] = 1
+                rdiv[ctr[N_RDIV]] = j
+                ctr[N_RDIV] += 1
+                break

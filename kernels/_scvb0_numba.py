@@ -1,0 +1,305 @@
+"""SCVB0's numba kernels (Foulds et al., KDD 2013, ``shared/seeds/000_*``): the clumped document pass (Eq. 9,
+Eqs. 5–6), the minibatch fit with the global update N^Φ := (1−ρ)N^Φ + ρ·N̂^Φ kept as s·M (Eqs. 7–8), its
+renormalisation, and inference with the topics fixed. The estimator around them is :class:`kernels.scvb0.SCVB0`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+from numpy.typing import NDArray
+
+# N^Φ is stored as s·M. When s falls below this, M is multiplied by s and s reset to 1 (an O(W·K) pass that
+# happens once every log(1e-30)/log(1-ρ_min) minibatches, i.e. every ~6,900 minibatches at ρ_min = 0.01).
+_RENORM_BELOW = 1e-30
+# ρ^Θ_t is tabulated for t < this (token iterations within one document, burn-in passes included).
+_RHO_THETA_TABLE = 4096
+
+
+# -------------------------------------------------------------------------------------------- numba kernels
+@njit(cache=True, nogil=True, fastmath=True)
+def _doc_pass(
+    ids: NDArray[np.int64],
+    cnts: NDArray[np.float64],
+    M: NDArray[np.float64],
+    sinv: NDArray[np.float64],
+    einv: NDArray[np.float64],
+    nt: NDArray[np.float64],
+    alpha: float,
+    c_doc: float,
+    t0: float,
+    rho_table: NDArray[np.float64],
+    th_scale: float,
+    th_tau: float,
+    th_kappa: float,
+    ghat: NDArray[np.float64],
+    slot: NDArray[np.int64],
+    accumulate: bool,
+    gam: NDArray[np.float64],
+) -> float:
+    """One pass over the distinct words of a document (Algorithm 2, inner loop), clumped.
+
+    For each distinct word ``w`` with count ``m``:
+
+    * Eq. 5:  γ_k ∝ (N^Φ_wk + η) / (N^Z_k + Wη) · (N^Θ_jk + α), with N^Φ_wk = s·M_wk and the
+      per-minibatch constants ``sinv_k = s/(N^Z_k + Wη)``, ``einv_k = η/(N^Z_k + Wη)``;
+    * Eq. 9 (Eq. 6 applied ``m`` times with γ fixed):
+      N^Θ_j := (1-ρ^Θ_t)^m N^Θ_j + C_j γ (1 - (1-ρ^Θ_t)^m), with ρ^Θ_t = min(1, s_Θ/(τ_Θ + t)^κ_Θ) and ``t``
+      the token iteration within the document (advanced by ``m``); ``rho_table[t]`` holds ρ^Θ_t for whole
+      t below its length (from :class:`kernels.StepSize`), other t use the formula;
+    * if ``accumulate`` (the last pass): Ĝ_w += m·γ (the C/|M| factor of Eqs. 7–8 is applied once, later).
+
+    ``nt`` holds N^Θ_j and is updated in place. Returns the token iteration after the pass.
+    """
+    K = nt.shape[0]
+    t = t0
+    for a in range(ids.shape[0]):
+        w = ids[a]
+        m = cnts[a]
+        norm = 0.0
+        for k in range(K):  # M[w, k], not a row view: a view costs two reference-count calls per word
+            g = (M[w, k] * sinv[k] + einv[k]) * (nt[k] + alpha)
+            gam[k] = g
+            norm += g
+        ti = int(t)
+        if ti == t and ti < rho_table.shape[0]:
+            rho = rho_table[ti]
+        else:
+            base = th_tau + t
+            rho = 1.0 if base <= 0.0 else min(1.0, th_scale / base**th_kappa)
+        decay = 1.0 - rho
+        if m != 1.0:
+            if m == 2.0:
+                decay = decay * decay
+            elif m == 3.0:
+                decay = decay * decay * decay
+            else:
+                decay = decay**m
+        add = c_doc * (1.0 - decay) / norm
+        for k in range(K):
+            nt[k] = decay * nt[k] + add * gam[k]
+        t += m
+        if accumulate:
+            u = slot[w]
+            f = m / norm
+            for k in range(K):
+                ghat[u, k] += f * gam[k]
+    return t
+
+
+@njit(cache=True, nogil=True)
+def _fit(
+    indptr: NDArray[np.int64],
+    word_ids: NDArray[np.int64],
+    counts: NDArray[np.float64],
+    M: NDArray[np.float64],
+    nz: NDArray[np.float64],
+    scale: float,
+    theta0: NDArray[np.float64],
+    batch_size: int,
+    rhos: NDArray[np.float64],
+    corpus: NDArray[np.float64],
+    alpha: float,
+    eta: float,
+    rho_table: NDArray[np.float64],
+    th_scale: float,
+    th_tau: float,
+    th_kappa: float,
+    burn_in: int,
+    slot: NDArray[np.int64],
+    theta_out: NDArray[np.float64],
+) -> float:
+    """Algorithm 2 over consecutive minibatches of ``batch_size`` documents. Returns the new scale ``s``.
+
+    For minibatch ``b``: every document runs ``burn_in`` passes of Eqs. 5/9, then one more pass that also
+    accumulates Ĝ. Then (Eqs. 7–8), with ρ = ``rhos[b]``, C = ``corpus[b]`` and |M| the minibatch's tokens,
+    Ĝ^Φ = (C/|M|) Σ γ and Ĝ^Z = Σ_w Ĝ^Φ_w:
+
+        N^Φ := (1-ρ) N^Φ + ρ Ĝ^Φ,   N^Z := (1-ρ) N^Z + ρ Ĝ^Z,
+
+    done sparsely on N^Φ = s·M: ``s *= 1-ρ`` and only the minibatch's rows of M get ρĜ^Φ_w / s. Cost
+    O(tokens·K + touched rows·K). Minibatches without tokens leave the model untouched (their ``rhos``
+    entry is unused). ``theta0`` holds the initial N^Θ of each document; ``theta_out`` receives normalised
+    N^Θ + α.
+    ``M``, ``nz`` and ``slot`` (all −1, length W) are updated in place; ``slot`` is all −1 again on return.
+    """
+    n_docs = indptr.shape[0] - 1
+    K = M.shape[1]
+    W = M.shape[0]
+    s = scale
+    sinv = np.empty(K)
+    einv = np.empty(K)
+    gam = np.empty(K)
+    nt = np.empty(K)
+    n_mb = (n_docs + batch_size - 1) // batch_size
+    for b in range(n_mb):
+        d0 = b * batch_size
+        d1 = min(n_docs, d0 + batch_size)
+        lo = indptr[d0]
+        hi = indptr[d1]
+        # touched rows of this minibatch -> local slots
+        n_u = 0
+        for i in range(lo, hi):
+            w = word_ids[i]
+            if slot[w] < 0:
+                slot[w] = n_u
+                n_u += 1
+        uwords = np.empty(n_u, dtype=np.int64)
+        for i in range(lo, hi):
+            w = word_ids[i]
+            uwords[slot[w]] = w
+        ghat = np.zeros((n_u, K))
+        for k in range(K):
+            inv = 1.0 / (nz[k] + W * eta)
+            sinv[k] = s * inv
+            einv[k] = eta * inv
+        mb_tokens = 0.0
+        for d in range(d0, d1):
+            a0 = indptr[d]
+            a1 = indptr[d + 1]
+            ids = word_ids[a0:a1]
+            cnts = counts[a0:a1]
+            c_doc = 0.0
+            for a in range(a0, a1):
+                c_doc += counts[a]
+            mb_tokens += c_doc
+            for k in range(K):
+                nt[k] = theta0[d, k]
+            t = 0.0
+            for sweep in range(burn_in + 1):  # burn-in passes, then the pass that accumulates into N^Φ
+                t = _doc_pass(
+                    ids,
+                    cnts,
+                    M,
+                    sinv,
+                    einv,
+                    nt,
+                    alpha,
+                    c_doc,
+                    t,
+                    rho_table,
+                    th_scale,
+                    th_tau,
+                    th_kappa,
+                    ghat,
+                    slot,
+                    sweep == burn_in,
+                    gam,
+                )
+            tot = 0.0
+            for k in range(K):
+                tot += nt[k] + alpha
+            for k in range(K):
+                theta_out[d, k] = (nt[k] + alpha) / tot
+        if mb_tokens > 0.0:
+            rho = rhos[b]
+            cfac = corpus[b] / mb_tokens
+            if rho >= 1.0:
+                M[:, :] = 0.0
+                nz[:] = 0.0
+                s = 1.0
+                coef = cfac
+            else:
+                s *= 1.0 - rho
+                for k in range(K):
+                    nz[k] *= 1.0 - rho
+                coef = rho * cfac / s
+            zc = rho * cfac if rho < 1.0 else cfac
+            for u in range(n_u):
+                w = uwords[u]
+                for k in range(K):
+                    g = ghat[u, k]
+                    M[w, k] += coef * g
+                    nz[k] += zc * g
+            if s < _RENORM_BELOW:
+                s = _renormalise(M, nz, s)
+        for u in range(n_u):
+            slot[uwords[u]] = -1
+    return s
+
+
+@njit(cache=True, nogil=True)
+def _renormalise(M: NDArray[np.float64], nz: NDArray[np.float64], s: float) -> float:
+    """M := s·M, N^Z := Σ_w N^Φ_w (exact resync); returns the new scale 1."""
+    K = M.shape[1]
+    nz[:] = 0.0
+    for w in range(M.shape[0]):
+        row = M[w]
+        for k in range(K):
+            row[k] *= s
+            nz[k] += row[k]
+    return 1.0
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _infer(
+    indptr: NDArray[np.int64],
+    word_ids: NDArray[np.int64],
+    counts: NDArray[np.float64],
+    M: NDArray[np.float64],
+    scale: float,
+    nz: NDArray[np.float64],
+    alpha: float,
+    eta: float,
+    passes: int,
+    theta_out: NDArray[np.float64],
+) -> None:
+    """Fold-in with the topics fixed: CVB0 (seed Eq. 3, restricted to N^Θ) for each document.
+
+    φ_wk = (s·M_wk + η)/(N^Z_k + Wη) is held fixed. γ_a starts at φ_w normalised (uniform θ),
+    N^Θ_j = Σ m_a γ_a; then ``passes`` sweeps of γ_a ∝ φ_wa (N^Θ_j^{¬a} + α) with the word's own m_a γ_a
+    taken out of N^Θ_j first
+    (clumped CVB0). ``theta_out[d]`` = normalised N^Θ_j + α.
+    """
+    n_docs = indptr.shape[0] - 1
+    K = M.shape[1]
+    W = M.shape[0]
+    sinv = np.empty(K)
+    einv = np.empty(K)
+    for k in range(K):
+        inv = 1.0 / (nz[k] + W * eta)
+        sinv[k] = scale * inv
+        einv[k] = eta * inv
+    nt = np.empty(K)
+    max_len = 0
+    for d in range(n_docs):
+        max_len = max(max_len, indptr[d + 1] - indptr[d])
+    gam = np.empty((max_len, K))
+    for d in range(n_docs):
+        a0 = indptr[d]
+        a1 = indptr[d + 1]
+        nt[:] = 0.0
+        for a in range(a1 - a0):
+            w = word_ids[a0 + a]
+            m = counts[a0 + a]
+            norm = 0.0
+            for k in range(K):
+                g = M[w, k] * sinv[k] + einv[k]
+                gam[a, k] = g
+                norm += g
+            f = 1.0 / norm
+            for k in range(K):
+                gam[a, k] *= f
+                nt[k] += m * gam[a, k]
+        for _ in range(passes):
+            for a in range(a1 - a0):
+                w = word_ids[a0 + a]
+                m = counts[a0 + a]
+                norm = 0.0
+                for k in range(K):
+                    excl = nt[k] - m * gam[a, k]
+                    if excl < 0.0:
+                        excl = 0.0
+                    g = (M[w, k] * sinv[k] + einv[k]) * (excl + alpha)
+                    nt[k] = excl
+                    gam[a, k] = g
+                    norm += g
+                f = 1.0 / norm
+                for k in range(K):
+                    gam[a, k] *= f
+                    nt[k] += m * gam[a, k]
+        tot = 0.0
+        for k in range(K):
+            tot += nt[k] + alpha
+        for k in range(K):
+            theta_out[d, k] = (nt[k] + alpha) / tot
