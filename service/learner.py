@@ -256,7 +256,11 @@ class Learner(BatchWorker):
         vocab_state = self.vocab.state_dict()
         slot_words = self.vocab.slot_words()
         offsets = dict(self.positions)
-        future = self.lane.submit(self._capture, self._seq, vocab_state, slot_words, offsets, self.articles_learned)
+        # Called between batches: the lane has finished every submitted batch, and the model, the vocabulary and
+        # the positions all stand after batch `submitted_seq` (the batch being prepared is not in any of them).
+        future = self.lane.submit(
+            self._capture, self.submitted_seq, vocab_state, slot_words, offsets, self.articles_learned
+        )
         self.writer.submit(future)
         self._republish.clear()
         self._batches_since_snapshot = 0

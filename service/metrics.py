@@ -157,6 +157,8 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        for kind in ("merge", "birth", "retire"):
+            self.topic_events.labels(kind=kind)
         self.standby = Gauge(
             "topicstream_learner_standby",
             "1 while this learner waits as a standby for the active learner's lease, else 0",

@@ -102,6 +102,7 @@ class BatchWorker(abc.ABC):
         self.positions: dict[tuple[str, int], int] = {}
         self.assigned: set[tuple[str, int]] = set()
         self._seq = 0
+        self.submitted_seq = 0  # the newest batch handed to the kernel lane
         self._inflight: InFlight | None = None  # handed to the kernel lane, not yet published
         self._unacked: deque[tuple[InFlight, dict[tuple[str, int], int]]] = deque()
         self._acked_seq = 0  # every batch up to this one is acknowledged by the broker
@@ -212,6 +213,7 @@ class BatchWorker(abc.ABC):
             self.positions[(topic, part)] = off
         batch.result = self.lane.submit(self._run_kernel, batch)
         self._inflight = batch
+        self.submitted_seq = batch.seq
 
     def _publish(self, batch: InFlight) -> None:
         """Wait for ``batch``'s mixtures and publish them (main thread)."""
