@@ -62,7 +62,12 @@ class Settings(BaseSettings):
 
     # Batching and snapshots.
     batch_size: int = Field(500, ge=1, le=100_000, description="Most messages taken per consumer poll")
-    batch_timeout_s: float = Field(0.5, gt=0, description="Longest wait for a batch to fill, seconds")
+    batch_timeout_s: float = Field(
+        0.05,
+        gt=0,
+        description="Longest wait for a batch to fill, seconds (a backlog fills batches at once; a quiet stream "
+        "should not wait)",
+    )
     snapshot_every_batches: int = Field(50, ge=1, description="Snapshot N^Φ to Redis every N batches ...")
     snapshot_every_s: float = Field(30.0, gt=0, description="... or every T seconds, whichever comes first")
     snapshot_keep: int = Field(3, ge=1, description="Snapshot versions kept in Redis")
