@@ -129,7 +129,7 @@ class Settings(BaseSettings):
     @classmethod
     def _check_redis(cls, v: str) -> str:
         if not v.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError(f"expected redis://host:port/db, got {v!r}")
+            raise ValueError("expected redis://[:password@]host:port/db, rediss://... or unix://...")
         return v
 
     @field_validator("algorithm")
@@ -170,10 +170,21 @@ def load_settings(**overrides: Any) -> Settings:
     try:
         return Settings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as e:
+        from .redact import redact_config, redact_url  # secrets never reach a message
+
         lines = []
-        for err in e.errors():
-            name = "TOPICSTREAM_" + "_".join(str(p) for p in err["loc"]).upper() if err["loc"] else "settings"
-            lines.append(f"{name}: {err['msg']} (got {err.get('input')!r})")
+        for err in e.errors(include_url=False):
+            loc = [str(p) for p in err["loc"]]
+            name = "TOPICSTREAM_" + "_".join(loc).upper() if loc else "settings"
+            got = err.get("input")
+            if loc[:1] == ["kafka_config"]:
+                got = redact_config(got) if isinstance(got, dict) else "***"
+            elif isinstance(got, str) and "://" in got:
+                got = redact_url(got)
+            msg = err["msg"]
+            if isinstance(err.get("input"), str) and "://" in err["input"]:
+                msg = msg.replace(err["input"], redact_url(err["input"]))
+            lines.append(f"{name}: {msg} (got {got!r})")
         raise SettingsError("invalid settings:\n  " + "\n  ".join(lines)) from None
 
 

@@ -128,3 +128,15 @@ def test_eval_checks_its_params_before_reading_articles(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["eval", "--train", str(train), "--param", "alpa=0.1"])
     assert result.exit_code == 2
     assert "--param: unknown parameter 'alpa' for scvb0; did you mean 'alpha'?" in result.output
+
+
+def test_a_bad_setting_never_prints_a_secret() -> None:
+    """A wrong Redis URL or a bad librdkafka value is named, but its password is masked in the message."""
+    for overrides in (
+        {"redis_url": "http://:hunter2@cache:6379/0"},
+        {"kafka_config": {"sasl.password": 5, "sasl.username": "svc"}},
+    ):
+        with pytest.raises(SettingsError) as e:
+            load_settings(**overrides)
+        assert "hunter2" not in str(e.value) and "'5'" not in str(e.value) and "5)" not in str(e.value)
+        assert "TOPICSTREAM_" in str(e.value)
