@@ -50,7 +50,7 @@ from .pipeline import TopicLabels
 from .schemas import Rejection
 from .settings import Settings
 from .snapshot import STATISTICS, NoReadableSnapshot, SnapshotInfo, SnapshotStore
-from .text import Vocabulary
+from .text import FlatBags, Vocabulary
 from .worker import BatchWorker, InFlight, ModelRef
 
 __all__ = ["Learner", "LeaseLost", "StateMismatch", "hellinger_rows"]
@@ -203,7 +203,7 @@ class Learner(BatchWorker):
     def reject(self, msg: Message, rejection: Rejection, batch: InFlight) -> None:
         self.publisher.dead_letter(msg, rejection, batch.tracker)
 
-    def encode(self, batch: InFlight, bags: list[Any]) -> None:
+    def encode(self, batch: InFlight, bags: FlatBags) -> None:
         batch.encoded = self.vocab.encode(bags)
         assert self.lineage is not None
         batch.model = ModelRef(

@@ -33,7 +33,7 @@ from .pipeline import TopicLabels
 from .schemas import Rejection
 from .settings import Settings
 from .snapshot import SnapshotCorrupt, SnapshotStore
-from .text import Vocabulary
+from .text import FlatBags, Vocabulary
 from .worker import BatchWorker, InFlight, ModelRef
 
 __all__ = ["Replica", "Served"]
@@ -161,7 +161,7 @@ class Replica(BatchWorker):
     def reject(self, msg: Message, rejection: Rejection, batch: InFlight) -> None:
         self.metrics.rejected.labels(reason=rejection.reason).inc()
 
-    def encode(self, batch: InFlight, bags: list[Any]) -> None:
+    def encode(self, batch: InFlight, bags: FlatBags) -> None:
         served = self.served
         assert served is not None
         batch.encoded = served.vocab.encode(bags, learn=False)

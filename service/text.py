@@ -33,7 +33,7 @@ from numpy.typing import NDArray
 
 from kernels import Batch
 
-__all__ = ["EncodedBatch", "Tokenizer", "Vocabulary"]
+__all__ = ["EncodedBatch", "FlatBags", "Tokenizer", "Vocabulary"]
 
 # Runs of letters (any script), no digits or underscores: "split on non-letters" as in seed 003.
 _WORD = re.compile(r"[^\W\d_]+")
@@ -67,12 +67,46 @@ class Tokenizer:
 
             stop_words = ENGLISH_STOP_WORDS
         self.stop_words = frozenset(stop_words)
+        self._stop_series: Any = None  # the stop words as a polars list literal, made on first use
         self.min_length = min_length
         self.max_length = max_length
 
     def __call__(self, text: str) -> list[str]:
         stop, lo, hi = self.stop_words, self.min_length, self.max_length
         return [w for w in _words(text) if lo <= len(w) <= hi and w not in stop]
+
+    def count_many(self, texts: Sequence[str]) -> FlatBags:
+        """The bags of words of many texts at once, in polars (Rust, multi-threaded, without the GIL: the
+        learner's kernel runs meanwhile). Same words, counts and order as :meth:`count` on each text, except
+        that a few non-letter symbols Python counts as letters (e.g. ``³``) separate words here; measured
+        identical on every article of BBC News and Reuters-21578 and on 11,310 of 11,314 of 20 Newsgroups.
+        """
+        import polars as pl
+
+        if not texts:
+            return FlatBags(np.zeros(0, dtype=np.int64), [], np.zeros(0), 0)
+        if self._stop_series is None:
+            self._stop_series = pl.Series(sorted(self.stop_words)).implode()
+        rows = (
+            pl.DataFrame({"doc": np.arange(len(texts), dtype=np.int64), "w": list(texts)})
+            .lazy()
+            .with_columns(pl.col("w").str.to_lowercase().str.extract_all(_WORD.pattern))
+            .explode("w")
+            .drop_nulls()
+            .filter(
+                pl.col("w").str.len_chars().is_between(self.min_length, self.max_length)
+                & ~pl.col("w").is_in(self._stop_series)
+            )
+            .group_by(["doc", "w"], maintain_order=True)
+            .len()
+            .collect()
+        )
+        return FlatBags(
+            rows["doc"].to_numpy().astype(np.int64, copy=False),
+            rows["w"].to_list(),
+            rows["len"].to_numpy().astype(np.float64),
+            len(texts),
+        )
 
     def count(self, text: str) -> Counter[str]:
         """Word counts of ``text`` (the bag of words a kernel sees).
@@ -87,6 +121,26 @@ class Tokenizer:
         for w in self.stop_words.intersection(counts):
             del counts[w]
         return counts
+
+
+@dataclass(frozen=True)
+class FlatBags:
+    """The bags of words of a batch of documents, flat: row i says document ``doc[i]`` holds ``words[i]``
+    ``counts[i]`` times. Rows are sorted by document, and within a document by the word's first occurrence
+    (the order of :meth:`Tokenizer.count`), so results do not depend on how the bags were computed."""
+
+    doc: NDArray[np.int64]
+    words: list[str]
+    counts: NDArray[np.float64]
+    n_docs: int
+
+    @classmethod
+    def from_counters(cls, bags: Sequence[Counter[str]]) -> FlatBags:
+        lengths = np.fromiter(map(len, bags), dtype=np.int64, count=len(bags))
+        total = int(lengths.sum())
+        words = list(chain.from_iterable(bags))
+        counts = np.fromiter(chain.from_iterable(d.values() for d in bags), dtype=np.float64, count=total)
+        return cls(np.repeat(np.arange(len(bags)), lengths), words, counts, len(bags))
 
 
 @dataclass(frozen=True)
@@ -173,19 +227,17 @@ class Vocabulary:
         return len(self._candidates)
 
     # ------------------------------------------------------------------ encoding
-    def encode(self, docs: Sequence[Counter[str]], *, learn: bool = True) -> EncodedBatch:
+    def encode(self, docs: Sequence[Counter[str]] | FlatBags, *, learn: bool = True) -> EncodedBatch:
         """Map bags of words to ids; with ``learn`` (the learner), update counts and admit new words first.
 
         Replicas and evaluation use ``learn=False``: the vocabulary is then read-only.
         """
+        flat = docs if isinstance(docs, FlatBags) else FlatBags.from_counters(docs)
         # Dictionary look-ups for the whole batch at C speed (map + fromiter); Python loops only over the
         # (rare, once the vocabulary is warm) words without a slot.
         index = self._index
-        n_docs = len(docs)
-        lengths = np.fromiter(map(len, docs), dtype=np.int64, count=n_docs)
-        total = int(lengths.sum())
-        words = list(chain.from_iterable(docs))
-        cnts = np.fromiter(chain.from_iterable(d.values() for d in docs), dtype=np.float64, count=total)
+        n_docs, words, cnts = flat.n_docs, flat.words, flat.counts
+        total = len(words)
         ids = np.fromiter(map(index.get, words, repeat(-1)), dtype=np.int64, count=total)
         unknown = np.flatnonzero(ids < 0)
         recycled: list[int] = []
@@ -204,8 +256,7 @@ class Vocabulary:
         id_arr, cnt_arr = ids[keep], cnts[keep]
         indptr = np.zeros(n_docs + 1, dtype=np.int64)
         if n_docs:
-            doc_of = np.repeat(np.arange(n_docs), lengths)[keep]
-            np.cumsum(np.bincount(doc_of, minlength=n_docs), out=indptr[1:])
+            np.cumsum(np.bincount(flat.doc[keep], minlength=n_docs), out=indptr[1:])
         if learn and id_arr.size:
             self._counts += np.bincount(id_arr, weights=cnt_arr, minlength=self.capacity)
         return EncodedBatch(Batch(indptr, id_arr, cnt_arr), np.asarray(recycled, dtype=np.int64), round(oov))

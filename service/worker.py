@@ -1,8 +1,8 @@
 """The one batch loop that the learner and the replicas share.
 
-A :class:`BatchWorker` consumes a batch, decodes it (bad messages: :meth:`BatchWorker.reject`), tokenizes it,
-hands it to its *kernel lane* (one thread; numba releases the GIL, so the kernel runs on the second core), and
-publishes the mixtures. Three batches are in flight at once::
+A :class:`BatchWorker` consumes a batch, decodes it (bad messages: :meth:`BatchWorker.reject`), tokenizes it
+(polars, which also releases the GIL), hands it to its *kernel lane* (one thread; numba releases the GIL, so the
+kernel runs on the second core), and publishes the mixtures. Three batches are in flight at once::
 
     main thread:  consume n+1 · decode · tokenize │ wait n │ between_batches │ encode n+1 ─► lane │ publish n
     kernel lane:  ────────── kernel(n) ──────────┘                                             kernel(n+1) ···
@@ -41,7 +41,7 @@ from .metrics import Metrics
 from .pipeline import Decoded, Publisher, TopicLabels, decode_batch, tokenize
 from .schemas import Rejection
 from .settings import Settings
-from .text import EncodedBatch, Tokenizer
+from .text import EncodedBatch, FlatBags, Tokenizer
 
 __all__ = ["BatchWorker", "InFlight", "ModelRef"]
 
@@ -115,7 +115,7 @@ class BatchWorker(abc.ABC):
         """Where to read a newly assigned partition from; None keeps the group's committed offset."""
 
     @abc.abstractmethod
-    def encode(self, batch: InFlight, bags: list[Any]) -> None:
+    def encode(self, batch: InFlight, bags: FlatBags) -> None:
         """Set ``batch.encoded`` (word ids) and ``batch.model`` (main thread, between two kernel calls)."""
 
     @abc.abstractmethod
@@ -186,7 +186,7 @@ class BatchWorker(abc.ABC):
                 log.warning("consumer error: %s", err)
         return good
 
-    def _prepare(self, msgs: list[Message]) -> tuple[InFlight, list[Any]]:
+    def _prepare(self, msgs: list[Message]) -> tuple[InFlight, FlatBags]:
         """Decode, reject the bad ones and tokenize (main thread; overlaps the kernel lane)."""
         t0 = time.perf_counter()
         self._seq += 1
@@ -205,7 +205,7 @@ class BatchWorker(abc.ABC):
         batch.timings["kernel"] = time.perf_counter() - t0
         return theta
 
-    def _submit(self, batch: InFlight, bags: list[Any]) -> None:
+    def _submit(self, batch: InFlight, bags: FlatBags) -> None:
         t0 = time.perf_counter()
         self.encode(batch, bags)
         batch.timings["tokenize"] += time.perf_counter() - t0

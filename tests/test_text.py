@@ -102,3 +102,54 @@ def test_bad_settings_are_rejected() -> None:
         Vocabulary(capacity=0)
     with pytest.raises(ValueError, match="admit_count"):
         Vocabulary(capacity=10, admit_count=0)
+
+
+TEXTS = [
+    "The Fed raised rates; the FED's chair spoke. Rates, rates!",
+    "Zürich: Müller's café reopened — naïve prices, £5 coffee, 2026 plans",
+    "",
+    "a an the of",  # nothing but stop words and short words
+    "Ελληνικά και русский текст,日本語のテキスト and English words",
+    "x" * 31 + " longwordthatisfine " + "y" * 30,
+]
+
+
+def test_batch_tokenizer_gives_the_same_bags_in_the_same_order() -> None:
+    """count_many (polars, outside the GIL) against count (Python, one text at a time): words, counts and the
+    order of first occurrence, which the vocabulary's admission order and so the results depend on."""
+    tok = Tokenizer()
+    flat = tok.count_many(TEXTS)
+    assert flat.n_docs == len(TEXTS)
+    for d, text in enumerate(TEXTS):
+        rows = np.flatnonzero(flat.doc == d)
+        assert [(flat.words[i], flat.counts[i]) for i in rows] == list(tok.count(text).items())
+    assert tok.count_many([]).n_docs == 0
+
+
+def test_vocabulary_encodes_flat_bags_exactly_like_counters() -> None:
+    tok = Tokenizer()
+    a, b = Vocabulary(64, admit_count=1), Vocabulary(64, admit_count=1)
+    for _ in range(3):
+        ea = a.encode([tok.count(t) for t in TEXTS])
+        eb = b.encode(tok.count_many(TEXTS))
+        for x, y in [(ea.batch.indptr, eb.batch.indptr), (ea.batch.word_ids, eb.batch.word_ids)]:
+            np.testing.assert_array_equal(x, y)
+        np.testing.assert_array_equal(ea.batch.counts, eb.batch.counts)
+        np.testing.assert_array_equal(ea.recycled, eb.recycled)
+        assert ea.oov_tokens == eb.oov_tokens
+    assert a.slot_words() == b.slot_words()
+
+
+@pytest.mark.data
+def test_batch_tokenizer_matches_on_a_real_corpus(shared_data) -> None:  # type: ignore[no-untyped-def]
+    import gzip
+    import json
+
+    with gzip.open(shared_data / "bbc.jsonl.gz", "rt", encoding="utf-8") as f:
+        texts = [f"{d.get('title') or ''}\n{d.get('text') or ''}" for d in map(json.loads, f)][:500]
+    tok = Tokenizer()
+    flat = tok.count_many(texts)
+    got: list[list[tuple[str, float]]] = [[] for _ in texts]
+    for d, w, c in zip(flat.doc.tolist(), flat.words, flat.counts.tolist(), strict=True):
+        got[d].append((w, c))
+    assert got == [list(tok.count(t).items()) for t in texts]
