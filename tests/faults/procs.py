@@ -454,7 +454,8 @@ class Verdict:
     duplicates: int  # outputs beyond one per id (at least once allows them)
     outputs: int
     dead_letters: int
-    versions_backwards: list[tuple[int, int, int]] = field(default_factory=list)  # (offset, version, before)
+    #: (offset, version, highest before it, the output's timestamp) of each output whose version went backwards
+    versions_backwards: list[tuple[int, int, int, float]] = field(default_factory=list)
 
     def line(self) -> str:
         return (
@@ -475,6 +476,6 @@ def judge(good: set[bytes], bad: set[bytes], outputs: list[Record], dead: list[R
         for r in sorted((r for r in outputs if (r.topic, r.partition) == part), key=lambda r: r.offset):
             if r.version is not None:
                 if r.version < high:
-                    backwards.append((r.offset, r.version, high))
+                    backwards.append((r.offset, r.version, high, r.ts))
                 high = max(high, r.version)
     return Verdict(lost, unexpected, len(outputs) - len(out_keys), len(outputs), len(dead), backwards)

@@ -27,7 +27,7 @@ def test_lost_unexpected_and_duplicates_are_seen() -> None:
 
 def test_versions_are_checked_in_offset_order_per_partition() -> None:
     outs = [rec(b"c", 2, version=3), rec(b"a", 0, version=5), rec(b"b", 1, version=5)]
-    assert judge({b"a", b"b", b"c"}, set(), outs, []).versions_backwards == [(2, 3, 5)]
+    assert judge({b"a", b"b", b"c"}, set(), outs, []).versions_backwards == [(2, 3, 5, 0.0)]
     other = [rec(b"a", 0, version=5), Record("out", 1, 0, b"b", 2, 0.0)]  # another partition: its own order
     assert not judge({b"a", b"b"}, set(), other, []).versions_backwards
 
