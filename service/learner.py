@@ -198,7 +198,10 @@ class Learner(BatchWorker):
 
     @property
     def publishes(self) -> bool:
-        return self.settings.learner_publish
+        # Once another learner took over, publish nothing more (not even the batch in flight): the successor
+        # resumes from the newest snapshot, so these articles are answered there, by a model at least as new,
+        # and outputs never carry a version lower than one already published.
+        return self.settings.learner_publish and self.keeper.still_held() and not self.lease_lost
 
     def reject(self, msg: Message, rejection: Rejection, batch: InFlight) -> None:
         self.publisher.dead_letter(msg, rejection, batch.tracker)
@@ -397,7 +400,7 @@ class Learner(BatchWorker):
             if self.broken:
                 log.error("a delivery failed: not snapshotting a model whose outputs are not acknowledged")
             elif self.lease_lost:
-                self.flush()  # outputs already computed still go out; no snapshot: it would be refused
+                self.flush()  # the batch in flight is not published (see publishes); no snapshot: it would be refused
             else:
                 self.checkpoint()
         finally:

