@@ -78,9 +78,12 @@ def consumed(port: int) -> float:
 class Stack:
     """A local broker and Redis, and a way to start service processes on them."""
 
-    def __init__(self, stack: LocalStack, code: Path, topics: int, vocab: int) -> None:
+    def __init__(self, stack: LocalStack, code: Path, topics: int, vocab: int, fetch_wait_ms: int | None) -> None:
         self.stack = stack
         self.code = code
+        # A broker that does not answer a fetch as soon as data arrives adds up to fetch.wait.max.ms (librdkafka:
+        # 500 ms) per hop; --fetch-wait-ms sets it on the service's consumers and on this script's reader.
+        self.reader_config = {} if fetch_wait_ms is None else {"fetch.wait.max.ms": fetch_wait_ms}
         self.base = {
             **os.environ,
             "PYTHONPATH": str(code),
@@ -93,6 +96,8 @@ class Stack:
             "TOPICSTREAM_LOG_LEVEL": "WARNING",
             "NUMBA_NUM_THREADS": "1",
         }
+        if fetch_wait_ms is not None:
+            self.base["TOPICSTREAM_KAFKA_CONFIG"] = json.dumps({"fetch.wait.max.ms": str(fetch_wait_ms)})
 
     def settings(self, tag: str, partitions: int) -> dict[str, str]:
         env = {
@@ -191,7 +196,14 @@ def steady(st: Stack, docs: list[dict], rate: float, seconds: float) -> dict[str
     learner = st.start("run", {**env, "TOPICSTREAM_SNAPSHOT_EVERY_S": "5"}, port)
     sent: dict[str, float] = {}
     latencies: list[float] = []
-    reader = Consumer({"bootstrap.servers": st.stack.kafka_bootstrap, "group.id": "bench", "enable.auto.commit": False})
+    reader = Consumer(
+        {
+            "bootstrap.servers": st.stack.kafka_bootstrap,
+            "group.id": "bench",
+            "enable.auto.commit": False,
+            **st.reader_config,
+        }
+    )
     out_topic = env["TOPICSTREAM_OUTPUT_TOPIC"]
     parts = reader.list_topics(out_topic, timeout=10).topics[out_topic].partitions
     reader.assign([TopicPartition(out_topic, p, OFFSET_END) for p in parts])
@@ -201,7 +213,7 @@ def steady(st: Stack, docs: list[dict], rate: float, seconds: float) -> dict[str
         while not done.is_set():
             for msg in reader.consume(1000, 0.1):
                 if msg.error() is None:
-                    t = sent.get(msg.key().decode())
+                    t = sent.get((msg.key() or b"").decode())
                     if t is not None:
                         latencies.append(time.time() - t)
 
@@ -284,6 +296,7 @@ def main() -> None:
     ap.add_argument("--steady-seconds", type=float, default=60.0)
     ap.add_argument("--replica-articles", type=int, default=20_000)
     ap.add_argument("--skip", nargs="*", default=[], choices=["backlog", "steady", "replicas"])
+    ap.add_argument("--fetch-wait-ms", type=int, default=None, help="fetch.wait.max.ms of every consumer")
     args = ap.parse_args()
 
     docs = corpus(args.corpus)
@@ -291,7 +304,7 @@ def main() -> None:
     print(f"code {args.code} at {head.stdout.strip()}; K={args.topics} W={args.vocab}; corpus {args.corpus.name}")
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     with LocalStack() as local:
-        st = Stack(local, args.code.resolve(), args.topics, args.vocab)
+        st = Stack(local, args.code.resolve(), args.topics, args.vocab, args.fetch_wait_ms)
         if "backlog" not in args.skip:
             r = backlog(st, docs, args.backlog)
             busy = sum(r[f"stage_{s}_s"] for s in STAGES) or 1.0
