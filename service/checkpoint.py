@@ -60,12 +60,14 @@ class Capture:
     seq: int
     payload: dict[str, Any]
     meta: dict[str, Any]
-    labels: TopicLabels
+    labels: TopicLabels | None
     weights: NDArray[np.float64]
     drift: NDArray[np.float64]
     topics_used: int
     taken_at: float
     events: list[Any] = field(default_factory=list)  # lineage events of the hygiene moves made just before
+    model_class: Any = None  # the kernel's class, to rebuild the captured state on the writer thread
+    slot_words: list[str] = field(default_factory=list)
     topic_ids: list[int] = field(default_factory=list)  # stable id of each slot
 
 
@@ -118,20 +120,32 @@ class SnapshotWriter:
         extra: dict[str, Any],
         meta: dict[str, Any],
     ) -> Capture:
-        """Copy what a snapshot needs (call on the kernel lane, between batches)."""
-        phi = model.topic_word()
-        labels = TopicLabels(phi, slot_words)
-        weights = model.topic_weights()
-        drift = hellinger_rows(phi, self._prev_phi) if self._prev_phi is not None else np.zeros(len(weights))
-        self._prev_phi = phi.astype(np.float32)
-        del phi  # K×W doubles: not needed while the state is copied (the snapshot is the memory peak)
+        """Copy what a snapshot needs (call on the kernel lane, between batches): the kernel's state (a copy,
+        tens of ms at K = 100, W = 65,536) and its topic weights. Everything derived from φ is computed later, on
+        the writer thread, from that copy (:meth:`_describe`), so the kernel is held up as little as possible."""
         payload = {
             "kernel": model.state_dict(),
             "vocabulary": vocab_state,
             "offsets": [[t, p, o] for (t, p), o in sorted(offsets.items())],
             **extra,
         }
-        return Capture(seq, payload, meta, labels, weights, drift, model.topics_used(), time.time())
+        weights = model.topic_weights()
+        empty = np.zeros(len(weights))
+        cap = Capture(seq, payload, meta, None, weights, empty, model.topics_used(), time.time())
+        cap.model_class = type(model)
+        cap.slot_words = slot_words
+        return cap
+
+    def _describe(self, cap: Capture) -> None:
+        """Labels and drift from the captured state (writer thread): a throw-away model rebuilt from the copy."""
+        shadow = cap.model_class.from_state(cap.payload["kernel"])
+        phi = shadow.topic_word()
+        del shadow
+        cap.labels = TopicLabels(phi, cap.slot_words)
+        if self._prev_phi is not None and self._prev_phi.shape == phi.shape:
+            cap.drift = hellinger_rows(phi, self._prev_phi)
+        self._prev_phi = phi.astype(np.float32)
+        del phi
 
     def submit(self, capture: Future[Capture]) -> None:
         self._idle.clear()
@@ -163,6 +177,12 @@ class SnapshotWriter:
         except Exception:
             self.metrics.snapshot_failures.inc()
             log.exception("capturing the state for a snapshot failed")
+            return
+        try:
+            self._describe(cap)
+        except Exception:
+            self.metrics.snapshot_failures.inc()
+            log.exception("describing the captured state failed")
             return
         if not self.wait_acknowledged(cap.seq, self._stop):
             log.warning("not writing the snapshot of batch %d: its outputs were not acknowledged", cap.seq)

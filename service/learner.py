@@ -95,6 +95,7 @@ class Learner(BatchWorker):
         hygiene_on = s.topic_hygiene if s.topic_hygiene is not None else s.algorithm == "scvb0"
         self.hygiene = TopicHygiene() if hygiene_on and isinstance(self.model, SupportsTopicMoves) else None
         self._recent: deque[Batch] = deque(maxlen=4)  # the latest batches, for the birth move
+        self._last_hygiene = time.monotonic()
         self.lineage_store = LineageStore(self.store.r, s.redis_prefix)
         self.names = TopicNames(self.store.r, s.redis_prefix)
         self._names: dict[int, str] = {}
@@ -282,7 +283,9 @@ class Learner(BatchWorker):
         s = self.settings
         assert self.lineage is not None
         events: list[LineageEvent] = []
-        if self.hygiene is not None:
+        now = time.monotonic()
+        if self.hygiene is not None and now - self._last_hygiene >= s.topic_hygiene_every_s:
+            self._last_hygiene = now
             model = cast(SupportsTopicMoves, self.model)  # checked in __init__
             moves = self.hygiene.apply(model, recent_batch(list(self._recent), 256))
             events = self.lineage.record(moves, 0, time.time())
@@ -314,7 +317,8 @@ class Learner(BatchWorker):
 
     def _written(self, cap: Capture, info: SnapshotInfo) -> None:
         """After a snapshot is in Redis (writer thread): labels, summary, metrics."""
-        self.labels = cap.labels
+        assert cap.labels is not None  # described by the writer before the write
+        labels = self.labels = cap.labels
         self.version = info.version
         self.metrics.lease_token.set(self.lease.token or 0)
         if cap.events:
@@ -340,7 +344,7 @@ class Learner(BatchWorker):
                     "topic": k,
                     "prevalence": float(cap.weights[k]),
                     "drift": float(cap.drift[k]),
-                    "top_words": cap.labels.top_words[k],
+                    "top_words": labels.top_words[k],
                 }
                 for k in range(len(cap.weights))
             ],

@@ -55,8 +55,14 @@ class Settings(BaseSettings):
     vocab_admit_count: float = Field(2.0, gt=0, description="Occurrences a new word needs before it gets a slot")
     topic_hygiene: bool | None = Field(
         None,
-        description="Merge duplicate topics and give freed slots to new ones at each snapshot "
+        description="Merge duplicate topics and give freed slots to new ones with a snapshot "
         "(docs/topic-hygiene.md); default on for scvb0, off for the others",
+    )
+    topic_hygiene_every_s: float = Field(
+        60.0,
+        gt=0,
+        description="Topic hygiene runs with a snapshot at most this often, seconds (at K = 100, W = 65,536 it "
+        "holds the kernel up for about a second)",
     )
     seed: int = Field(0, ge=0, description="Random seed of the kernel")
 
