@@ -70,17 +70,19 @@ def proposal(
     return joint / joint.sum(), float(joint.sum())
 
 
-def reservoir_inclusion(n: int, R: int, runs: int, seed: int) -> np.ndarray:
+def reservoir_inclusion(n: int, R: int, runs: int, seed: int, recency: float = 1.0) -> np.ndarray:
     """How often each of n stream items ends in an Algorithm-R reservoir of size R, over ``runs`` runs (numpy
-    Generator draws; a second, independent implementation to compare distributions with)."""
+    Generator draws; a second, independent implementation to compare distributions with).
+
+    ``recency`` > 1 gives a *wrong* reservoir that admits item i with probability recency·R/(i+1) instead of
+    R/(i+1), favouring recent items: the sampler a test of Algorithm R must be able to reject."""
     rng = np.random.default_rng(seed)
     hits = np.zeros(n, dtype=np.int64)
     for _ in range(runs):
         res = list(range(min(R, n)))
         for i in range(R, n):
-            u = int(rng.integers(0, i + 1))
-            if u < R:
-                res[u] = i
+            if rng.random() < min(1.0, recency * R / (i + 1)):
+                res[int(rng.integers(0, R))] = i
         hits[res] += 1
     return hits
 
