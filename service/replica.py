@@ -32,7 +32,7 @@ from .names import TopicNames
 from .pipeline import TopicLabels
 from .schemas import Rejection
 from .settings import Settings
-from .snapshot import SnapshotCorrupt, SnapshotStore
+from .snapshot import STATISTICS, SnapshotCorrupt, SnapshotStore
 from .text import FlatBags, Vocabulary
 from .worker import BatchWorker, InFlight, ModelRef
 
@@ -71,6 +71,7 @@ class Replica(BatchWorker):
         self.served: Served | None = None
         self._pending: Served | None = None
         self._redis_down = False
+        self._unreadable: set[int] = set()
         self._stop_follower = threading.Event()
         self._follower: threading.Thread | None = None
 
@@ -113,17 +114,23 @@ class Replica(BatchWorker):
             self._redis_down = False
 
     def _load_newest_readable(self, latest: int, current: int) -> Served | None:
-        """The newest version in (current, latest] that loads; corrupt ones are skipped, logged and counted."""
+        """The newest version in (current, latest] that loads; corrupt ones are skipped, logged and counted once
+        (a version is immutable once written, so one found unreadable is not read again)."""
         for version in range(latest, current, -1):
+            if version in self._unreadable:
+                continue
             t0 = time.perf_counter()
             try:
-                loaded = self.store.load(version)
+                loaded = self.store.load(version, nonnegative=STATISTICS)
                 if loaded is None:
                     continue
                 meta, payload = loaded
                 served = self._build(meta, payload)
             except (SnapshotCorrupt, ValueError, KeyError, TypeError) as e:
-                self.metrics.snapshot_failures.inc()
+                self._unreadable.add(version)
+                if len(self._unreadable) > 1000:  # bounded: the oldest entries can no longer matter
+                    self._unreadable.discard(min(self._unreadable))
+                self.metrics.snapshot_fallbacks.inc()
                 log.error("snapshot %d is unreadable (%s); trying an older one", version, e)
                 continue
             m = self.metrics
