@@ -281,10 +281,6 @@ class BatchWorker(abc.ABC):
                 self._acked.wait(0.5)
             return not self.broken
 
-    @property
-    def acknowledged_seq(self) -> int:
-        return self._acked_seq
-
     def drain(self) -> None:
         """Publish the batch in the kernel lane, if any (its acknowledgements arrive later)."""
         batch, self._inflight = self._inflight, None
