@@ -2,9 +2,9 @@
 
 Starts a local broker and Redis (:class:`service.dev.localstack.LocalStack`), produces the file into a fresh input
 topic with one partition (the file is sorted by ``published_at``, so the topic is in time order), runs
-:class:`service.learner.Learner` in this process with a snapshot after every batch, appends each snapshot's
-``P:summary`` to the bounded :class:`service.history.SummaryHistory` (the call the learner makes at each
-snapshot), and writes ``topicstream report``'s page and PNG from that history.
+:class:`service.learner.Learner` in this process with a snapshot after every batch (each one's summary goes to
+the bounded :class:`service.history.SummaryHistory`, as in the service), and writes ``topicstream report``'s
+page and PNG from that history.
 
     python -m benchmarks.reuters_drift [--topics 20] [--batch-size 200] [--png docs/img/drift_reuters.png]
 
@@ -19,7 +19,6 @@ import gzip
 import json
 import os
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -28,29 +27,14 @@ import redis
 
 from benchmarks._corpus import shared_data_dir
 from service.dev.localstack import LocalStack
-from service.history import SummaryHistory
 from service.kafka import ensure_topics
 from service.learner import Learner
 from service.report import load, write_report
-from service.settings import Settings, load_settings
+from service.settings import load_settings
 from service.source import iter_lines, produce_lines
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = "news_stream_reuters21578.jsonl.gz"
-
-
-class HistoryLearner(Learner):
-    """The learner, plus the history append at each snapshot (until ``Learner._snapshot`` makes it itself)."""
-
-    def __init__(self, settings: Settings) -> None:
-        super().__init__(settings)
-        self.history = SummaryHistory(self.store.r, settings.redis_prefix)
-
-    def _snapshot(self) -> None:
-        super()._snapshot()
-        summary = self.store.summary()
-        if summary is not None:
-            self.history.append(summary)
 
 
 def article_days(path: Path) -> list[str]:
@@ -112,15 +96,9 @@ def main() -> None:
         produced = produce_lines(s, iter_lines(args.corpus))
         print(f"produced {produced} articles in {time.monotonic() - t0:.0f}s", file=sys.stderr)
 
-        learner = HistoryLearner(s)
-        stop = threading.Event()
-        thread = threading.Thread(target=learner.run, args=(stop,), daemon=True)
+        learner = Learner(s)  # appends each snapshot's summary to the history itself
         t0 = time.monotonic()
-        thread.start()
-        while learner.metrics.consumed._value.get() < produced and thread.is_alive():
-            time.sleep(0.5)
-        stop.set()
-        thread.join(120)
+        learner.run(max_messages=produced)
         print(
             f"learned {learner.articles_learned} articles in {time.monotonic() - t0:.0f}s, {learner.version} snapshots",
             file=sys.stderr,

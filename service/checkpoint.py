@@ -4,11 +4,13 @@ A snapshot must describe exactly the articles its state has learned, and only ar
 has acknowledged (otherwise a crash after the write would resume past outputs that were never delivered). So:
 
 1. **capture** (:meth:`SnapshotWriter.capture`, on the kernel lane between two batches, when model, vocabulary
-   and positions describe the same point): copy the kernel state, compute φ, the topic labels and the drift
-   against the previous snapshot. This is the only part that delays learning (tens of ms at K = 100, W = 65,536);
-2. **wait** (writer thread) until every batch up to the captured one is acknowledged; a failed delivery discards
+   and positions describe the same point): copy the kernel state and its topic weights. This is the only part
+   that delays learning (about 20 ms at K = 100, W = 65,536; topic hygiene, when due, runs just before it);
+2. **describe** (writer thread, :meth:`SnapshotWriter._describe`): φ, the topic labels and the drift against the
+   previous snapshot, from a model rebuilt from the copy;
+3. **wait** (writer thread) until every batch up to the captured one is acknowledged; a failed delivery discards
    the capture, and the learner stops;
-3. **write** (writer thread): pack, checksum and store in Redis (seconds for a large model), then the summary.
+4. **write** (writer thread): pack, checksum and store in Redis (seconds for a large model), then the summary.
 
 At most one capture is in the writer at a time: when a snapshot is due while the previous one is still being
 written, the loop simply goes on and tries again after the next batch. When Redis is down, attempts are spaced

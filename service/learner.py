@@ -39,7 +39,7 @@ from kernels import Batch, TopicModel
 from kernels.hygiene import SupportsTopicMoves, TopicHygiene, recent_batch
 from kernels.registry import kernel_class
 
-from .checkpoint import Capture, SnapshotWriter, hellinger_rows
+from .checkpoint import Capture, SnapshotWriter
 from .compat import restore_plan
 from .history import SummaryHistory
 from .lease import Lease, LeaseKeeper
@@ -53,7 +53,7 @@ from .snapshot import STATISTICS, NoReadableSnapshot, SnapshotInfo, SnapshotStor
 from .text import FlatBags, Vocabulary
 from .worker import BatchWorker, InFlight, ModelRef
 
-__all__ = ["Learner", "LeaseLost", "StateMismatch", "hellinger_rows"]
+__all__ = ["Learner", "LeaseLost", "StateMismatch"]
 
 log = logging.getLogger(__name__)
 

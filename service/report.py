@@ -30,6 +30,7 @@ from typing import Any
 import redis
 
 from .history import SummaryHistory
+from .names import TopicNames
 
 __all__ = [
     "USED",
@@ -43,7 +44,6 @@ __all__ = [
     "label_of",
     "load",
     "parse_duration",
-    "read_names",
     "render_html",
     "write_report",
 ]
@@ -95,16 +95,6 @@ class Analysis:
     @property
     def now(self) -> dict[str, Any]:
         return self.records[-1]
-
-
-def read_names(client: redis.Redis, prefix: str) -> dict[int, str]:
-    """Topic names from the hash ``P:topic-names`` (topic id → name); fields that are not ids are ignored."""
-    names = {}
-    for k, v in client.hgetall(f"{prefix}:topic-names").items():
-        key = k.decode() if isinstance(k, bytes) else str(k)
-        if key.isdigit():
-            names[int(key)] = v.decode() if isinstance(v, bytes) else str(v)
-    return names
 
 
 def parse_duration(text: str) -> float:
@@ -372,4 +362,4 @@ def write_report(
 
 def load(client: redis.Redis, prefix: str) -> tuple[list[dict[str, Any]], dict[int, str]]:
     """The history records and topic names stored under ``prefix``."""
-    return SummaryHistory(client, prefix).read(), read_names(client, prefix)
+    return SummaryHistory(client, prefix).read(), TopicNames(client, prefix).all()
