@@ -11,6 +11,7 @@ import time
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
+from service.feeds import FeedMetrics
 from service.metrics import Metrics
 from service.settings import Settings
 from service.worker import BatchWorker
@@ -142,7 +143,7 @@ def good_articles(n: int, seed: int = 0) -> list[bytes]:
     return [json.dumps(a).encode() for a in generate_articles(n, seed=seed)]
 
 
-def sample(metrics: Metrics, name: str, **labels: str) -> float:
+def sample(metrics: Metrics | FeedMetrics, name: str, **labels: str) -> float:
     """The current value of one sample of ``metrics`` (0 when it has not been set), read like a scrape."""
     value = metrics.registry.get_sample_value(name, labels)
     return 0.0 if value is None else value

@@ -24,7 +24,7 @@ from service.kafka import make_producer
 from service.seen import SeenIds
 from service.settings import Settings
 
-from .helpers import read_all
+from .helpers import read_all, sample
 
 pytestmark = pytest.mark.integration
 
@@ -167,13 +167,15 @@ def test_poll_restart_and_conditional_get(settings: Settings, server: FeedServer
     try:
         assert first.poll_once() == 6
         m = first.metrics
-        assert m.errors.labels(feed=server.url("/slow"), kind="timeout")._value.get() == 1
-        assert m.errors.labels(feed=server.url("/page.html"), kind="not_a_feed")._value.get() == 1
-        assert m.duplicates.labels(feed=server.url("/noguid.xml"))._value.get() == 1  # one page, two links
+        assert sample(m, "topicstream_feed_errors_total", feed=server.url("/slow"), kind="timeout") == 1
+        assert sample(m, "topicstream_feed_errors_total", feed=server.url("/page.html"), kind="not_a_feed") == 1
+        assert (
+            sample(m, "topicstream_feed_entries_duplicate_total", feed=server.url("/noguid.xml")) == 1
+        )  # one page, two links
         # The second poll is conditional: nothing changed, so 304s and nothing produced.
         assert first.poll_once(now=float("inf")) == 0
         assert sorted(server.conditional_hits) == ["/atom.xml", "/noguid.xml", "/rss.xml"]
-        assert m.requests.labels(feed=server.url("/rss.xml"), result="304")._value.get() == 1
+        assert sample(m, "topicstream_feed_requests_total", feed=server.url("/rss.xml"), result="304") == 1
         # A new entry appears in one feed.
         server.feeds["/rss.xml"] = rss([("r3", None, "Pipeline"), ("r1", "https://wire.example/1", "Oil")])
         assert first.poll_once(now=float("inf")) == 1
@@ -184,7 +186,7 @@ def test_poll_restart_and_conditional_get(settings: Settings, server: FeedServer
     again = poller(s, server, PATHS)
     try:
         assert again.poll_once() == 0
-        assert again.metrics.duplicates.labels(feed=server.url("/atom.xml"))._value.get() == 2
+        assert sample(again.metrics, "topicstream_feed_entries_duplicate_total", feed=server.url("/atom.xml")) == 2
     finally:
         again.close()
 
