@@ -1,11 +1,12 @@
 """The one batch loop that the learner and the replicas share.
 
 A :class:`BatchWorker` consumes a batch, decodes it (bad messages: :meth:`BatchWorker.reject`), tokenizes it
-(polars, which also releases the GIL), hands it to its *kernel lane* (one thread; numba releases the GIL, so the
-kernel runs on the second core), and publishes the mixtures. Three batches are in flight at once::
+(polars, which also releases the GIL) and hands it to its *kernel lane*: one thread that runs the kernel (numba
+releases the GIL, so it runs on the second core) and publishes the mixtures the moment they exist, so an
+article's answer never waits for the next batch to arrive. Three batches are in flight at once::
 
-    main thread:  consume n+1 · decode · tokenize │ wait n │ between_batches │ encode n+1 ─► lane │ publish n
-    kernel lane:  ────────── kernel(n) ──────────┘                                             kernel(n+1) ···
+    main thread:  consume n+1 · decode · tokenize │ wait n │ between_batches │ encode n+1 ─► lane │ consume n+2 ···
+    kernel lane:  ──── kernel(n) · publish(n) ────┘                                             kernel(n+1) ···
     producer:     ··· acknowledgements of n-1, n-2 … arrive; their offsets are committed in order
 
 Subclasses say only what differs: :meth:`encode` and :meth:`compute` (learn and infer, or infer only),
@@ -200,9 +201,11 @@ class BatchWorker(abc.ABC):
         return batch, bags
 
     def _run_kernel(self, batch: InFlight) -> NDArray[np.float64]:
+        """The kernel lane's work on one batch: its mixtures, then their publication."""
         t0 = time.perf_counter()
         theta = self.compute(batch)
         batch.timings["kernel"] = time.perf_counter() - t0
+        self._publish(batch, theta)
         return theta
 
     def _submit(self, batch: InFlight, bags: FlatBags) -> None:
@@ -215,18 +218,16 @@ class BatchWorker(abc.ABC):
         self._inflight = batch
         self.submitted_seq = batch.seq
 
-    def _publish(self, batch: InFlight) -> None:
-        """Wait for ``batch``'s mixtures and publish them (main thread)."""
-        assert batch.result is not None and batch.model is not None and batch.encoded is not None
-        theta = batch.result.result()
+    def _publish(self, batch: InFlight, theta: NDArray[np.float64]) -> None:
+        """Publish ``batch``'s mixtures (kernel lane). Only then is the batch queued for its commit: a batch is
+        never judged acknowledged while its sends are still being made."""
+        assert batch.model is not None and batch.encoded is not None
         t0 = time.perf_counter()
         if self.publishes and batch.decoded.good:
-            m = batch.model
             tokens = batch.encoded.batch.doc_tokens()
-            self.publisher.publish(batch.decoded.good, theta, tokens, m, batch.tracker)
-        self.producer.poll(0)
+            self.publisher.publish(batch.decoded.good, theta, tokens, batch.model, batch.tracker)
         batch.timings["publish"] = time.perf_counter() - t0
-        self._unacked.append((batch, next_offsets(batch.msgs)))
+        self._unacked.append((batch, next_offsets(batch.msgs)))  # in order: the lane runs one batch at a time
         self._observe(batch)
 
     def _observe(self, batch: InFlight) -> None:
@@ -282,10 +283,12 @@ class BatchWorker(abc.ABC):
             return not self.broken
 
     def drain(self) -> None:
-        """Publish the batch in the kernel lane, if any (its acknowledgements arrive later)."""
+        """Wait until the batch in the kernel lane, if any, is learned and published (its acknowledgements arrive
+        later)."""
         batch, self._inflight = self._inflight, None
         if batch is not None:
-            self._publish(batch)
+            assert batch.result is not None
+            batch.result.result()
             self.between_batches(batch)
 
     def flush(self, timeout: float | None = None) -> None:
@@ -317,19 +320,12 @@ class BatchWorker(abc.ABC):
         self.producer.poll(0)
         self._commit_acknowledged()
         if not msgs:
-            # Quiet input: publish what is in the lane now rather than wait for the next batch.
             self.drain()
             self.between_batches(None)
             return 0
-        batch, bags = self._prepare(msgs)  # overlaps the kernel's work on the previous batch
-        previous = self._inflight
-        if previous is not None:
-            assert previous.result is not None
-            previous.result.result()  # the model now includes `previous`
-            self.between_batches(previous)
+        batch, bags = self._prepare(msgs)  # overlaps the kernel lane's work on the previous batch
+        self.drain()  # the model now includes the previous batch, and its outputs are sent
         self._submit(batch, bags)
-        if previous is not None:
-            self._publish(previous)  # overlaps the kernel's work on `batch`
         self._update_lag()
         return len(msgs)
 
