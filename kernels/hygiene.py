@@ -52,7 +52,7 @@ into stable topic ids with history.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -83,6 +83,11 @@ class Event:
     topics: tuple[int, ...]
     into: int | None = None
     score: float = 0.0
+    #: A birth's proposal (word ids, their probabilities, share of tokens), so that :meth:`TopicHygiene.replay`
+    #: can make the same birth in another copy of the model.
+    proposal: tuple[NDArray[np.int64], NDArray[np.float64], float] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         if self.kind not in _EVENT_KINDS:
@@ -212,6 +217,29 @@ class TopicHygiene:
                 events += self._births(model, docs)
         return events
 
+    def replay(self, model: SupportsTopicMoves, events: Sequence[Event]) -> list[Event]:
+        """Make on ``model`` the moves that :meth:`apply` chose on a copy of it; return those still made.
+
+        So the moves can be *planned* on a copy, off the batch loop (the service plans on the snapshot it has
+        just captured), and *made* on the live model later, when they cost only row updates. The live model
+        has learned a few more batches meanwhile; a move that no longer fits it is skipped: a retirement or a
+        merge of a topic that is no longer live, a birth into a slot that is no longer free.
+        """
+        made: list[Event] = []
+        for e in events:
+            live = model.topic_weights() >= self.empty_below
+            if e.kind == "retire" and live[e.topics[0]] and np.count_nonzero(live) > 1:
+                model.delete_topic(e.topics[0])
+            elif e.kind == "merge" and e.into is not None and live[e.topics[0]] and live[e.into]:
+                model.merge_topics(e.into, e.topics[0])
+            elif e.kind == "birth" and e.proposal is not None and not live[e.topics[0]]:
+                ids, probs, share = e.proposal
+                model.birth_topic(e.topics[0], ids, probs, share)
+            else:
+                continue
+            made.append(e)
+        return made
+
     # ------------------------------------------------------------------ retire
     def _retire(self, model: SupportsTopicMoves) -> list[Event]:
         if self.retire_below <= 0.0:
@@ -292,7 +320,7 @@ class TopicHygiene:
             if not gain > self.birth_min_gain:
                 undo()
                 break
-            events.append(Event("birth", (k,), None, float(gain)))
+            events.append(Event("birth", (k,), None, float(gain), proposal=(ids, probs, share)))
             phi, base = phi_new, score
         return events
 

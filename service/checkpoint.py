@@ -5,9 +5,11 @@ has acknowledged (otherwise a crash after the write would resume past outputs th
 
 1. **capture** (:meth:`SnapshotWriter.capture`, on the kernel lane between two batches, when model, vocabulary
    and positions describe the same point): copy the kernel state and its topic weights. This is the only part
-   that delays learning (about 20 ms at K = 100, W = 65,536; topic hygiene, when due, runs just before it);
+   that delays learning (about 10 ms at K = 100, W = 65,536; topic-hygiene moves planned by an earlier
+   snapshot are made just before it, which costs row updates only);
 2. **describe** (writer thread, :meth:`SnapshotWriter._describe`): φ, the topic labels and the drift against the
-   previous snapshot, from a model rebuilt from the copy;
+   previous snapshot, from a model rebuilt from the copy; then the ``plan`` hook, which may change that
+   throw-away model at will (the learner plans topic hygiene on it: seconds of work that never hold up a batch);
 3. **wait** (writer thread) until every batch up to the captured one is acknowledged; a failed delivery discards
    the capture, and the learner stops;
 4. **write** (writer thread): pack, checksum and store in Redis (seconds for a large model), then the summary.
@@ -71,6 +73,7 @@ class Capture:
     model_class: Any = None  # the kernel's class, to rebuild the captured state on the writer thread
     slot_words: list[str] = field(default_factory=list)
     topic_ids: list[int] = field(default_factory=list)  # stable id of each slot
+    hygiene_docs: Any = None  # recent documents (a kernels.Batch) when topic hygiene is to be planned on this copy
 
 
 class SnapshotWriter:
@@ -85,8 +88,10 @@ class SnapshotWriter:
         on_written: Callable[[Capture, SnapshotInfo], None],
         on_idle: Callable[[], None] | None = None,
         idle_s: float = 2.0,
+        plan: Callable[[TopicModel, Capture], None] | None = None,
     ) -> None:
         self.store = store
+        self.plan = plan
         self.metrics = metrics
         self.wait_acknowledged = wait_acknowledged
         self.save = save
@@ -142,12 +147,13 @@ class SnapshotWriter:
         """Labels and drift from the captured state (writer thread): a throw-away model rebuilt from the copy."""
         shadow = cap.model_class.from_state(cap.payload["kernel"])
         phi = shadow.topic_word()
-        del shadow
         cap.labels = TopicLabels(phi, cap.slot_words)
         if self._prev_phi is not None and self._prev_phi.shape == phi.shape:
             cap.drift = hellinger_rows(phi, self._prev_phi)
         self._prev_phi = phi.astype(np.float32)
         del phi
+        if self.plan is not None:
+            self.plan(shadow, cap)
 
     def submit(self, capture: Future[Capture]) -> None:
         self._idle.clear()

@@ -36,7 +36,7 @@ from confluent_kafka import OFFSET_BEGINNING, Message
 from numpy.typing import NDArray
 
 from kernels import Batch, TopicModel
-from kernels.hygiene import SupportsTopicMoves, TopicHygiene, recent_batch
+from kernels.hygiene import Event, SupportsTopicMoves, TopicHygiene, recent_batch
 from kernels.registry import kernel_class
 
 from .checkpoint import Capture, SnapshotWriter
@@ -96,6 +96,8 @@ class Learner(BatchWorker):
         self.hygiene = TopicHygiene() if hygiene_on and isinstance(self.model, SupportsTopicMoves) else None
         self._recent: deque[Batch] = deque(maxlen=4)  # the latest batches, for the birth move
         self._last_hygiene = time.monotonic()
+        #: Hygiene moves planned by the writer thread on a snapshot's copy, to be made at the next capture.
+        self._planned: list[Event] = []
         self.lineage_store = LineageStore(self.store.r, s.redis_prefix)
         self.names = TopicNames(self.store.r, s.redis_prefix)
         self._names: dict[int, str] = {}
@@ -106,7 +108,13 @@ class Learner(BatchWorker):
         self.labels = TopicLabels(self.model.topic_word(), self.vocab.slot_words())
         self.metrics.describe_model(s.algorithm, s.topics, s.vocab_size)
         self.writer = SnapshotWriter(
-            self.store, self.metrics, self.wait_acknowledged, self._save, self._written, self._check_redis_empty
+            self.store,
+            self.metrics,
+            self.wait_acknowledged,
+            self._save,
+            self._written,
+            self._check_redis_empty,
+            plan=self._plan_hygiene if self.hygiene is not None else None,
         )
         self._batches_since_snapshot = 0
         self._last_snapshot = time.monotonic()
@@ -279,22 +287,36 @@ class Learner(BatchWorker):
         offsets: dict[tuple[str, int], int],
         articles_learned: int,
     ) -> Capture:
-        """Kernel lane: topic hygiene (merges, births; docs/topic-hygiene.md), then a consistent copy."""
+        """Kernel lane: the topic-hygiene moves planned since the last capture (merges, births;
+        docs/topic-hygiene.md), then a consistent copy; when hygiene is due, the copy carries the recent documents
+        that the writer thread plans the next moves with (:meth:`_plan_hygiene`)."""
         s = self.settings
         assert self.lineage is not None
         events: list[LineageEvent] = []
-        now = time.monotonic()
-        if self.hygiene is not None and now - self._last_hygiene >= s.topic_hygiene_every_s:
-            self._last_hygiene = now
-            model = cast(SupportsTopicMoves, self.model)  # checked in __init__
-            moves = self.hygiene.apply(model, recent_batch(list(self._recent), 256))
-            events = self.lineage.record(moves, 0, time.time())
+        recent = None
+        if self.hygiene is not None:
+            planned, self._planned = self._planned, []
+            if planned:
+                model = cast(SupportsTopicMoves, self.model)  # checked in __init__
+                events = self.lineage.record(self.hygiene.replay(model, planned), 0, time.time())
+            now = time.monotonic()
+            if now - self._last_hygiene >= s.topic_hygiene_every_s:
+                self._last_hygiene = now
+                recent = recent_batch(list(self._recent), 256)
         meta = {"algorithm": s.algorithm, "topics": s.topics, "articles_learned": articles_learned}
         extra = {"articles_learned": articles_learned, "lineage": self.lineage.state_dict()}
         cap = self.writer.capture(seq, self.model, vocab_state, slot_words, offsets, extra, meta)
         cap.events = events
         cap.topic_ids = list(self.lineage.slot_ids)
+        cap.hygiene_docs = recent
         return cap
+
+    def _plan_hygiene(self, shadow: TopicModel, cap: Capture) -> None:
+        """Writer thread: plan topic hygiene on the capture's throw-away model; the moves are made on the live
+        model at the next capture (:meth:`TopicHygiene.replay`)."""
+        if cap.hygiene_docs is None or self.hygiene is None:
+            return
+        self._planned = self.hygiene.apply(cast(SupportsTopicMoves, shadow), cap.hygiene_docs)
 
     def _save(self, cap: Capture) -> SnapshotInfo:
         """Write a capture (writer thread): never below our last version, only while our fencing token is the

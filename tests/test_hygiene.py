@@ -134,6 +134,44 @@ def test_birth_after_a_topic_appears_mid_stream():
     assert slot[-1] in {e.topics[0] for _, e in births}  # the late topic lives in a born slot
 
 
+def test_moves_planned_on_a_copy_and_replayed_later_still_clean_the_model():
+    """The service plans hygiene on a snapshot's copy (writer thread) and makes the moves on the live model at
+    the next snapshot, a few batches later (``TopicHygiene.replay``): duplicates still go, the late topic is
+    still born."""
+    truth, docs = lda_corpus(3000, 0, late_topic=True)
+    model = SCVB0(n_topics=len(truth) + 2, n_words=truth.shape[1], seed=0)
+    hygiene, planned, made = TopicHygiene(), [], []
+    for n, start in enumerate(range(0, docs.n_docs, 64), 1):
+        stop = min(docs.n_docs, start + 64)
+        model.partial_fit(docs.slice(start, stop))
+        if n % 5 == 0:
+            made += [(stop, e) for e in hygiene.replay(model, planned)]
+            copy = SCVB0.from_state(model.state_dict())
+            planned = hygiene.apply(copy, docs.slice(max(0, stop - 256), stop))
+    made += [(docs.n_docs, e) for e in hygiene.replay(model, planned)]
+    made += [(docs.n_docs, e) for e in hygiene.apply(model, None)]
+    dist, slot, closest = recovery(truth, model)
+    assert any(e.kind == "merge" for _, e in made)
+    assert any(e.kind == "birth" and at > docs.n_docs // 2 for at, e in made)
+    assert closest >= DEFAULT_THRESHOLD
+    assert dist.max() < LDA_RECOVERY, dist.round(3)
+    assert len(set(slot.tolist())) == len(truth)
+
+
+def test_replay_on_an_identical_model_makes_exactly_the_planned_moves():
+    truth, docs = lda_corpus(1200, 2, late_topic=True)
+    model = SCVB0(n_topics=len(truth) + 3, n_words=truth.shape[1], seed=0)
+    model.partial_fit(docs.slice(0, 1000))
+    twin = SCVB0.from_state(model.state_dict())
+    hygiene = TopicHygiene(warmup_docs=0, threshold=0.35)
+    planned = hygiene.apply(twin, docs.slice(1000, 1200))
+    assert {e.kind for e in planned} >= {"merge"}
+    assert hygiene.replay(model, planned) == planned
+    np.testing.assert_allclose(model.phi_ * model.scale_, twin.phi_ * twin.scale_, rtol=1e-12, atol=1e-12)
+    # Replaying again finds nothing left to do: merged-away topics are no longer live, born slots not free.
+    assert hygiene.replay(model, planned) == []
+
+
 # ------------------------------------------------------------------------------------------------ the moves
 def _fitted(cls: type, **kw) -> SCVB0 | OnlineHDP:
     truth, docs = lda_corpus(400, 3)
