@@ -34,27 +34,16 @@ import numpy as np
 from numpy.typing import NDArray
 
 from kernels import TopicModel
+from kernels.summaries import hellinger_rows
 
 from .backoff import Backoff
 from .metrics import Metrics
 from .pipeline import TopicLabels
 from .snapshot import FencedOut, SnapshotInfo, SnapshotStore
 
-__all__ = ["Capture", "SnapshotWriter", "hellinger_rows"]
+__all__ = ["Capture", "SnapshotWriter"]
 
 log = logging.getLogger(__name__)
-
-
-def hellinger_rows(p: NDArray[np.floating], q: NDArray[np.floating], block: int = 8) -> NDArray[np.float64]:
-    """Hellinger distance between matching rows of two row-stochastic matrices.
-
-    Works through ``block`` rows at a time so the temporaries stay small next to a K×W matrix.
-    """
-    out = np.empty(p.shape[0], dtype=np.float64)
-    for i in range(0, p.shape[0], block):
-        d = np.sqrt(p[i : i + block], dtype=np.float64) - np.sqrt(q[i : i + block], dtype=np.float64)
-        out[i : i + block] = np.sqrt(0.5 * np.einsum("ij,ij->i", d, d))
-    return out
 
 
 @dataclass

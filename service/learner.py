@@ -270,14 +270,14 @@ class Learner(BatchWorker):
         offsets = dict(self.positions)
         # Called between batches: the lane has finished every submitted batch, and the model, the vocabulary and
         # the positions all stand after batch `submitted_seq` (the batch being prepared is not in any of them).
+        main_s = time.perf_counter() - t0
         future = self.lane.submit(
-            self._capture, self.submitted_seq, vocab_state, slot_words, offsets, self.articles_learned
+            self._capture, self.submitted_seq, vocab_state, slot_words, offsets, self.articles_learned, main_s
         )
         self.writer.submit(future)
         self._republish.clear()
         self._batches_since_snapshot = 0
         self._last_snapshot = time.monotonic()
-        self.metrics.batch_duration.labels(stage="snapshot").observe(time.perf_counter() - t0)
 
     def _capture(
         self,
@@ -286,10 +286,15 @@ class Learner(BatchWorker):
         slot_words: list[str],
         offsets: dict[tuple[str, int], int],
         articles_learned: int,
+        main_s: float,
     ) -> Capture:
         """Kernel lane: the topic-hygiene moves planned since the last capture (merges, births;
         docs/topic-hygiene.md), then a consistent copy; when hygiene is due, the copy carries the recent documents
-        that the writer thread plans the next moves with (:meth:`_plan_hygiene`)."""
+        that the writer thread plans the next moves with (:meth:`_plan_hygiene`).
+
+        The stage ``snapshot`` of ``topicstream_batch_duration_seconds`` is what a snapshot holds up the batch
+        loop for: ``main_s`` (the vocabulary's copy, on the main thread) plus this capture."""
+        t0 = time.perf_counter()
         s = self.settings
         assert self.lineage is not None
         events: list[LineageEvent] = []
@@ -309,6 +314,7 @@ class Learner(BatchWorker):
         cap.events = events
         cap.topic_ids = list(self.lineage.slot_ids)
         cap.hygiene_docs = recent
+        self.metrics.batch_duration.labels(stage="snapshot").observe(main_s + time.perf_counter() - t0)
         return cap
 
     def _plan_hygiene(self, shadow: TopicModel, cap: Capture) -> None:

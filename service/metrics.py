@@ -69,7 +69,8 @@ class Metrics:
         # Latency.
         self.batch_duration = Histogram(
             "topicstream_batch_duration_seconds",
-            "Time to process one batch, by stage (decode, tokenize, kernel, publish, commit)",
+            "Time to process one batch, by stage (decode, tokenize, kernel, publish, commit; snapshot: what taking "
+            "a snapshot held the batch loop up for)",
             ["stage"],
             buckets=_DURATION_BUCKETS,
             registry=r,

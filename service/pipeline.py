@@ -123,16 +123,10 @@ def tokenize(tokenizer: Tokenizer, articles: list[Article]) -> FlatBags:
 class TopicLabels:
     """Human labels for topics: the top words of each topic's φ row, from the vocabulary's slots."""
 
-    def __init__(self, phi: NDArray[np.float64], slot_words: list[str], n_words: int = 10, block: int = 8) -> None:
-        k, w = phi.shape
-        n = min(n_words, w)
-        self.top_ids = np.empty((k, n), dtype=np.int64)
-        # A few rows at a time: a whole-matrix argpartition would allocate two more K×W arrays.
-        for i in range(0, k, block):
-            rows = phi[i : i + block]
-            top = np.argpartition(rows, w - n, axis=1)[:, w - n :]
-            order = np.argsort(-np.take_along_axis(rows, top, axis=1), axis=1, kind="stable")
-            self.top_ids[i : i + block] = np.take_along_axis(top, order, axis=1)
+    def __init__(self, phi: NDArray[np.float64], slot_words: list[str], n_words: int = 10) -> None:
+        from kernels.summaries import top_words  # numba: only where topics are labelled, not in every command
+
+        self.top_ids = top_words(phi, n_words)
         self.top_words: list[list[str]] = [[slot_words[i] for i in row if slot_words[i]] for row in self.top_ids]
         self.labels = [" ".join(words[:3]) for words in self.top_words]
 

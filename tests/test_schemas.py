@@ -106,15 +106,18 @@ def test_snapshot_payload_round_trip_without_pickle() -> None:
 
 
 def test_drift_is_the_hellinger_distance_of_each_topic() -> None:
-    from service.checkpoint import hellinger_rows
+    from kernels.summaries import hellinger_rows
 
     rng = np.random.default_rng(0)
     p, q = rng.dirichlet(np.ones(40), 19), rng.dirichlet(np.ones(40), 19)
     direct = np.sqrt(0.5 * ((np.sqrt(p) - np.sqrt(q)) ** 2).sum(axis=1))
-    np.testing.assert_allclose(hellinger_rows(p, q, block=4), direct, rtol=1e-12)
+    np.testing.assert_allclose(hellinger_rows(p, q), direct, rtol=1e-12)
+    np.testing.assert_allclose(hellinger_rows(p, q.astype(np.float32)), direct, rtol=1e-5)  # the writer's kept φ
     np.testing.assert_allclose(hellinger_rows(p, p), 0.0, atol=1e-12)
     disjoint = np.array([[1.0, 0.0]]), np.array([[0.0, 1.0]])
     np.testing.assert_allclose(hellinger_rows(*disjoint), 1.0)
+    with pytest.raises(ValueError, match="same shape"):
+        hellinger_rows(p, q[:3])
 
 
 def test_topic_labels_are_each_topics_top_words_in_order() -> None:
@@ -122,9 +125,10 @@ def test_topic_labels_are_each_topics_top_words_in_order() -> None:
 
     rng = np.random.default_rng(0)
     phi = rng.dirichlet(np.ones(300), 11)
+    phi[2, [5, 9, 200]] = 0.5  # ties: the lower word id first, as a stable sort puts them
     words = [f"w{i}" for i in range(300)]
-    labels = TopicLabels(phi, words, n_words=6, block=4)
-    expected = np.argsort(-phi, axis=1)[:, :6]
+    labels = TopicLabels(phi, words, n_words=6)
+    expected = np.argsort(-phi, axis=1, kind="stable")[:, :6]
     np.testing.assert_array_equal(labels.top_ids, expected)
     assert labels.labels[3] == " ".join(words[i] for i in expected[3, :3])
     assert TopicLabels(phi[:, :4], words[:4]).top_ids.shape == (11, 4)  # fewer words than asked for
