@@ -28,6 +28,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
@@ -42,6 +43,8 @@ from ._proc import vm_mb
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CORPUS = ROOT.parent / "shared" / "data" / "bbc.jsonl.gz"
 STAGES = ("decode", "tokenize", "kernel", "publish", "commit", "snapshot")
+#: Saved runs (``--save LABEL``); the README's service performance table is rendered from it.
+RESULTS = ROOT / "docs" / "service-benchmark.json"
 
 
 def corpus(path: Path) -> list[dict]:
@@ -136,8 +139,11 @@ def produce_all(bootstrap: str, topic: str, records: Iterator[tuple[str, bytes]]
     return n
 
 
-def wait_consumed(proc: subprocess.Popen[bytes], port: int, n: float, timeout: float) -> tuple[float, float, float]:
-    """Poll the process's consumed counter until it reaches ``n``; (first time seen > 0, its value, end time)."""
+def wait_consumed(
+    proc: subprocess.Popen[bytes], port: int, n: float, timeout: float, rss: list[float] | None = None
+) -> tuple[float, float, float]:
+    """Poll the process's consumed counter until it reaches ``n``; (first time seen > 0, its value, end time).
+    ``rss`` collects the process's resident memory (MB) at every poll."""
     first_t, first_n = None, 0.0
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -145,6 +151,8 @@ def wait_consumed(proc: subprocess.Popen[bytes], port: int, n: float, timeout: f
             raise SystemExit(f"process exited with {proc.returncode}")
         c = consumed(port)
         now = time.perf_counter()
+        if rss is not None:
+            rss.append(vm_mb(proc.pid, "VmRSS"))
         if c and first_t is None:
             first_t, first_n = now, c
         if c >= n:
@@ -163,17 +171,28 @@ def stop(*procs: subprocess.Popen[bytes]) -> None:
             p.kill()
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used so far (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def backlog(st: Stack, docs: list[dict], n: int) -> dict[str, float]:
     env = st.settings("backlog", 3)
     produce_all(st.stack.kafka_bootstrap, env["TOPICSTREAM_INPUT_TOPIC"], articles(docs, n, "b"))
     port = free_port()
-    env = {**env, "TOPICSTREAM_BATCH_SIZE": "1000", "TOPICSTREAM_SNAPSHOT_EVERY_S": "5"}
-    learner = st.start("run", env, port)
+    learner = st.start("run", {**env, "TOPICSTREAM_SNAPSHOT_EVERY_S": "5"}, port)  # otherwise default settings
+    early: list[float] = []
+    late: list[float] = []
     try:
         first_t, first_n, _ = wait_consumed(learner, port, n // 4, 600)
         rss_quarter = vm_mb(learner.pid, "VmRSS")
-        _, _, end_t = wait_consumed(learner, port, n, 900)
+        broker = st.stack.process("broker").pid
+        cpu0, broker0 = cpu_s(learner.pid), cpu_s(broker)
+        wait_consumed(learner, port, n // 2, 900, early)
+        _, _, end_t = wait_consumed(learner, port, n, 900, late)
         rss_end = vm_mb(learner.pid, "VmRSS")
+        cpu1, broker1 = cpu_s(learner.pid), cpu_s(broker)
         m = scrape(port)
     finally:
         stop(learner)
@@ -183,6 +202,10 @@ def backlog(st: Stack, docs: list[dict], n: int) -> dict[str, float]:
         "articles_per_s": (n - first_n) / (end_t - first_t),
         "rss_quarter_mb": rss_quarter,
         "rss_end_mb": rss_end,
+        "rss_peak_second_quarter_mb": max(early, default=rss_quarter),
+        "rss_peak_second_half_mb": max(late, default=rss_end),
+        "learner_cores": (cpu1 - cpu0) / (end_t - first_t) if end_t > first_t else float("nan"),
+        "broker_cores": (broker1 - broker0) / (end_t - first_t) if end_t > first_t else float("nan"),
         "snapshots": snaps,
         "snapshot_mean_s": m.get("topicstream_snapshot_duration_seconds_sum", 0.0) / max(snaps, 1),
         "snapshot_mb": m.get("topicstream_snapshot_size_bytes", 0.0) / 1e6,
@@ -227,6 +250,7 @@ def steady(st: Stack, docs: list[dict], rate: float, seconds: float) -> dict[str
         wait_consumed(learner, port, 10, 300)
         thread.start()
         p = Producer({"bootstrap.servers": st.stack.kafka_bootstrap, "linger.ms": 1})
+        cpu0 = cpu_s(learner.pid)
         start = time.perf_counter()
         for i, (key, value) in enumerate(articles(docs, int(rate * seconds), tag)):
             ahead = i / rate - (time.perf_counter() - start)
@@ -235,6 +259,7 @@ def steady(st: Stack, docs: list[dict], rate: float, seconds: float) -> dict[str
             sent[key] = time.time()
             p.produce(env["TOPICSTREAM_INPUT_TOPIC"], value=value, key=key)
             p.poll(0)
+        cpu1 = cpu_s(learner.pid)
         p.flush(60)
         deadline = time.monotonic() + 30
         while len(latencies) < len(sent) and time.monotonic() < deadline:
@@ -256,6 +281,11 @@ def steady(st: Stack, docs: list[dict], rate: float, seconds: float) -> dict[str
         "max_ms": float(lat.max() * 1000),
         "snapshot_mean_s": m.get("topicstream_snapshot_duration_seconds_sum", 0.0)
         / max(m.get("topicstream_snapshot_duration_seconds_count", 0.0), 1),
+        # What a snapshot held the batch loop up for (the stage "snapshot" of the learner's batch timings).
+        "stall_mean_ms": 1000
+        * m.get("topicstream_batch_duration_seconds_sum{stage=snapshot}", 0.0)
+        / max(m.get("topicstream_batch_duration_seconds_count{stage=snapshot}", 0.0), 1),
+        "learner_cores": (cpu1 - cpu0) / seconds,
     }
 
 
@@ -276,16 +306,19 @@ def replicas(st: Stack, docs: list[dict], n: int) -> dict[str, float]:
         try:
             t0 = time.perf_counter()
             first = None
+            cpu0 = 0.0
             while True:
                 total = sum(consumed(p) for p in ports)
                 now = time.perf_counter()
                 if total and first is None:
                     first = (now, total)
+                    cpu0 = sum(cpu_s(p.pid) for p in procs)
                 if total >= n or now - t0 > 900:
                     break
                 time.sleep(0.2)
             assert first is not None
             out[f"replicas_{count}_articles_per_s"] = (total - first[1]) / (now - first[0])
+            out[f"replicas_{count}_cores"] = (sum(cpu_s(p.pid) for p in procs) - cpu0) / (now - first[0])
         finally:
             stop(*procs)
     return out
@@ -303,38 +336,67 @@ def main() -> None:
     ap.add_argument("--replica-articles", type=int, default=20_000)
     ap.add_argument("--skip", nargs="*", default=[], choices=["backlog", "steady", "replicas"])
     ap.add_argument("--fetch-wait-ms", type=int, default=None, help="fetch.wait.max.ms of every consumer")
+    ap.add_argument(
+        "--save",
+        metavar="LABEL",
+        help=f"store the numbers under LABEL (e.g. 'before', 'after') in {RESULTS.relative_to(ROOT)}, from which "
+        "`make docs` renders the README's service performance table",
+    )
     args = ap.parse_args()
 
     docs = corpus(args.corpus)
     head = subprocess.run(["git", "-C", str(args.code), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    load_before = os.getloadavg()[0]
     print(f"code {args.code} at {head.stdout.strip()}; K={args.topics} W={args.vocab}; corpus {args.corpus.name}")
-    print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    print(f"load average before: {load_before:.2f} on {os.cpu_count()} cores")
+    run: dict[str, Any] = {
+        "code": head.stdout.strip(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "cores": os.cpu_count(),
+        "load_before": load_before,
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in ("save", "code")},
+    }
     with LocalStack() as local:
         st = Stack(local, args.code.resolve(), args.topics, args.vocab, args.fetch_wait_ms)
         if "backlog" not in args.skip:
-            r = backlog(st, docs, args.backlog)
+            r = run["backlog"] = backlog(st, docs, args.backlog)
             busy = sum(r[f"stage_{s}_s"] for s in STAGES) or 1.0
             print(
                 f"backlog {args.backlog:,}: {r['articles_per_s']:,.0f} articles/s; RSS {r['rss_quarter_mb']:.0f} MB "
                 f"at a quarter, {r['rss_end_mb']:.0f} MB at the end ({r['rss_end_mb'] / r['rss_quarter_mb']:.3f}); "
                 f"{r['snapshots']:.0f} snapshots of {r['snapshot_mb']:.0f} MB, {r['snapshot_mean_s']:.2f} s each"
             )
+            print(
+                f"  RSS peak in the second quarter {r['rss_peak_second_quarter_mb']:.0f} MB, in the second half "
+                f"{r['rss_peak_second_half_mb']:.0f} MB; the learner used {r['learner_cores']:.2f} cores, the "
+                f"broker {r['broker_cores']:.2f}"
+            )
             print("  stage time: " + ", ".join(f"{s} {r[f'stage_{s}_s'] / busy:.0%}" for s in STAGES))
         if "steady" not in args.skip:
             for rate in args.rates:
-                r = steady(st, docs, rate, args.steady_seconds)
+                r = run[f"steady_{rate:.0f}"] = steady(st, docs, rate, args.steady_seconds)
                 print(
                     f"steady {rate:,.0f}/s for {args.steady_seconds:.0f} s: answered {r['answered']:.0f}/"
                     f"{r['sent']:.0f}; latency p50 {r['p50_ms']:.0f} ms, p95 {r['p95_ms']:.0f} ms, "
                     f"p99 {r['p99_ms']:.0f} ms, max {r['max_ms']:.0f} ms (to the service's publish: p50 "
                     f"{r['published_p50_ms']:.0f} ms, p99 {r['published_p99_ms']:.0f} ms); snapshots "
-                    f"{r['snapshot_mean_s']:.2f} s"
+                    f"{r['snapshot_mean_s']:.2f} s, each holding the batch loop up for {r['stall_mean_ms']:.0f} ms; "
+                    f"the learner used {r['learner_cores']:.2f} cores"
                 )
         if "replicas" not in args.skip:
-            r = replicas(st, docs, args.replica_articles)
+            r = run["replicas"] = replicas(st, docs, args.replica_articles)
             one, two = r["replicas_1_articles_per_s"], r["replicas_2_articles_per_s"]
-            print(f"replicas: one {one:,.0f} articles/s, two {two:,.0f} articles/s ({two / one:.2f}x)")
-    print(f"load average after: {os.getloadavg()[0]:.2f}")
+            print(
+                f"replicas: one {one:,.0f} articles/s ({r['replicas_1_cores']:.2f} cores), two {two:,.0f} "
+                f"articles/s ({two / one:.2f}x, {r['replicas_2_cores']:.2f} cores)"
+            )
+    run["load_after"] = os.getloadavg()[0]
+    print(f"load average after: {run['load_after']:.2f}")
+    if args.save:
+        saved = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+        saved[args.save] = run
+        RESULTS.write_text(json.dumps(saved, indent=1, sort_keys=True) + "\n")
+        print(f"saved as {args.save!r} in {RESULTS}; `make docs` puts it in the README")
 
 
 if __name__ == "__main__":

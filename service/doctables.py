@@ -17,7 +17,9 @@ What each table is generated from:
   :data:`REASON_DOCS`, or generation fails);
 * ``commands``: the typer app of :mod:`service.cli` (names, arguments, options and the first line of each help);
 * ``packages``: every Python package's docstring (first paragraph), plus :data:`DIRECTORY_DOCS` for the
-  directories that are not packages.
+  directories that are not packages;
+* ``service-benchmark``: the runs saved by ``python -m benchmarks.bench_service --save LABEL`` in
+  ``docs/service-benchmark.json`` (measurements, not code: regenerating the table never re-measures).
 
 Importing this module imports neither numba nor a Kafka or Redis connection.
 """
@@ -43,6 +45,7 @@ __all__ = [
     "metrics_table",
     "packages_table",
     "render",
+    "service_benchmark_table",
     "stale_blocks",
 ]
 
@@ -281,6 +284,62 @@ def packages_table(root: Path = ROOT) -> str:
     return "".join(rows)
 
 
+# ------------------------------------------------------------------------------------------------- service benchmark
+#: Runs of ``python -m benchmarks.bench_service --save LABEL``, rendered by :func:`service_benchmark_table`.
+SERVICE_BENCHMARK = ROOT / "docs" / "service-benchmark.json"
+
+_BENCH_ROWS: list[tuple[str, Callable[[dict], str]]] = [
+    ("code (git), date, load average before → after", lambda r: f"`{r['code']}`, {r['date']}, "
+     f"{r['load_before']:.1f} → {r['load_after']:.1f} on {r['cores']} cores"),
+    ("backlog of {backlog:,} BBC articles, K = {topics}, W = {vocab:,}: articles/s",
+     lambda r: f"{r['backlog']['articles_per_s']:,.0f}"),
+    ("learner RSS at a quarter / at the end / peak of the second half (MB)",
+     lambda r: "{rss_quarter_mb:.0f} / {rss_end_mb:.0f} / {rss_peak_second_half_mb:.0f}".format(**r["backlog"])),
+    ("cores used while draining it: learner / broker",
+     lambda r: "{learner_cores:.2f} / {broker_cores:.2f}".format(**r["backlog"])),
+    ("learner time by stage (decode, tokenize, kernel, publish, commit, snapshot)",
+     lambda r: ", ".join(f"{100 * r['backlog'][f'stage_{s}_s'] / _busy(r):.0f} %"
+                         for s in ("decode", "tokenize", "kernel", "publish", "commit", "snapshot"))),
+    ("snapshot ({backlog_snapshot_mb} MB): written in / holds the batch loop up for",
+     lambda r: f"{r['steady_1000']['snapshot_mean_s']:.2f} s / {r['steady_1000']['stall_mean_ms']:.0f} ms"),
+    ("latency at a steady 1,000 articles/s for {steady_seconds:.0f} s, snapshots every 5 s: p50 / p95 / p99 (ms)",
+     lambda r: "{p50_ms:,.0f} / {p95_ms:,.0f} / {p99_ms:,.0f}".format(**r["steady_1000"])),
+    ("latency at a steady 3,000 articles/s for {steady_seconds:.0f} s: p50 / p95 / p99 (ms)",
+     lambda r: "{p50_ms:,.0f} / {p95_ms:,.0f} / {p99_ms:,.0f}".format(**r["steady_3000"])),
+    ("inference, one replica: articles/s (cores used)",
+     lambda r: "{replicas_1_articles_per_s:,.0f} ({replicas_1_cores:.2f})".format(**r["replicas"])),
+    ("inference, two replicas on two partitions: articles/s (cores used)",
+     lambda r: "{replicas_2_articles_per_s:,.0f} ({replicas_2_cores:.2f})".format(**r["replicas"])),
+]  # fmt: skip
+
+
+def _busy(run: dict) -> float:
+    stages = ("decode", "tokenize", "kernel", "publish", "commit", "snapshot")
+    return sum(run["backlog"][f"stage_{s}_s"] for s in stages) or 1.0
+
+
+def service_benchmark_table(path: Path = SERVICE_BENCHMARK) -> str:
+    """The saved runs of ``benchmarks/bench_service.py`` side by side, one column per label (a run that lacks a
+    measurement, e.g. an older code's missing metric, shows —)."""
+    import json
+
+    runs = json.loads(path.read_text(encoding="utf-8"))
+    labels = sorted(runs, key=lambda label: runs[label]["date"])
+    first = runs[labels[-1]]
+    fill = {**first["args"], "backlog_snapshot_mb": f"{first['backlog']['snapshot_mb']:.0f}"}
+    rows = ["| measured by `python -m benchmarks.bench_service` | " + " | ".join(labels) + " |\n"]
+    rows.append("|---|" + "---:|" * len(labels) + "\n")
+    for name, cell in _BENCH_ROWS:
+        values = []
+        for label in labels:
+            try:
+                values.append(cell(runs[label]))
+            except (KeyError, TypeError, ValueError):
+                values.append("—")
+        rows.append(f"| {name.format(**fill)} | " + " | ".join(values) + " |\n")
+    return "".join(rows)
+
+
 # ------------------------------------------------------------------------------------------------- the blocks
 def _settings_table() -> str:
     from .settings import settings_table
@@ -297,6 +356,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "dead-letter-reasons": reasons_table,
     "commands": commands_table,
     "packages": packages_table,
+    "service-benchmark": service_benchmark_table,
 }
 
 _BLOCK = re.compile(r"(<!-- doctables:([a-z-]+) -->\n)(.*?)(<!-- /doctables:\2 -->)", re.DOTALL)

@@ -122,7 +122,7 @@ def test_batch_tokenizer_gives_the_same_bags_in_the_same_order() -> None:
     assert flat.n_docs == len(TEXTS)
     for d, text in enumerate(TEXTS):
         rows = np.flatnonzero(flat.doc == d)
-        assert [(flat.words[i], flat.counts[i]) for i in rows] == list(tok.count(text).items())
+        assert list(zip(flat.words_at(rows), flat.counts[rows], strict=True)) == list(tok.count(text).items())
     assert tok.count_many([]).n_docs == 0
 
 
@@ -138,6 +138,53 @@ def test_vocabulary_encodes_flat_bags_exactly_like_counters() -> None:
         np.testing.assert_array_equal(ea.recycled, eb.recycled)
         assert ea.oov_tokens == eb.oov_tokens
     assert a.slot_words() == b.slot_words()
+
+
+@pytest.mark.parametrize("rebuild_after", [1, 7, 2048])
+def test_vocabulary_lookup_in_polars_answers_like_the_dictionary_through_evictions(rebuild_after: int) -> None:
+    """A stream whose words keep changing, in a vocabulary too small for them: admissions and evictions in
+    almost every batch, so the polars frame (rebuilt after ``rebuild_after`` changed slots) is stale most of the
+    time; every batch must encode exactly as per-row dictionary look-ups do."""
+    from service import text
+
+    rng = np.random.default_rng(0)
+    letters = np.array(list("abcdefghij"))
+    tok = Tokenizer(stop_words=())
+    a, b = Vocabulary(40, admit_count=2), Vocabulary(40, admit_count=2)
+    b._lookup.rebuild_after = rebuild_after
+    assert isinstance(b._lookup, text._FrameLookup)
+    for step in range(40):
+        shift = step * 3  # the word distribution drifts: old words fade, new ones arrive
+        texts = [
+            " ".join(
+                "".join(letters[rng.integers(0, 10, 3)]) + str(shift + rng.zipf(1.5) % 60) for _ in range(30)
+            ).translate(str.maketrans("0123456789", "klmnopqrst"))
+            for _ in range(8)
+        ]
+        ea = a.encode([tok.count(t) for t in texts])
+        eb = b.encode(tok.count_many(texts))
+        np.testing.assert_array_equal(ea.batch.indptr, eb.batch.indptr)
+        np.testing.assert_array_equal(ea.batch.word_ids, eb.batch.word_ids)
+        np.testing.assert_array_equal(ea.batch.counts, eb.batch.counts)
+        np.testing.assert_array_equal(ea.recycled, eb.recycled)
+        assert ea.oov_tokens == eb.oov_tokens
+    assert a.slot_words() == b.slot_words()
+    assert a.n_recycled == b.n_recycled > 50  # the stream really evicted
+
+
+def test_vocabulary_lookup_in_polars_never_answers_with_an_evicted_words_old_slot() -> None:
+    tok = Tokenizer(stop_words=())
+    a = [f"alpha{c}" for c in "abcdefghijklmno"]  # exactly fills the vocabulary
+    heavy = ["bravoa", "bravob", "bravoc"]
+    dict_path, frame_path = Vocabulary(15, admit_count=1), Vocabulary(15, admit_count=1)
+    frame_path._lookup.rebuild_after = 4
+    for texts in ([" ".join(a)], [" ".join(a)], [" ".join(heavy * 5)], [" ".join(a)]):
+        ea, eb = dict_path.encode([tok.count(t) for t in texts]), frame_path.encode(tok.count_many(texts))
+        np.testing.assert_array_equal(ea.batch.word_ids, eb.batch.word_ids)
+        np.testing.assert_array_equal(ea.recycled, eb.recycled)
+        assert ea.oov_tokens == eb.oov_tokens
+    assert dict_path.n_recycled == 3  # three alpha words were evicted, then came back as unknown words
+    assert dict_path.slot_words() == frame_path.slot_words()
 
 
 @pytest.mark.data
