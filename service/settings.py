@@ -61,8 +61,8 @@ class Settings(BaseSettings):
     topic_hygiene_every_s: float = Field(
         60.0,
         gt=0,
-        description="Topic hygiene runs with a snapshot at most this often, seconds (at K = 100, W = 65,536 it "
-        "holds the kernel up for about a second)",
+        description="Topic hygiene is planned with a snapshot at most this often, seconds (on the snapshot "
+        "writer's copy: about a second of a core at K = 100, W = 65,536; the moves are made at the next snapshot)",
     )
     seed: int = Field(0, ge=0, description="Random seed of the kernel")
 

@@ -139,3 +139,40 @@ def test_snapshots_are_versioned_and_old_ones_expire(settings: Settings) -> None
     assert all(0 < ttl[v] <= s.snapshot_ttl_s for v in range(1, latest - 1))
     summary = store.summary()
     assert summary["version"] == latest and len(summary["topics"]) == s.topics
+
+
+def test_topic_hygiene_planned_on_snapshots_merges_duplicates_in_the_live_model(settings: Settings) -> None:
+    """The learner plans hygiene on a snapshot's copy (writer thread) and makes the moves at the next capture:
+    on the demo generator's planted topics with spare slots, duplicates form and are merged in the live model,
+    the lineage in Redis says so, and the merged-away ids no longer label any topic."""
+    from service.dev.generator import PLANTED_TOPICS, generate_articles
+    from service.lineage import LineageStore
+
+    s = settings.model_copy(
+        update={
+            "topics": len(PLANTED_TOPICS) + 5,
+            "topic_hygiene": True,
+            "topic_hygiene_every_s": 0.5,
+            "snapshot_every_batches": 3,
+            "batch_size": 200,
+        }
+    )
+    values = [json.dumps(a).encode() for a in generate_articles(4000, seed=0)]
+    produce(s, values)
+    learner = Learner(s)
+    learner.subscribe()
+    for _ in range(4):  # several rounds: plan on one snapshot, replay at the next
+        consume_into(learner, 1000)
+        learner.checkpoint()
+        time.sleep(0.6)
+    learner.close()
+
+    events = LineageStore(learner.store.r, s.redis_prefix).recent()
+    merges = [e for e in events if e.kind == "merge"]
+    assert merges, [e.kind for e in events]
+    assert sample(learner.metrics, "topicstream_topic_events_total", kind="merge") == len(merges)
+    assert all(e.version >= 2 for e in merges)  # made at a capture after the one they were planned on
+    assert learner.lineage is not None
+    live = set(learner.lineage.slot_ids)
+    assert not {e.topic for e in merges} & live  # a merged-away id labels no slot any more
+    assert {e.into for e in merges} <= live | {e.topic for e in merges}
