@@ -6,7 +6,6 @@ Every command reads the ``TOPICSTREAM_*`` settings (environment, ``.env``); the 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import logging
 import signal
@@ -24,6 +23,7 @@ from rich.table import Table
 
 from evaluation.command import eval_command
 
+from .process import tune_for_service
 from .settings import Settings, SettingsError, load_settings
 from .tables import topics_table
 
@@ -62,34 +62,6 @@ def _settings(*, kernel: bool = False, sizes: bool = False, **overrides: Any) ->
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
     return settings
-
-
-def _steady_malloc() -> None:
-    """Keep a long-running process's resident memory flat (glibc only; a no-op elsewhere).
-
-    glibc raises its mmap threshold each time a large block (a numpy array, a snapshot buffer) is freed; after
-    that, mid-size blocks are carved from the heap and rarely returned, so resident memory creeps up and swings
-    by ~100 MB over hours. Pinning the thresholds at 128 KiB (what ``MALLOC_MMAP_THRESHOLD_`` and
-    ``MALLOC_TRIM_THRESHOLD_`` do) keeps it flat: measured with ``python -m benchmarks.bench_service``.
-    """
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return
-    m_trim_threshold, m_mmap_threshold = -1, -3
-    libc.mallopt(m_mmap_threshold, 128 * 1024)
-    libc.mallopt(m_trim_threshold, 128 * 1024)
-
-
-def _quick_thread_switches() -> None:
-    """Hand the GIL over every 0.5 ms instead of Python's 5 ms.
-
-    The batch loop's thread enters and leaves C code (librdkafka, polars, numba) many times per batch, and each
-    time it needs the GIL back it may wait a whole switch interval while the snapshot writer's thread runs
-    Python code: with 5 ms, a snapshot every 5 s added 100–200 ms to the batches it overlapped (measured with
-    ``python -m benchmarks.bench_service``).
-    """
-    sys.setswitchinterval(0.0005)
 
 
 @contextlib.contextmanager
@@ -151,8 +123,7 @@ def run(
         topics=topics,
         metrics_port=metrics_port,
     )
-    _steady_malloc()
-    _quick_thread_switches()
+    tune_for_service()
     metrics = Metrics("learner")
     metrics.serve(s.metrics_port, s.metrics_host)  # before the lease: a standby shows up on dashboards too
     stop = _stop_on_signals()
@@ -183,8 +154,7 @@ def replica(
     from .replica import Replica
 
     s = _settings(kernel=True, kafka_bootstrap=bootstrap, redis_url=redis_url, metrics_port=metrics_port)
-    _steady_malloc()
-    _quick_thread_switches()
+    tune_for_service()
     with _unreachable_is_fatal(s):
         rep = Replica(s)
     rep.metrics.serve(s.metrics_port, s.metrics_host)

