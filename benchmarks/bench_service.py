@@ -389,9 +389,10 @@ def main() -> None:
         if "replicas" not in args.skip:
             r = run["replicas"] = replicas(st, docs, args.replica_articles)
             one, two = r["replicas_1_articles_per_s"], r["replicas_2_articles_per_s"]
+            c1, c2 = r["replicas_1_cores"], r["replicas_2_cores"]
             print(
-                f"replicas: one {one:,.0f} articles/s ({r['replicas_1_cores']:.2f} cores), two {two:,.0f} "
-                f"articles/s ({two / one:.2f}x, {r['replicas_2_cores']:.2f} cores)"
+                f"replicas: one {one:,.0f} articles/s ({c1:.2f} cores, {one / c1:,.0f} per core-second), two "
+                f"{two:,.0f} articles/s ({two / one:.2f}x, {c2:.2f} cores, {two / c2:,.0f} per core-second)"
             )
     run["load_after"] = os.getloadavg()[0]
     print(f"load average after: {run['load_after']:.2f}")

@@ -306,11 +306,16 @@ _BENCH_ROWS: list[tuple[str, Callable[[dict], str]]] = [
      lambda r: "{p50_ms:,.0f} / {p95_ms:,.0f} / {p99_ms:,.0f}".format(**r["steady_1000"])),
     ("latency at a steady 3,000 articles/s for {steady_seconds:.0f} s: p50 / p95 / p99 (ms)",
      lambda r: "{p50_ms:,.0f} / {p95_ms:,.0f} / {p99_ms:,.0f}".format(**r["steady_3000"])),
-    ("inference, one replica: articles/s (cores used)",
-     lambda r: "{replicas_1_articles_per_s:,.0f} ({replicas_1_cores:.2f})".format(**r["replicas"])),
-    ("inference, two replicas on two partitions: articles/s (cores used)",
-     lambda r: "{replicas_2_articles_per_s:,.0f} ({replicas_2_cores:.2f})".format(**r["replicas"])),
+    ("inference, one replica: articles/s (cores used; articles per core-second)",
+     lambda r: _replicas(r, 1)),
+    ("inference, two replicas on two partitions: articles/s (cores used; articles per core-second)",
+     lambda r: _replicas(r, 2)),
 ]  # fmt: skip
+
+
+def _replicas(run: dict, count: int) -> str:
+    rate, cores = run["replicas"][f"replicas_{count}_articles_per_s"], run["replicas"][f"replicas_{count}_cores"]
+    return f"{rate:,.0f} ({cores:.2f}; {rate / cores:,.0f})"
 
 
 def _busy(run: dict) -> float:
