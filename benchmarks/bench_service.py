@@ -6,7 +6,8 @@ Everything is judged by what goes in and comes out, so the same script measures 
 1. **backlog**: ``--backlog`` articles (a corpus cycled with fresh ids) are in the input topic before the learner
    starts; articles/s from its first to its last consumed article, RSS at a quarter of the stream and at the end,
    time per stage (the learner's own ``topicstream_batch_duration_seconds``), snapshot duration;
-2. **steady**: a producer sends at ``--rates`` articles/s for ``--steady-seconds`` each, snapshots every 5 s; a
+2. **steady**: a producer sends at each of ``--rates`` articles/s for the matching ``--steady-seconds`` (one value:
+   the same for every rate), snapshots every 5 s; a
    reader measures consume→publish latency per article (time the output arrived − time the input was sent);
 3. **replicas**: one replica process over a ``--replica-articles`` backlog, then two replicas (one partition each);
    articles/s of inference.
@@ -335,7 +336,7 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=65_536)
     ap.add_argument("--backlog", type=int, default=50_000)
     ap.add_argument("--rates", type=float, nargs="*", default=[1000.0, 3000.0])
-    ap.add_argument("--steady-seconds", type=float, default=60.0)
+    ap.add_argument("--steady-seconds", type=float, nargs="*", default=[300.0, 60.0])
     ap.add_argument("--replica-articles", type=int, default=60_000)
     ap.add_argument("--skip", nargs="*", default=[], choices=["backlog", "steady", "replicas"])
     ap.add_argument("--fetch-wait-ms", type=int, default=None, help="fetch.wait.max.ms of every consumer")
@@ -376,10 +377,14 @@ def main() -> None:
             )
             print("  stage time: " + ", ".join(f"{s} {r[f'stage_{s}_s'] / busy:.0%}" for s in STAGES))
         if "steady" not in args.skip:
-            for rate in args.rates:
-                r = run[f"steady_{rate:.0f}"] = steady(st, docs, rate, args.steady_seconds)
+            durations = args.steady_seconds * len(args.rates) if len(args.steady_seconds) == 1 else args.steady_seconds
+            if len(durations) != len(args.rates):
+                raise SystemExit("--steady-seconds takes one value, or one per rate")
+            for rate, seconds in zip(args.rates, durations, strict=True):
+                r = run[f"steady_{rate:.0f}"] = steady(st, docs, rate, seconds)
+                r["seconds"] = seconds
                 print(
-                    f"steady {rate:,.0f}/s for {args.steady_seconds:.0f} s: answered {r['answered']:.0f}/"
+                    f"steady {rate:,.0f}/s for {seconds:.0f} s: answered {r['answered']:.0f}/"
                     f"{r['sent']:.0f}; latency p50 {r['p50_ms']:.0f} ms, p95 {r['p95_ms']:.0f} ms, "
                     f"p99 {r['p99_ms']:.0f} ms, max {r['max_ms']:.0f} ms (to the service's publish: p50 "
                     f"{r['published_p50_ms']:.0f} ms, p99 {r['published_p99_ms']:.0f} ms); snapshots "
