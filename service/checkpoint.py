@@ -8,8 +8,8 @@ has acknowledged (otherwise a crash after the write would resume past outputs th
    that delays learning (about 10 ms at K = 100, W = 65,536; topic-hygiene moves planned by an earlier
    snapshot are made just before it, which costs row updates only);
 2. **describe** (writer thread, :meth:`SnapshotWriter._describe`): φ, the topic labels and the drift against the
-   previous snapshot, from a model rebuilt from the copy; then the ``plan`` hook, which may change that
-   throw-away model at will (the learner plans topic hygiene on it: seconds of work that never hold up a batch);
+   previous snapshot, from a model rebuilt from the copy; then, for a capture that carries recent documents,
+   the ``plan`` hook, which may change that throw-away model at will (the learner plans topic hygiene on it: seconds of work that never hold up a batch);
 3. **wait** (writer thread) until every batch up to the captured one is acknowledged; a failed delivery discards
    the capture, and the learner stops;
 4. **write** (writer thread): pack, checksum and store in Redis (seconds for a large model), then the summary.
@@ -21,7 +21,9 @@ by an exponential, capped backoff and counted; learning and publishing go on.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import queue
 import threading
 import time
@@ -44,6 +46,14 @@ from .snapshot import FencedOut, SnapshotInfo, SnapshotStore
 __all__ = ["Capture", "SnapshotWriter"]
 
 log = logging.getLogger(__name__)
+
+
+def _yield_to_the_batch_loop() -> None:
+    """Lower this thread's CPU priority (Linux: a thread's nice value; elsewhere nothing): describing and writing
+    a snapshot takes about half a second of a core at K = 100, W = 65,536, which the batch loop's two threads
+    should get first when the machine is busy."""
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
 
 
 @dataclass
@@ -77,7 +87,7 @@ class SnapshotWriter:
         on_written: Callable[[Capture, SnapshotInfo], None],
         on_idle: Callable[[], None] | None = None,
         idle_s: float = 2.0,
-        plan: Callable[[TopicModel, Capture], None] | None = None,
+        plan: Callable[[TopicModel, Capture], None] | None = None,  # called for captures with hygiene_docs
     ) -> None:
         self.store = store
         self.plan = plan
@@ -136,12 +146,14 @@ class SnapshotWriter:
         """Labels and drift from the captured state (writer thread): a throw-away model rebuilt from the copy."""
         shadow = cap.model_class.from_state(cap.payload["kernel"])
         phi = shadow.topic_word()
+        if self.plan is None or cap.hygiene_docs is None:
+            shadow = None  # not needed any more: a K×W array less at the peak of a snapshot's memory
         cap.labels = TopicLabels(phi, cap.slot_words)
         if self._prev_phi is not None and self._prev_phi.shape == phi.shape:
             cap.drift = hellinger_rows(phi, self._prev_phi)
         self._prev_phi = phi.astype(np.float32)
         del phi
-        if self.plan is not None:
+        if shadow is not None and self.plan is not None:
             self.plan(shadow, cap)
 
     def submit(self, capture: Future[Capture]) -> None:
@@ -152,6 +164,7 @@ class SnapshotWriter:
         return self._idle.wait(timeout)
 
     def _loop(self) -> None:
+        _yield_to_the_batch_loop()
         while True:
             try:
                 job = self._queue.get(timeout=self.idle_s)
