@@ -77,14 +77,15 @@ def pack(payload: dict[str, Any]) -> memoryview:
 
     doc = json.dumps(strip(payload), separators=(",", ":")).encode()
     head = _MAGIC + struct.pack("<Q", len(doc)) + doc
-    buf = bytearray(len(head) + offset)
-    out = np.frombuffer(buf, dtype=np.uint8)  # a writable view of buf
+    # np.empty, not bytearray: no zero-filling of hundreds of MB with the GIL held (numpy's copies below
+    # release it), while the batch loop runs beside the snapshot writer.
+    out = np.empty(len(head) + offset, dtype=np.uint8)
     out[: len(head)] = np.frombuffer(head, dtype=np.uint8)
     pos = len(head)
     for a in arrays:
         out[pos : pos + a.nbytes] = a.reshape(-1).view(np.uint8)
         pos += a.nbytes
-    return memoryview(buf)
+    return memoryview(out)
 
 
 def unpack(data: bytes | memoryview) -> dict[str, Any]:
