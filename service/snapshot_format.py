@@ -85,7 +85,7 @@ def pack(payload: dict[str, Any]) -> memoryview:
     for a in arrays:
         out[pos : pos + a.nbytes] = a.reshape(-1).view(np.uint8)
         pos += a.nbytes
-    return memoryview(out)
+    return out.data  # a memoryview of the buffer
 
 
 def unpack(data: bytes | memoryview) -> dict[str, Any]:
