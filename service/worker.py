@@ -77,6 +77,7 @@ class InFlight:
     model: ModelRef | None = None
     result: Future[NDArray[np.float64]] | None = None
     context: Any = None  # whatever the subclass's compute needs besides the batch (e.g. the replica's model)
+    next_offsets: dict[tuple[str, int], int] = field(default_factory=dict)  # per partition, after this batch
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -212,8 +213,8 @@ class BatchWorker(abc.ABC):
         t0 = time.perf_counter()
         self.encode(batch, bags)
         batch.timings["tokenize"] += time.perf_counter() - t0
-        for (topic, part), off in next_offsets(batch.msgs).items():
-            self.positions[(topic, part)] = off
+        batch.next_offsets = next_offsets(batch.msgs)
+        self.positions.update(batch.next_offsets)
         batch.result = self.lane.submit(self._run_kernel, batch)
         self._inflight = batch
         self.submitted_seq = batch.seq
@@ -227,7 +228,7 @@ class BatchWorker(abc.ABC):
             tokens = batch.encoded.batch.doc_tokens()
             self.publisher.publish(batch.decoded.good, theta, tokens, batch.model, batch.tracker)
         batch.timings["publish"] = time.perf_counter() - t0
-        self._unacked.append((batch, next_offsets(batch.msgs)))  # in order: the lane runs one batch at a time
+        self._unacked.append((batch, batch.next_offsets))  # in order: the lane runs one batch at a time
         self._observe(batch)
 
     def _observe(self, batch: InFlight) -> None:
