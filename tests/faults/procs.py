@@ -34,6 +34,7 @@ from service.kafka import ensure_topics
 from service.pipeline import H_VERSION
 from service.settings import Settings, load_settings
 from service.snapshot import SnapshotStore
+from tests.integration.helpers import CONNECTION_FIELDS, TEST_SIZE_FIELDS, env_for
 
 __all__ = [
     "FaultStack",
@@ -51,18 +52,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 #: Settings passed to every process (besides the per-process ones: group, output topic, metrics port).
 _PROCESS_FIELDS = (
-    "kafka_bootstrap",
-    "redis_url",
-    "input_topic",
-    "output_topic",
-    "dlq_topic",
-    "redis_prefix",
-    "topics",
-    "vocab_size",
-    "batch_size",
-    "batch_timeout_s",
-    "max_poll_interval_ms",
-    "session_timeout_ms",
+    *CONNECTION_FIELDS,
+    *TEST_SIZE_FIELDS,
     "lease_ttl_s",
     "snapshot_every_batches",
     "snapshot_every_s",
@@ -224,7 +215,7 @@ class FaultStack:
         name = name or f"{command}{self._count}"
         port = free_port()
         penv = {k: v for k, v in os.environ.items() if not k.startswith("TOPICSTREAM_")}
-        penv.update({f"TOPICSTREAM_{f.upper()}": str(getattr(s, f)) for f in _PROCESS_FIELDS})
+        penv.update(env_for(s, _PROCESS_FIELDS))
         penv.update(
             {
                 "TOPICSTREAM_METRICS_PORT": str(port),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterable
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
@@ -18,6 +19,8 @@ from service.worker import BatchWorker
 
 __all__ = [
     "BAD",
+    "CONNECTION_FIELDS",
+    "TEST_SIZE_FIELDS",
     "article",
     "committed",
     "env_for",
@@ -35,7 +38,24 @@ def produce(
 ) -> dict[int, int]:
     """Send ``values`` to the input topic (to ``partition`` if given); returns partition → last acknowledged
     offset (delivery reports)."""
-    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "acks": "all"})
+    return _send(settings, zip(keys or [None] * len(values), values, strict=True), partition=partition)
+
+
+def produce_keyed(settings: Settings, records: list[tuple[bytes | None, bytes | None]]) -> dict[int, int]:
+    """Send ``(key, value)`` records (a ``None`` value is a tombstone) to the input topic, spread over its
+    partitions by key; returns partition → last acknowledged offset (delivery reports)."""
+    return _send(settings, records, linger_ms=20)
+
+
+def _send(
+    settings: Settings,
+    records: Iterable[tuple[bytes | None, bytes | None]],
+    partition: int | None = None,
+    linger_ms: int = 0,
+) -> dict[int, int]:
+    """Produce ``(key, value)`` records to the input topic, wait for every acknowledgement (failures fail the
+    test) and return partition → last acknowledged offset."""
+    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "acks": "all", "linger.ms": linger_ms})
     last: dict[int, int] = {}
     failures: list[str] = []
 
@@ -45,11 +65,16 @@ def produce(
         else:
             last[msg.partition()] = max(last.get(msg.partition(), -1), msg.offset())
 
-    for i, v in enumerate(values):
-        where = {} if partition is None else {"partition": partition}
-        producer.produce(settings.input_topic, value=v, key=keys[i] if keys else None, on_delivery=report, **where)
+    where = {} if partition is None else {"partition": partition}
+    for key, value in records:
+        while True:
+            try:
+                producer.produce(settings.input_topic, value=value, key=key, on_delivery=report, **where)
+                break
+            except BufferError:
+                producer.poll(0.1)
         producer.poll(0)
-    assert producer.flush(30) == 0
+    assert producer.flush(60) == 0
     assert not failures, failures
     return last
 
@@ -98,32 +123,6 @@ def article(i: int, text: str | None = None) -> bytes:
     ).encode()
 
 
-def produce_keyed(settings: Settings, records: list[tuple[bytes | None, bytes | None]]) -> dict[int, int]:
-    """Send ``(key, value)`` records (a ``None`` value is a tombstone) to the input topic, spread over its
-    partitions by key; returns partition → last acknowledged offset (delivery reports)."""
-    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "acks": "all", "linger.ms": 20})
-    last: dict[int, int] = {}
-    failures: list[str] = []
-
-    def report(err, msg):  # type: ignore[no-untyped-def]
-        if err is not None:
-            failures.append(str(err))
-        else:
-            last[msg.partition()] = max(last.get(msg.partition(), -1), msg.offset())
-
-    for key, value in records:
-        while True:
-            try:
-                producer.produce(settings.input_topic, value=value, key=key, on_delivery=report)
-                break
-            except BufferError:
-                producer.poll(0.1)
-        producer.poll(0)
-    assert producer.flush(60) == 0
-    assert not failures, failures
-    return last
-
-
 #: One message of every kind of bad input, with the dead-letter reason it must get.
 BAD = {
     b"not json at all": "not_json",
@@ -162,6 +161,19 @@ def run_until(worker: BatchWorker, consumed: int, timeout: float = 180.0) -> Non
     assert sample(worker.metrics, "topicstream_articles_consumed_total") == consumed
 
 
-def env_for(s: Settings) -> dict[str, str]:
-    fields = ("kafka_bootstrap", "redis_url", "input_topic", "output_topic", "dlq_topic", "redis_prefix")
+#: Where a process finds the broker, Redis, its topics and its snapshots.
+CONNECTION_FIELDS = ("kafka_bootstrap", "redis_url", "input_topic", "output_topic", "dlq_topic", "redis_prefix")
+#: The small model and the short timeouts of the tests' settings (``tests/conftest.py``).
+TEST_SIZE_FIELDS = (
+    "topics",
+    "vocab_size",
+    "batch_size",
+    "batch_timeout_s",
+    "max_poll_interval_ms",
+    "session_timeout_ms",
+)
+
+
+def env_for(s: Settings, fields: Iterable[str] = CONNECTION_FIELDS) -> dict[str, str]:
+    """``fields`` of ``s`` as the ``TOPICSTREAM_*`` environment of a command or a process."""
     return {f"TOPICSTREAM_{f.upper()}": str(getattr(s, f)) for f in fields}

@@ -17,7 +17,7 @@ from service.dev.localstack import free_port
 from service.settings import Settings
 from service.snapshot import SnapshotStore
 
-from .helpers import BAD, committed, good_articles, produce
+from .helpers import BAD, CONNECTION_FIELDS, TEST_SIZE_FIELDS, committed, env_for, good_articles, produce
 
 pytestmark = pytest.mark.integration
 
@@ -43,23 +43,7 @@ def total(samples: dict, name: str) -> float:
 def test_metrics_and_sigterm(settings: Settings) -> None:
     s = settings
     port = free_port()
-    env = {**os.environ}
-    for field in (
-        "kafka_bootstrap",
-        "redis_url",
-        "input_topic",
-        "output_topic",
-        "dlq_topic",
-        "group_id",
-        "redis_prefix",
-        "topics",
-        "vocab_size",
-        "batch_size",
-        "batch_timeout_s",
-        "max_poll_interval_ms",
-        "session_timeout_ms",
-    ):
-        env[f"TOPICSTREAM_{field.upper()}"] = str(getattr(s, field))
+    env = {**os.environ, **env_for(s, (*CONNECTION_FIELDS, "group_id", *TEST_SIZE_FIELDS))}
     env["TOPICSTREAM_METRICS_PORT"] = str(port)
     env["TOPICSTREAM_MAX_ARTICLE_BYTES"] = "4096"
     env["TOPICSTREAM_SNAPSHOT_EVERY_S"] = "3600"
