@@ -96,7 +96,7 @@ def _fit(
     nz: NDArray[np.float64],
     scale: float,
     theta0: NDArray[np.float64],
-    batch_size: int,
+    mb_docs: NDArray[np.int64],
     rhos: NDArray[np.float64],
     corpus: NDArray[np.float64],
     alpha: float,
@@ -109,7 +109,7 @@ def _fit(
     slot: NDArray[np.int64],
     theta_out: NDArray[np.float64],
 ) -> float:
-    """Algorithm 2 over consecutive minibatches of ``batch_size`` documents. Returns the new scale ``s``.
+    """Algorithm 2 over consecutive minibatches, documents ``mb_docs[b]:mb_docs[b+1]``. Returns the new scale ``s``.
 
     For minibatch ``b``: every document runs ``burn_in`` passes of Eqs. 5/9, then one more pass that also
     accumulates Ĝ. Then (Eqs. 7–8), with ρ = ``rhos[b]``, C = ``corpus[b]`` and |M| the minibatch's tokens,
@@ -123,7 +123,6 @@ def _fit(
     N^Θ + α.
     ``M``, ``nz`` and ``slot`` (all −1, length W) are updated in place; ``slot`` is all −1 again on return.
     """
-    n_docs = indptr.shape[0] - 1
     K = M.shape[1]
     W = M.shape[0]
     s = scale
@@ -131,10 +130,10 @@ def _fit(
     einv = np.empty(K)
     gam = np.empty(K)
     nt = np.empty(K)
-    n_mb = (n_docs + batch_size - 1) // batch_size
+    n_mb = mb_docs.shape[0] - 1
     for b in range(n_mb):
-        d0 = b * batch_size
-        d1 = min(n_docs, d0 + batch_size)
+        d0 = mb_docs[b]
+        d1 = mb_docs[b + 1]
         lo = indptr[d0]
         hi = indptr[d1]
         # touched rows of this minibatch -> local slots

@@ -101,7 +101,8 @@ def test_one_minibatch_is_eqs_7_8(phi_tau: float) -> None:
 
 
 def test_many_minibatches_schedule_window_and_renormalisation() -> None:
-    """Several partial_fit calls, split into minibatches: ρ^Φ_t, C_t = min(window, seen), s·M rescaling."""
+    """Several partial_fit calls, split into equal-size minibatches (8 documents, B = 3 → 2 + 3 + 3): ρ^Φ_t,
+    C_t = min(window, seen), s·M rescaling."""
     m = SCVB0(K, W, seed=4, batch_size=3, window=40.0, phi_floor=0.2, burn_in=2)
     rng = np.random.default_rng(5)
     n_phi, n_z = m.phi_ * m.scale_, m.nz_.copy()
@@ -113,8 +114,8 @@ def test_many_minibatches_schedule_window_and_renormalisation() -> None:
             m.scale_ = 1.1e-30
         theta0 = copy.deepcopy(m)._theta_init(batch)
         thetas = []
-        for d0 in range(0, batch.n_docs, m.batch_size):
-            mb = batch.slice(d0, min(batch.n_docs, d0 + m.batch_size))
+        for d0, d1 in [(0, 2), (2, 5), (5, 8)]:
+            mb = batch.slice(d0, d1)
             rho = naive.step_size(t, m.phi_scale, m.phi_tau, m.phi_kappa, m.phi_floor)
             if mb.n_tokens:
                 seen += mb.n_tokens
@@ -132,7 +133,7 @@ def test_many_minibatches_schedule_window_and_renormalisation() -> None:
             assert m.scale_ > 0.1  # renormalised (s was reset to 1, then decayed by the later minibatches)
         np.testing.assert_allclose(m.nz_, (m.phi_ * m.scale_).sum(axis=0), rtol=1e-9)
     assert m.n_updates_ == t
-    assert m.diagnostics()["rho_phi"] == pytest.approx(max(0.2, 1 / (1 + t) ** 0.7))
+    assert m.diagnostics()["rho_phi"] == pytest.approx(max(0.2, 1 / (1 + t) ** m.phi_kappa))
 
 
 def test_transform_is_cvb0_fold_in_and_changes_nothing() -> None:
