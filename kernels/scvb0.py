@@ -25,6 +25,7 @@ from ._moves import birth_column, birth_counts, delete_column, merge_columns
 from ._schedule import StepSize
 from ._scvb0_numba import _RHO_THETA_TABLE, _fit, _infer
 from ._special import digamma_array
+from .background import background_topic
 
 __all__ = ["SCVB0"]
 
@@ -83,6 +84,13 @@ class SCVB0(TopicModel):
         Learn the symmetric α from the stream (:func:`minka_alpha` on each ``partial_fit`` batch's N^Θ, smoothed
         with the step size ρ^Φ); ``alpha`` is then only the starting value. Off by default: measured on
         20 Newsgroups and BBC it did not improve held-out log-likelihood (``docs/topic-hygiene.md``).
+    background : float
+        b ≥ 0. With b > 0 topic 0 is a background topic: its Dirichlet prior in document j is α_0 = b·C_j
+        (C_j its tokens; the other topics keep α), so every document keeps a share of about b/(1+b) for it and
+        the words that all documents use (said, told, people, year…) collect there instead of being spread
+        over the others; :meth:`background_topic` then returns 0. Off (0) by default: measured one pass on
+        the benchmark corpora (``docs/scvb0.md``), b = 0.02 raises NPMI on BBC K=100 from 0.136 to 0.159 and
+        on 20NG K=50 from 0.165 to 0.171, but lowers held-out log-likelihood by 0.002–0.016 nats/word.
 
     Initialisation: N^Φ uniform(0, 1) per entry (Algorithm 2: "randomly initialize"), N^Z = Σ_w N^Φ_w; each
     document's N^Θ_j is uniform(0,1) per entry, rescaled to sum to C_j. With the default schedule ρ^Φ_0 = 1,
@@ -157,6 +165,7 @@ class SCVB0(TopicModel):
         window: float = 1_000_000.0,
         transform_passes: int = 5,
         learn_alpha: bool = False,
+        background: float = 0.0,
     ) -> None:
         self.n_topics = n_topics
         self.n_words = n_words
@@ -175,6 +184,7 @@ class SCVB0(TopicModel):
         self.window = window
         self.transform_passes = transform_passes
         self.learn_alpha = learn_alpha
+        self.background = background
         self._setup()
 
     # ------------------------------------------------------------------ settings
@@ -194,6 +204,7 @@ class SCVB0(TopicModel):
             raise ValueError(f"burn_in must be a non-negative integer, got {self.burn_in!r}")
         check_interval("window", self.window, 0.0, low_open=True, high_open=True)
         check_positive_int("transform_passes", self.transform_passes)
+        check_interval("background", self.background, 0.0, high_open=True)
         if not isinstance(self.learn_alpha, bool | np.bool_):
             raise ValueError(f"learn_alpha must be a bool, got {self.learn_alpha!r}")
         self._rho_phi = StepSize(
@@ -278,6 +289,7 @@ class SCVB0(TopicModel):
                 rhos,
                 corpus,
                 self._alpha_now(),
+                float(self.background),
                 float(self.eta),
                 self._rho_theta_table,
                 float(self.theta_scale),
@@ -291,7 +303,12 @@ class SCVB0(TopicModel):
         self.n_updates_ += int(np.count_nonzero(corpus))
         if self.learn_alpha and np.any(corpus > 0):
             doc_len = batch.doc_tokens()
-            n_theta = np.maximum(theta * (doc_len + K * self.alpha_)[:, None] - self.alpha_, 0.0)
+            a = np.full((batch.n_docs, K), self.alpha_)
+            if self.background > 0:
+                a[:, 0] = self.background * doc_len
+            n_theta = np.maximum(theta * a.sum(axis=1, keepdims=True) + theta * doc_len[:, None] - a, 0.0)
+            if self.background > 0:  # Minka's fixed point is for the symmetric α of the other topics
+                n_theta = n_theta[:, 1:]
             rho = float(rhos[corpus > 0][-1])
             self.alpha_ = (1.0 - rho) * self.alpha_ + rho * minka_alpha(n_theta[doc_len > 0], self.alpha_)
         return theta
@@ -307,6 +324,7 @@ class SCVB0(TopicModel):
                 float(self.scale_),
                 self.nz_,
                 self._alpha_now(),
+                float(self.background),
                 float(self.eta),
                 int(self.transform_passes),
                 theta,
@@ -319,6 +337,18 @@ class SCVB0(TopicModel):
         phi += float(self.eta)
         phi /= phi.sum(axis=1, keepdims=True)
         return phi
+
+    @property
+    def background_slot(self) -> int | None:
+        """The slot reserved for the background topic: 0 when ``background`` > 0, else None (no φ needed)."""
+        return 0 if self.background > 0 else None
+
+    def background_topic(self) -> int | None:
+        """The background topic: :attr:`background_slot` if there is one, else the topic that
+        :func:`kernels.background.background_topic` finds in φ (or None; O(K·W))."""
+        if self.background_slot is not None:
+            return self.background_slot
+        return background_topic(self.topic_word(), self.topic_weights())
 
     def topic_weights(self) -> NDArray[np.float64]:
         """N^Z normalised."""
