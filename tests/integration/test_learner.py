@@ -139,3 +139,20 @@ def test_snapshots_are_versioned_and_old_ones_expire(settings: Settings) -> None
     assert all(0 < ttl[v] <= s.snapshot_ttl_s for v in range(1, latest - 1))
     summary = store.summary()
     assert summary["version"] == latest and len(summary["topics"]) == s.topics
+
+
+def test_background_slot_is_marked_in_the_summary_and_the_gauge(settings: Settings) -> None:
+    """With ``kernel_params = {"background": b}`` SCVB0's slot 0 is the background topic: the snapshot summary
+    flags it and ``topicstream_background_topic`` holds its id (−1 without a slot)."""
+    s = settings.model_copy(update={"algorithm": "scvb0", "batch_size": 10, "kernel_params": {"background": 0.05}})
+    produce(s, good_articles(20, seed=4))
+    learner = Learner(s)
+    assert learner.metrics.registry.get_sample_value("topicstream_background_topic") == -1
+    learner.subscribe()
+    consume_into(learner, 20)
+    learner.checkpoint()
+    learner.close()
+    summary = SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix).summary()
+    assert [t["topic"] for t in summary["topics"] if t["background"]] == [0]
+    topic_id = learner.lineage.slot_ids[0] if learner.lineage is not None else 0
+    assert learner.metrics.registry.get_sample_value("topicstream_background_topic") == topic_id
