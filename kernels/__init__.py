@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ._base import TopicModel
 from ._batch import Batch, as_batch
 from ._schedule import StepSize
+from .background import background_topic
 from .registry import ALGORITHM_NAMES, kernel_class
 
 if TYPE_CHECKING:
@@ -53,4 +54,5 @@ __all__ = [
     "StepSize",
     "TopicModel",
     "as_batch",
+    "background_topic",
 ]

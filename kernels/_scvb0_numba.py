@@ -17,6 +17,19 @@ _RHO_THETA_TABLE = 4096
 
 
 # -------------------------------------------------------------------------------------------- numba kernels
+@njit(cache=True, nogil=True)
+def doc_alpha(av: NDArray[np.float64], alpha: float, background: float, c_doc: float) -> None:
+    """The document's Dirichlet prior α_k into ``av``: ``alpha`` for every topic, except topic 0 (the background
+    slot) = ``background``·C_j when ``background`` > 0 — a prior that grows with the document, so every document
+    keeps a share of about ``background``/(1+``background``) for topic 0 and the words all documents use collect
+    there (an asymmetric α, Wallach, Mimno & McCallum, NIPS 2009, with a length-proportional background weight).
+    """
+    if background > 0.0:
+        av[0] = background * c_doc
+    else:
+        av[0] = alpha
+
+
 @njit(cache=True, nogil=True, fastmath=True)
 def _doc_pass(
     ids: NDArray[np.int64],
@@ -25,7 +38,7 @@ def _doc_pass(
     sinv: NDArray[np.float64],
     einv: NDArray[np.float64],
     nt: NDArray[np.float64],
-    alpha: float,
+    alpha: NDArray[np.float64],
     c_doc: float,
     t0: float,
     rho_table: NDArray[np.float64],
@@ -41,8 +54,8 @@ def _doc_pass(
 
     For each distinct word ``w`` with count ``m``:
 
-    * Eq. 5:  γ_k ∝ (N^Φ_wk + η) / (N^Z_k + Wη) · (N^Θ_jk + α), with N^Φ_wk = s·M_wk and the
-      per-minibatch constants ``sinv_k = s/(N^Z_k + Wη)``, ``einv_k = η/(N^Z_k + Wη)``;
+    * Eq. 5:  γ_k ∝ (N^Φ_wk + η) / (N^Z_k + Wη) · (N^Θ_jk + α_k) (``alpha``: the document's α_k, :func:`doc_alpha`),
+      with N^Φ_wk = s·M_wk and the per-minibatch constants ``sinv_k = s/(N^Z_k + Wη)``, ``einv_k = η/(N^Z_k + Wη)``;
     * Eq. 9 (Eq. 6 applied ``m`` times with γ fixed):
       N^Θ_j := (1-ρ^Θ_t)^m N^Θ_j + C_j γ (1 - (1-ρ^Θ_t)^m), with ρ^Θ_t = min(1, s_Θ/(τ_Θ + t)^κ_Θ) and ``t``
       the token iteration within the document (advanced by ``m``); ``rho_table[t]`` holds ρ^Θ_t for whole
@@ -58,7 +71,7 @@ def _doc_pass(
         m = cnts[a]
         norm = 0.0
         for k in range(K):  # M[w, k], not a row view: a view costs two reference-count calls per word
-            g = (M[w, k] * sinv[k] + einv[k]) * (nt[k] + alpha)
+            g = (M[w, k] * sinv[k] + einv[k]) * (nt[k] + alpha[k])
             gam[k] = g
             norm += g
         ti = int(t)
@@ -96,10 +109,11 @@ def _fit(
     nz: NDArray[np.float64],
     scale: float,
     theta0: NDArray[np.float64],
-    batch_size: int,
+    mb_docs: NDArray[np.int64],
     rhos: NDArray[np.float64],
     corpus: NDArray[np.float64],
     alpha: float,
+    background: float,
     eta: float,
     rho_table: NDArray[np.float64],
     th_scale: float,
@@ -109,7 +123,7 @@ def _fit(
     slot: NDArray[np.int64],
     theta_out: NDArray[np.float64],
 ) -> float:
-    """Algorithm 2 over consecutive minibatches of ``batch_size`` documents. Returns the new scale ``s``.
+    """Algorithm 2 over consecutive minibatches, documents ``mb_docs[b]:mb_docs[b+1]``. Returns the new scale ``s``.
 
     For minibatch ``b``: every document runs ``burn_in`` passes of Eqs. 5/9, then one more pass that also
     accumulates Ĝ. Then (Eqs. 7–8), with ρ = ``rhos[b]``, C = ``corpus[b]`` and |M| the minibatch's tokens,
@@ -120,10 +134,10 @@ def _fit(
     done sparsely on N^Φ = s·M: ``s *= 1-ρ`` and only the minibatch's rows of M get ρĜ^Φ_w / s. Cost
     O(tokens·K + touched rows·K). Minibatches without tokens leave the model untouched (their ``rhos``
     entry is unused). ``theta0`` holds the initial N^Θ of each document; ``theta_out`` receives normalised
-    N^Θ + α.
+    N^Θ + α. With ``background`` > 0, topic 0's prior in each document is α_0 = ``background``·C_j
+    (:func:`doc_alpha`); the other topics keep ``alpha``.
     ``M``, ``nz`` and ``slot`` (all −1, length W) are updated in place; ``slot`` is all −1 again on return.
     """
-    n_docs = indptr.shape[0] - 1
     K = M.shape[1]
     W = M.shape[0]
     s = scale
@@ -131,10 +145,11 @@ def _fit(
     einv = np.empty(K)
     gam = np.empty(K)
     nt = np.empty(K)
-    n_mb = (n_docs + batch_size - 1) // batch_size
+    av = np.full(K, alpha)
+    n_mb = mb_docs.shape[0] - 1
     for b in range(n_mb):
-        d0 = b * batch_size
-        d1 = min(n_docs, d0 + batch_size)
+        d0 = mb_docs[b]
+        d1 = mb_docs[b + 1]
         lo = indptr[d0]
         hi = indptr[d1]
         # touched rows of this minibatch -> local slots
@@ -163,6 +178,7 @@ def _fit(
             for a in range(a0, a1):
                 c_doc += counts[a]
             mb_tokens += c_doc
+            doc_alpha(av, alpha, background, c_doc)
             for k in range(K):
                 nt[k] = theta0[d, k]
             t = 0.0
@@ -174,7 +190,7 @@ def _fit(
                     sinv,
                     einv,
                     nt,
-                    alpha,
+                    av,
                     c_doc,
                     t,
                     rho_table,
@@ -188,9 +204,9 @@ def _fit(
                 )
             tot = 0.0
             for k in range(K):
-                tot += nt[k] + alpha
+                tot += nt[k] + av[k]
             for k in range(K):
-                theta_out[d, k] = (nt[k] + alpha) / tot
+                theta_out[d, k] = (nt[k] + av[k]) / tot
         if mb_tokens > 0.0:
             rho = rhos[b]
             cfac = corpus[b] / mb_tokens
@@ -240,6 +256,7 @@ def _infer(
     scale: float,
     nz: NDArray[np.float64],
     alpha: float,
+    background: float,
     eta: float,
     passes: int,
     theta_out: NDArray[np.float64],
@@ -249,7 +266,7 @@ def _infer(
     φ_wk = (s·M_wk + η)/(N^Z_k + Wη) is held fixed. γ_a starts at φ_w normalised (uniform θ),
     N^Θ_j = Σ m_a γ_a; then ``passes`` sweeps of γ_a ∝ φ_wa (N^Θ_j^{¬a} + α) with the word's own m_a γ_a
     taken out of N^Θ_j first
-    (clumped CVB0). ``theta_out[d]`` = normalised N^Θ_j + α.
+    (clumped CVB0). ``theta_out[d]`` = normalised N^Θ_j + α (α_0 = ``background``·C_j as in :func:`_fit`).
     """
     n_docs = indptr.shape[0] - 1
     K = M.shape[1]
@@ -261,6 +278,7 @@ def _infer(
         sinv[k] = scale * inv
         einv[k] = eta * inv
     nt = np.empty(K)
+    av = np.full(K, alpha)
     max_len = 0
     for d in range(n_docs):
         max_len = max(max_len, indptr[d + 1] - indptr[d])
@@ -269,6 +287,10 @@ def _infer(
         a0 = indptr[d]
         a1 = indptr[d + 1]
         nt[:] = 0.0
+        c_doc = 0.0
+        for a in range(a0, a1):
+            c_doc += counts[a]
+        doc_alpha(av, alpha, background, c_doc)
         for a in range(a1 - a0):
             w = word_ids[a0 + a]
             m = counts[a0 + a]
@@ -290,7 +312,7 @@ def _infer(
                     excl = nt[k] - m * gam[a, k]
                     if excl < 0.0:
                         excl = 0.0
-                    g = (M[w, k] * sinv[k] + einv[k]) * (excl + alpha)
+                    g = (M[w, k] * sinv[k] + einv[k]) * (excl + av[k])
                     nt[k] = excl
                     gam[a, k] = g
                     norm += g
@@ -300,6 +322,6 @@ def _infer(
                     nt[k] += m * gam[a, k]
         tot = 0.0
         for k in range(K):
-            tot += nt[k] + alpha
+            tot += nt[k] + av[k]
         for k in range(K):
-            theta_out[d, k] = (nt[k] + alpha) / tot
+            theta_out[d, k] = (nt[k] + av[k]) / tot

@@ -360,6 +360,7 @@ class Learner(BatchWorker):
         self._names = self.names.all()
         ids = cap.topic_ids
         model_drift = float(np.dot(cap.weights, cap.drift))
+        background = getattr(self.model, "background_slot", None)  # a fixed slot: the same in the capture
         summary = {
             "version": info.version,
             "algorithm": self.settings.algorithm,
@@ -373,6 +374,7 @@ class Learner(BatchWorker):
                     "prevalence": float(cap.weights[k]),
                     "drift": float(cap.drift[k]),
                     "top_words": labels.top_words[k],
+                    "background": k == background,
                 }
                 for k in range(len(cap.weights))
             ],
@@ -384,6 +386,7 @@ class Learner(BatchWorker):
         m.snapshot_version.set(info.version)
         m.snapshot_timestamp.set(info.created_at)
         m.model_drift.set(model_drift)
+        m.background_topic.set(-1 if background is None else ids[background])
         for k, d in enumerate(cap.drift):
             m.topic_drift.labels(topic=str(ids[k])).set(float(d))
         log.info(

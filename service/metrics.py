@@ -146,6 +146,12 @@ class Metrics:
         self.topics_used = Gauge(
             "topicstream_topics_used", "Topics holding at least 1% of the corpus weight", registry=r
         )
+        self.background_topic = Gauge(
+            "topicstream_background_topic",
+            "Id of the background topic (the words every article uses; kernel_params background > 0), -1 if none",
+            registry=r,
+        )
+        self.background_topic.set(-1)
         self.kernel_stat = Gauge(
             "topicstream_kernel_stat",
             "Kernel diagnostics (step size, ESS, resamplings, reservoir fill, ...)",

@@ -12,7 +12,8 @@ __all__ = ["topics_table"]
 def topics_table(
     summary: dict[str, Any], n_words: int = 8, limit: int | None = None, names: dict[int, str] | None = None
 ) -> Table:
-    """The topics of a snapshot summary as a rich table, most prevalent first (with their names, if any)."""
+    """The topics of a snapshot summary as a rich table, most prevalent first (with their names, if any); the
+    background topic (the words every article uses) is marked as such."""
     table = Table(
         title=f"{summary['algorithm']} · snapshot v{summary['version']} · "
         f"{summary['articles_learned']:,} articles · {summary['topics_used']} topics used · "
@@ -27,7 +28,8 @@ def topics_table(
     table.add_column("top words")
     rows = sorted(summary["topics"], key=lambda t: -t["prevalence"])
     for t in rows[:limit]:
-        cells = [str(t["topic"])] + ([names.get(t["topic"], "")] if names else [])
+        label = f"{t['topic']} (background)" if t.get("background") else str(t["topic"])
+        cells = [label] + ([names.get(t["topic"], "")] if names else [])
         cells += [f"{t['prevalence']:.3f}", f"{t['drift']:.3f}", " ".join(t["top_words"][:n_words])]
         table.add_row(*cells)
     return table

@@ -160,7 +160,8 @@ def test_moves_planned_on_a_copy_and_replayed_later_still_clean_the_model():
 
 def test_replay_on_an_identical_model_makes_exactly_the_planned_moves():
     truth, docs = lda_corpus(1200, 2, late_topic=True)
-    model = SCVB0(n_topics=len(truth) + 3, n_words=truth.shape[1], seed=0)
+    # 20 updates of 50 documents: few enough that duplicates are left for the merge to find
+    model = SCVB0(n_topics=len(truth) + 3, n_words=truth.shape[1], seed=0, batch_size=50)
     model.partial_fit(docs.slice(0, 1000))
     twin = SCVB0.from_state(model.state_dict())
     hygiene = TopicHygiene(warmup_docs=0, threshold=0.35)
@@ -245,7 +246,7 @@ def test_minka_fixed_point_recovers_a_dirichlet_alpha(alpha_true):
 
 def test_learned_alpha_moves_and_round_trips():
     truth, docs = lda_corpus(600, 4)
-    m = SCVB0(n_topics=len(truth), n_words=truth.shape[1], seed=0, alpha=1.0, learn_alpha=True)
+    m = SCVB0(n_topics=len(truth), n_words=truth.shape[1], seed=0, alpha=1.0, learn_alpha=True, batch_size=50)
     for start in range(0, 600, 100):
         m.partial_fit(docs.slice(start, start + 100))
     # The corpus was drawn with α = 0.1; from 1.0 the learned α falls (to ≈ 0.66 after 600 documents, ≈ 0.35 in

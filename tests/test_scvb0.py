@@ -75,23 +75,26 @@ def test_doc_pass_is_eq5_and_eq9(burn_in: int, table_len: int) -> None:
     gam = np.empty(K)
     t = 0.0
     for p in range(burn_in + 1):
-        t = _doc_pass(ids, cnts, M, sinv, einv, nt, alpha, cnts.sum(), t, table, *sched, ghat, slot, p == burn_in, gam)
+        t = _doc_pass(
+            ids, cnts, M, sinv, einv, nt, np.full(K, alpha), cnts.sum(), t, table, *sched, ghat, slot, p == burn_in, gam
+        )
     want_nt, want_contrib = naive.doc_passes(n_phi, n_z, (ids, cnts), nt0, alpha, eta, sched, burn_in)
     np.testing.assert_allclose(nt, want_nt, rtol=1e-10)
     np.testing.assert_allclose(ghat, want_contrib[ids], rtol=1e-10)
     assert t == pytest.approx((burn_in + 1) * cnts.sum())
 
 
+@pytest.mark.parametrize("background", [0.0, 0.3])  # α_0 = α, or α_0 = 0.3·C_j (the background slot)
 @pytest.mark.parametrize("phi_tau", [1.0, 10.0])  # ρ^Φ_0 = 1 (reset) and ρ^Φ_0 < 1 (decay)
-def test_one_minibatch_is_eqs_7_8(phi_tau: float) -> None:
-    m = SCVB0(K, W, seed=3, phi_tau=phi_tau, batch_size=100, window=50.0)
+def test_one_minibatch_is_eqs_7_8(phi_tau: float, background: float) -> None:
+    m = SCVB0(K, W, seed=3, phi_tau=phi_tau, batch_size=100, window=50.0, background=background)
     batch = random_docs(np.random.default_rng(2), 9)
     n_phi, n_z = m.phi_ * m.scale_, m.nz_.copy()
     theta0 = copy.deepcopy(m)._theta_init(batch)
     rho = naive.step_size(0, m.phi_scale, m.phi_tau, m.phi_kappa, m.phi_floor)
     corpus = min(m.window, batch.n_tokens)
     want_phi, want_z, want_theta = naive.minibatch_update(
-        n_phi, n_z, docs_of(batch), theta0, rho, corpus, m.alpha, m.eta, theta_schedule(m), m.burn_in
+        n_phi, n_z, docs_of(batch), theta0, rho, corpus, m.alpha, m.eta, theta_schedule(m), m.burn_in, background
     )
     theta = m.partial_fit_transform(batch)
     np.testing.assert_allclose(theta, want_theta, rtol=1e-9)
@@ -101,7 +104,8 @@ def test_one_minibatch_is_eqs_7_8(phi_tau: float) -> None:
 
 
 def test_many_minibatches_schedule_window_and_renormalisation() -> None:
-    """Several partial_fit calls, split into minibatches: ρ^Φ_t, C_t = min(window, seen), s·M rescaling."""
+    """Several partial_fit calls, split into equal-size minibatches (8 documents, B = 3 → 2 + 3 + 3): ρ^Φ_t,
+    C_t = min(window, seen), s·M rescaling."""
     m = SCVB0(K, W, seed=4, batch_size=3, window=40.0, phi_floor=0.2, burn_in=2)
     rng = np.random.default_rng(5)
     n_phi, n_z = m.phi_ * m.scale_, m.nz_.copy()
@@ -113,8 +117,8 @@ def test_many_minibatches_schedule_window_and_renormalisation() -> None:
             m.scale_ = 1.1e-30
         theta0 = copy.deepcopy(m)._theta_init(batch)
         thetas = []
-        for d0 in range(0, batch.n_docs, m.batch_size):
-            mb = batch.slice(d0, min(batch.n_docs, d0 + m.batch_size))
+        for d0, d1 in [(0, 2), (2, 5), (5, 8)]:
+            mb = batch.slice(d0, d1)
             rho = naive.step_size(t, m.phi_scale, m.phi_tau, m.phi_kappa, m.phi_floor)
             if mb.n_tokens:
                 seen += mb.n_tokens
@@ -132,18 +136,19 @@ def test_many_minibatches_schedule_window_and_renormalisation() -> None:
             assert m.scale_ > 0.1  # renormalised (s was reset to 1, then decayed by the later minibatches)
         np.testing.assert_allclose(m.nz_, (m.phi_ * m.scale_).sum(axis=0), rtol=1e-9)
     assert m.n_updates_ == t
-    assert m.diagnostics()["rho_phi"] == pytest.approx(max(0.2, 1 / (1 + t) ** 0.7))
+    assert m.diagnostics()["rho_phi"] == pytest.approx(max(0.2, 1 / (1 + t) ** m.phi_kappa))
 
 
-def test_transform_is_cvb0_fold_in_and_changes_nothing() -> None:
-    m = SCVB0(K, W, seed=6, transform_passes=7)
+@pytest.mark.parametrize("background", [0.0, 0.3])
+def test_transform_is_cvb0_fold_in_and_changes_nothing(background: float) -> None:
+    m = SCVB0(K, W, seed=6, transform_passes=7, background=background)
     m.partial_fit(random_docs(np.random.default_rng(7), 20))
     batch = random_docs(np.random.default_rng(8), 6)
     before = copy.deepcopy(m.state_dict())
     theta = m.transform(batch)
     n_phi = m.phi_ * m.scale_
     for d in range(batch.n_docs):
-        want = naive.fold_in(n_phi, m.nz_, batch.doc(d), m.alpha, m.eta, m.transform_passes)
+        want = naive.fold_in(n_phi, m.nz_, batch.doc(d), m.alpha, m.eta, m.transform_passes, background)
         np.testing.assert_allclose(theta[d], want, rtol=1e-9)
     after = m.state_dict()
     np.testing.assert_array_equal(after["state"]["phi"], before["state"]["phi"])

@@ -176,3 +176,20 @@ def test_topic_hygiene_planned_on_snapshots_merges_duplicates_in_the_live_model(
     live = set(learner.lineage.slot_ids)
     assert not {e.topic for e in merges} & live  # a merged-away id labels no slot any more
     assert {e.into for e in merges} <= live | {e.topic for e in merges}
+
+
+def test_background_slot_is_marked_in_the_summary_and_the_gauge(settings: Settings) -> None:
+    """With ``kernel_params = {"background": b}`` SCVB0's slot 0 is the background topic: the snapshot summary
+    flags it and ``topicstream_background_topic`` holds its id (−1 without a slot)."""
+    s = settings.model_copy(update={"algorithm": "scvb0", "batch_size": 10, "kernel_params": {"background": 0.05}})
+    produce(s, good_articles(20, seed=4))
+    learner = Learner(s)
+    assert learner.metrics.registry.get_sample_value("topicstream_background_topic") == -1
+    learner.subscribe()
+    consume_into(learner, 20)
+    learner.checkpoint()
+    learner.close()
+    summary = SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix).summary()
+    assert [t["topic"] for t in summary["topics"] if t["background"]] == [0]
+    topic_id = learner.lineage.slot_ids[0] if learner.lineage is not None else 0
+    assert learner.metrics.registry.get_sample_value("topicstream_background_topic") == topic_id

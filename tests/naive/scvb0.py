@@ -24,10 +24,10 @@ def gamma(
     n_z: NDArray[np.float64],
     n_theta_j: NDArray[np.float64],
     w: int,
-    alpha: float,
+    alpha: float | NDArray[np.float64],
     eta: float,
 ) -> NDArray[np.float64]:
-    """Eq. 5: γ_ijk ∝ (N^Φ_wk + η) / (N^Z_k + Σ_w η) · (N^Θ_jk + α)."""
+    """Eq. 5: γ_ijk ∝ (N^Φ_wk + η) / (N^Z_k + Σ_w η) · (N^Θ_jk + α_k) (``alpha``: one α, or α_k per topic)."""
     W = n_phi.shape[0]
     g = (n_phi[w] + eta) / (n_z + W * eta) * (n_theta_j + alpha)
     return g / g.sum()
@@ -52,7 +52,7 @@ def doc_passes(
     n_z: NDArray[np.float64],
     doc: Doc,
     n_theta0: NDArray[np.float64],
-    alpha: float,
+    alpha: float | NDArray[np.float64],
     eta: float,
     theta_schedule: tuple[float, float, float],
     burn_in: int,
@@ -78,6 +78,14 @@ def doc_passes(
     return n_theta, contrib
 
 
+def doc_alpha(K: int, alpha: float, background: float, c_j: float) -> NDArray[np.float64]:
+    """The document's α_k: ``alpha``, except α_0 = ``background``·C_j when ``background`` > 0."""
+    a = np.full(K, alpha)
+    if background > 0:
+        a[0] = background * c_j
+    return a
+
+
 def minibatch_update(
     n_phi: NDArray[np.float64],
     n_z: NDArray[np.float64],
@@ -89,6 +97,7 @@ def minibatch_update(
     eta: float,
     theta_schedule: tuple[float, float, float],
     burn_in: int,
+    background: float = 0.0,
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
     """One minibatch M of Algorithm 2, then Eqs. 7–8.
 
@@ -101,9 +110,10 @@ def minibatch_update(
     hat_phi = np.zeros_like(n_phi)
     thetas = np.zeros((len(docs), K))
     for j, doc in enumerate(docs):
-        n_theta, contrib = doc_passes(n_phi, n_z, doc, n_theta0[j], alpha, eta, theta_schedule, burn_in)
+        a = doc_alpha(K, alpha, background, float(np.sum(doc[1])))
+        n_theta, contrib = doc_passes(n_phi, n_z, doc, n_theta0[j], a, eta, theta_schedule, burn_in)
         hat_phi += corpus_size / n_tokens * contrib if n_tokens else 0.0
-        thetas[j] = (n_theta + alpha) / (n_theta + alpha).sum()
+        thetas[j] = (n_theta + a) / (n_theta + a).sum()
     if n_tokens == 0:
         return n_phi.copy(), n_z.copy(), thetas
     hat_z = hat_phi.sum(axis=0)
@@ -113,7 +123,13 @@ def minibatch_update(
 
 
 def fold_in(
-    n_phi: NDArray[np.float64], n_z: NDArray[np.float64], doc: Doc, alpha: float, eta: float, passes: int
+    n_phi: NDArray[np.float64],
+    n_z: NDArray[np.float64],
+    doc: Doc,
+    alpha: float,
+    eta: float,
+    passes: int,
+    background: float = 0.0,
 ) -> NDArray[np.float64]:
     """CVB0 for one document with the topics fixed (Eq. 3 restricted to N^Θ, clumped), as ``transform``.
 
@@ -123,15 +139,16 @@ def fold_in(
     ids, cnts = doc
     K = n_phi.shape[1]
     W = n_phi.shape[0]
+    a = doc_alpha(K, alpha, background, float(np.sum(cnts)))
     phi = (n_phi + eta) / (n_z + W * eta)
     gams = [phi[w] / phi[w].sum() for w in ids]
     n_theta = np.zeros(K)
     for m, g in zip(cnts, gams, strict=True):
         n_theta = n_theta + m * g
     for _ in range(passes):
-        for a, (w, m) in enumerate(zip(ids, cnts, strict=True)):
-            excl = np.maximum(n_theta - m * gams[a], 0.0)
-            g = phi[w] * (excl + alpha)
-            gams[a] = g / g.sum()
-            n_theta = excl + m * gams[a]
-    return (n_theta + alpha) / (n_theta + alpha).sum()
+        for i, (w, m) in enumerate(zip(ids, cnts, strict=True)):
+            excl = np.maximum(n_theta - m * gams[i], 0.0)
+            g = phi[w] * (excl + a)
+            gams[i] = g / g.sum()
+            n_theta = excl + m * gams[i]
+    return (n_theta + a) / (n_theta + a).sum()

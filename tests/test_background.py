@@ -1,0 +1,113 @@
+"""The background topic: SCVB0's background slot gathers the words every document uses, and
+:func:`kernels.background_topic` finds it from φ alone; the service's topic table marks it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kernels import SCVB0, Batch, background_topic
+from kernels.background import background_distances
+from service.tables import topics_table
+
+N_TOPICS, PER, N_BG = 8, 50, 100  # planted topics, words per topic, background words (after the topics' words)
+W = N_TOPICS * PER + N_BG
+
+
+def planted_corpus(n_docs: int, seed: int, share: float) -> tuple[np.ndarray, Batch]:
+    """Documents of 100 tokens: a ``share`` of them (binomial) from a planted background distribution over its own
+    100 words, the rest from an LDA with 8 topics (α = 0.1) over 400 other words. Returns (background, docs)."""
+    rng = np.random.default_rng(seed)
+    phi = np.zeros((N_TOPICS, W))
+    for k in range(N_TOPICS):
+        phi[k, k * PER : (k + 1) * PER] = 1.0 / np.arange(1, PER + 1) ** 0.8
+    phi /= phi.sum(axis=1, keepdims=True)
+    bg = np.zeros(W)
+    bg[N_TOPICS * PER :] = 1.0 / np.arange(1, N_BG + 1) ** 0.8
+    bg /= bg.sum()
+    docs = []
+    for _ in range(n_docs):
+        n_bg = rng.binomial(100, share)
+        cnt = rng.multinomial(100 - n_bg, rng.dirichlet(np.full(N_TOPICS, 0.1)))
+        parts = [rng.choice(W, size=c, p=phi[k]) for k, c in enumerate(cnt) if c]
+        parts.append(rng.choice(W, size=n_bg, p=bg))
+        ids, c = np.unique(np.concatenate(parts), return_counts=True)
+        docs.append((ids, c.astype(np.float64)))
+    return bg, Batch.from_docs(docs)
+
+
+def trained(docs: Batch, background: float) -> SCVB0:
+    model = SCVB0(n_topics=N_TOPICS + 3, n_words=W, seed=0, background=background)
+    for start in range(0, docs.n_docs, 100):
+        model.partial_fit(docs.slice(start, start + 100))
+    return model
+
+
+def hellinger(p: np.ndarray, q: np.ndarray) -> float:
+    return float(np.sqrt(max(0.0, 1.0 - np.sqrt(p * q).sum())))
+
+
+@pytest.fixture(scope="module")
+def planted() -> tuple[np.ndarray, Batch]:
+    return planted_corpus(3000, 0, share=0.25)
+
+
+def test_background_slot_gathers_the_planted_background(planted: tuple[np.ndarray, Batch]) -> None:
+    bg, docs = planted
+    with_slot, without = trained(docs, 0.1), trained(docs, 0.0)
+    phi = with_slot.topic_word()
+    assert with_slot.background_slot == 0 and with_slot.background_topic() == 0
+    assert background_topic(phi, with_slot.topic_weights()) == 0  # found from φ alone, too
+    assert hellinger(phi[0], bg) < 0.3
+    assert phi[0, N_TOPICS * PER :].sum() > 0.8  # the slot is background words
+    # ...and the other topics hold far fewer of them than when they are spread over every topic
+    spread = without.topic_word()[:, N_TOPICS * PER :].sum(axis=1)
+    assert spread.min() > 0.15
+    others = phi[1:, N_TOPICS * PER :].sum(axis=1)
+    assert others.mean() < 0.5 * spread.mean()
+
+
+def test_no_background_found_when_it_is_spread_or_absent(planted: tuple[np.ndarray, Batch]) -> None:
+    _, docs = planted
+    spread = trained(docs, 0.0)
+    assert spread.background_slot is None
+    assert spread.background_topic() is None  # spread over all topics: no topic is clearly the background
+    _, plain = planted_corpus(2000, 1, share=0.0)
+    assert trained(plain, 0.0).background_topic() is None
+
+
+def test_background_topic_ignores_nearly_empty_topics_and_needs_a_margin() -> None:
+    generic = np.array([0.25, 0.25, 0.25, 0.25, 0.0, 0.0])
+    a = np.array([0.0, 0.1, 0.0, 0.0, 0.9, 0.0])
+    b = np.array([0.1, 0.0, 0.0, 0.0, 0.0, 0.9])
+    phi = np.array([generic, a, b])
+    assert background_topic(phi, np.array([0.5, 0.25, 0.25])) == 0
+    # The same generic row with almost no weight is a near-empty topic, not the background.
+    assert background_topic(phi, np.array([0.001, 0.5, 0.499])) is None
+    # Two topics about as close to p: none is clearly the background.
+    h = background_distances(np.array([a, b]), np.array([0.5, 0.5]))
+    assert abs(h[0] - h[1]) < 0.04
+    assert background_topic(np.array([a, b]), np.array([0.5, 0.5])) is None
+    with pytest.raises(ValueError):
+        background_distances(phi, np.ones(2))
+
+
+def test_background_must_be_non_negative() -> None:
+    with pytest.raises(ValueError, match="background"):
+        SCVB0(n_topics=3, n_words=10, background=-0.1)
+
+
+def test_topic_table_marks_the_background_topic() -> None:
+    summary = {
+        "algorithm": "scvb0",
+        "version": 3,
+        "articles_learned": 100,
+        "topics_used": 2,
+        "model_drift": 0.0,
+        "topics": [
+            {"topic": 0, "prevalence": 0.6, "drift": 0.0, "top_words": ["said", "told"], "background": True},
+            {"topic": 1, "prevalence": 0.4, "drift": 0.0, "top_words": ["goal", "match"], "background": False},
+        ],
+    }
+    cells = [list(col.cells) for col in topics_table(summary).columns]
+    assert cells[0] == ["0 (background)", "1"]
