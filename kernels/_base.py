@@ -27,7 +27,13 @@ from numpy.typing import ArrayLike, NDArray
 
 from ._batch import Batch, Docs, as_batch
 
-__all__ = ["TopicModel", "check_interval", "check_positive_int"]
+__all__ = ["EXACT_FASTMATH", "TopicModel", "check_interval", "check_positive_int"]
+
+#: numba ``fastmath`` flags of the kernels' loops: every LLVM fast-math flag except ``reassoc``. With reassociation
+#: LLVM may split a sum into vector lanes in a way that depends on where the arrays start in memory, and SCVB0 and
+#: the online HDP then gave results differing in the last bit from one call or model to the next (seen on an
+#: AVX-512 machine: an 8-byte shift of the input changed θ), which breaks bit-identical reproducibility.
+EXACT_FASTMATH = {"nnan", "ninf", "nsz", "arcp", "contract", "afn"}  # a set: numba refuses a frozenset
 
 T = TypeVar("T", bound="TopicModel")
 

@@ -9,6 +9,8 @@ import numpy as np
 from numba import njit
 from numpy.typing import NDArray
 
+from ._base import EXACT_FASTMATH
+
 # N^Φ is stored as s·M. When s falls below this, M is multiplied by s and s reset to 1 (an O(W·K) pass that
 # happens once every log(1e-30)/log(1-ρ_min) minibatches, i.e. every ~6,900 minibatches at ρ_min = 0.01).
 _RENORM_BELOW = 1e-30
@@ -30,7 +32,7 @@ def doc_alpha(av: NDArray[np.float64], alpha: float, background: float, c_doc: f
         av[0] = alpha
 
 
-@njit(cache=True, nogil=True, fastmath=True)
+@njit(cache=True, nogil=True, fastmath=EXACT_FASTMATH)
 def _doc_pass(
     ids: NDArray[np.int64],
     cnts: NDArray[np.float64],
@@ -247,7 +249,7 @@ def _renormalise(M: NDArray[np.float64], nz: NDArray[np.float64], s: float) -> f
     return 1.0
 
 
-@njit(cache=True, nogil=True, fastmath=True)
+@njit(cache=True, nogil=True, fastmath=EXACT_FASTMATH)
 def _infer(
     indptr: NDArray[np.int64],
     word_ids: NDArray[np.int64],

@@ -24,7 +24,7 @@ import numpy as np
 from numba import njit
 from numpy.typing import ArrayLike, NDArray
 
-from ._base import StateValue, TopicModel
+from ._base import EXACT_FASTMATH, StateValue, TopicModel
 from ._hdp_base import Minibatch, OnlineHDPBase
 from ._moves import birth_column, birth_counts, delete_column, merge_columns
 from ._special import digamma
@@ -64,7 +64,7 @@ def _beta_from_tables(m: NDArray[np.float64], rank: NDArray[np.int64], gamma: fl
     return beta
 
 
-@njit(cache=True, nogil=True, fastmath=True)
+@njit(cache=True, nogil=True, fastmath=EXACT_FASTMATH)
 def _cvb_doc(
     cnts: NDArray[np.float64],
     phat: NDArray[np.float64],
@@ -88,17 +88,16 @@ def _cvb_doc(
     nj[:] = 0.0
     ntot = 0.0
     for n in range(U):
-        tot = 0.0
         for k in range(K):
-            g = phat[n, k] * prior[k]
-            gam[n, k] = g
-            tot += g
+            gam[n, k] = phat[n, k] * prior[k]
+        tot = _sum4(gam[n])
         c = cnts[n]
         ntot += c
         for k in range(K):
             gam[n, k] /= tot
             nj[k] += c * gam[n, k]
     g = np.empty(K)
+    change = np.empty(K)
     it = 0
     while it < max_iter:
         it += 1
@@ -106,26 +105,44 @@ def _cvb_doc(
         for n in range(U):
             c = cnts[n]
             own = min(c, 1.0)
-            tot = 0.0
             for k in range(K):
                 v = nj[k] - own * gam[n, k]
                 if v < 0.0:
                     v = 0.0
-                x = phat[n, k] * (v + prior[k])
-                g[k] = x
-                tot += x
+                g[k] = phat[n, k] * (v + prior[k])
+            tot = _sum4(g)
             for k in range(K):
                 x = g[k] / tot
                 dx = x - gam[n, k]
-                delta += c * abs(dx)
+                change[k] = abs(dx)
                 nj[k] += c * dx
                 gam[n, k] = x
+            delta += c * _sum4(change)
         if delta <= tol * ntot:
             break
     return it
 
 
-@njit(cache=True, nogil=True, fastmath=True)
+@njit(cache=True, nogil=True, fastmath=EXACT_FASTMATH)
+def _sum4(x: NDArray[np.float64]) -> float:  # pragma: no cover (compiled)
+    """Σ x in four interleaved partial sums: in a fixed order (bit-for-bit reproducible, which a sum that fast-math
+    may reassociate is not; see ``EXACT_FASTMATH``) and without one long chain of dependent additions."""
+    n = x.shape[0]
+    s0 = s1 = s2 = s3 = 0.0
+    k = 0
+    while k + 4 <= n:
+        s0 += x[k]
+        s1 += x[k + 1]
+        s2 += x[k + 2]
+        s3 += x[k + 3]
+        k += 4
+    while k < n:
+        s0 += x[k]
+        k += 1
+    return (s0 + s1) + (s2 + s3)
+
+
+@njit(cache=True, nogil=True, fastmath=EXACT_FASTMATH)
 def _cvb_batch(
     indptr: NDArray[np.int64],
     slots: NDArray[np.int64],
