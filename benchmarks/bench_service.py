@@ -27,7 +27,7 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -251,7 +251,8 @@ def steady(st: Stack, docs: list[dict], rate: float, seconds: float) -> dict[str
         wait_consumed(learner, port, 10, 300)
         thread.start()
         p = Producer({"bootstrap.servers": st.stack.kafka_bootstrap, "linger.ms": 1})
-        cpu0 = cpu_s(learner.pid)
+        broker = st.stack.process("broker").pid
+        cpu0, broker0 = cpu_s(learner.pid), cpu_s(broker)
         start = time.perf_counter()
         for i, (key, value) in enumerate(articles(docs, int(rate * seconds), tag)):
             ahead = i / rate - (time.perf_counter() - start)
@@ -260,7 +261,8 @@ def steady(st: Stack, docs: list[dict], rate: float, seconds: float) -> dict[str
             sent[key] = time.time()
             p.produce(env["TOPICSTREAM_INPUT_TOPIC"], value=value, key=key)
             p.poll(0)
-        cpu1 = cpu_s(learner.pid)
+        cpu1, broker1 = cpu_s(learner.pid), cpu_s(broker)
+        broker_rss = vm_mb(broker, "VmRSS")
         p.flush(60)
         deadline = time.monotonic() + 30
         while len(latencies) < len(sent) and time.monotonic() < deadline:
@@ -282,11 +284,16 @@ def steady(st: Stack, docs: list[dict], rate: float, seconds: float) -> dict[str
         "max_ms": float(lat.max() * 1000),
         "snapshot_mean_s": m.get("topicstream_snapshot_duration_seconds_sum", 0.0)
         / max(m.get("topicstream_snapshot_duration_seconds_count", 0.0), 1),
-        # What a snapshot held the batch loop up for (the stage "snapshot" of the learner's batch timings).
+        # What a snapshot held the batch loop up for (the stage "snapshot" of the learner's batch timings; None
+        # for code that does not time it: before the pipelined worker, snapshots were written inside the loop).
         "stall_mean_ms": 1000
-        * m.get("topicstream_batch_duration_seconds_sum{stage=snapshot}", 0.0)
-        / max(m.get("topicstream_batch_duration_seconds_count{stage=snapshot}", 0.0), 1),
+        * m["topicstream_batch_duration_seconds_sum{stage=snapshot}"]
+        / m["topicstream_batch_duration_seconds_count{stage=snapshot}"]
+        if m.get("topicstream_batch_duration_seconds_count{stage=snapshot}")
+        else None,
         "learner_cores": (cpu1 - cpu0) / seconds,
+        "broker_cores": (broker1 - broker0) / seconds,
+        "broker_rss_mb": broker_rss,
     }
 
 
@@ -336,7 +343,7 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=65_536)
     ap.add_argument("--backlog", type=int, default=50_000)
     ap.add_argument("--rates", type=float, nargs="*", default=[1000.0, 3000.0])
-    ap.add_argument("--steady-seconds", type=float, nargs="*", default=[300.0, 60.0])
+    ap.add_argument("--steady-seconds", type=float, nargs="*", default=[120.0, 60.0])
     ap.add_argument("--replica-articles", type=int, default=60_000)
     ap.add_argument("--skip", nargs="*", default=[], choices=["backlog", "steady", "replicas"])
     ap.add_argument("--fetch-wait-ms", type=int, default=None, help="fetch.wait.max.ms of every consumer")
@@ -360,45 +367,51 @@ def main() -> None:
         "load_before": load_before,
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in ("save", "code")},
     }
-    with LocalStack() as local:
-        st = Stack(local, args.code.resolve(), args.topics, args.vocab, args.fetch_wait_ms)
-        if "backlog" not in args.skip:
-            r = run["backlog"] = backlog(st, docs, args.backlog)
-            busy = sum(r[f"stage_{s}_s"] for s in STAGES) or 1.0
+
+    def on_fresh_stack(phase: Callable[..., dict[str, float]], *phase_args: Any) -> dict[str, float]:
+        """Each phase on its own broker and Redis: the local broker keeps every message in memory and its cost
+        grows with what it holds, which would charge one phase's data to the next."""
+        with LocalStack() as local:
+            return phase(Stack(local, args.code.resolve(), args.topics, args.vocab, args.fetch_wait_ms), *phase_args)
+
+    if "backlog" not in args.skip:
+        r = run["backlog"] = on_fresh_stack(backlog, docs, args.backlog)
+        busy = sum(r[f"stage_{s}_s"] for s in STAGES) or 1.0
+        print(
+            f"backlog {args.backlog:,}: {r['articles_per_s']:,.0f} articles/s; RSS {r['rss_quarter_mb']:.0f} MB "
+            f"at a quarter, {r['rss_end_mb']:.0f} MB at the end ({r['rss_end_mb'] / r['rss_quarter_mb']:.3f}); "
+            f"{r['snapshots']:.0f} snapshots of {r['snapshot_mb']:.0f} MB, {r['snapshot_mean_s']:.2f} s each"
+        )
+        print(
+            f"  RSS peak in the second quarter {r['rss_peak_second_quarter_mb']:.0f} MB, in the second half "
+            f"{r['rss_peak_second_half_mb']:.0f} MB; the learner used {r['learner_cores']:.2f} cores, the "
+            f"broker {r['broker_cores']:.2f}"
+        )
+        print("  stage time: " + ", ".join(f"{s} {r[f'stage_{s}_s'] / busy:.0%}" for s in STAGES))
+    if "steady" not in args.skip:
+        durations = args.steady_seconds * len(args.rates) if len(args.steady_seconds) == 1 else args.steady_seconds
+        if len(durations) != len(args.rates):
+            raise SystemExit("--steady-seconds takes one value, or one per rate")
+        for rate, seconds in zip(args.rates, durations, strict=True):
+            r = run[f"steady_{rate:.0f}"] = on_fresh_stack(steady, docs, rate, seconds)
+            r["seconds"] = seconds
             print(
-                f"backlog {args.backlog:,}: {r['articles_per_s']:,.0f} articles/s; RSS {r['rss_quarter_mb']:.0f} MB "
-                f"at a quarter, {r['rss_end_mb']:.0f} MB at the end ({r['rss_end_mb'] / r['rss_quarter_mb']:.3f}); "
-                f"{r['snapshots']:.0f} snapshots of {r['snapshot_mb']:.0f} MB, {r['snapshot_mean_s']:.2f} s each"
+                f"steady {rate:,.0f}/s for {seconds:.0f} s: answered {r['answered']:.0f}/"
+                f"{r['sent']:.0f}; latency p50 {r['p50_ms']:.0f} ms, p95 {r['p95_ms']:.0f} ms, "
+                f"p99 {r['p99_ms']:.0f} ms, max {r['max_ms']:.0f} ms (to the service's publish: p50 "
+                f"{r['published_p50_ms']:.0f} ms, p99 {r['published_p99_ms']:.0f} ms); snapshots "
+                f"{r['snapshot_mean_s']:.2f} s, each holding the batch loop up for {r['stall_mean_ms'] or 0:.0f} ms; "
+                f"the learner used {r['learner_cores']:.2f} cores, the broker {r['broker_cores']:.2f} "
+                f"(resident {r['broker_rss_mb']:,.0f} MB)"
             )
-            print(
-                f"  RSS peak in the second quarter {r['rss_peak_second_quarter_mb']:.0f} MB, in the second half "
-                f"{r['rss_peak_second_half_mb']:.0f} MB; the learner used {r['learner_cores']:.2f} cores, the "
-                f"broker {r['broker_cores']:.2f}"
-            )
-            print("  stage time: " + ", ".join(f"{s} {r[f'stage_{s}_s'] / busy:.0%}" for s in STAGES))
-        if "steady" not in args.skip:
-            durations = args.steady_seconds * len(args.rates) if len(args.steady_seconds) == 1 else args.steady_seconds
-            if len(durations) != len(args.rates):
-                raise SystemExit("--steady-seconds takes one value, or one per rate")
-            for rate, seconds in zip(args.rates, durations, strict=True):
-                r = run[f"steady_{rate:.0f}"] = steady(st, docs, rate, seconds)
-                r["seconds"] = seconds
-                print(
-                    f"steady {rate:,.0f}/s for {seconds:.0f} s: answered {r['answered']:.0f}/"
-                    f"{r['sent']:.0f}; latency p50 {r['p50_ms']:.0f} ms, p95 {r['p95_ms']:.0f} ms, "
-                    f"p99 {r['p99_ms']:.0f} ms, max {r['max_ms']:.0f} ms (to the service's publish: p50 "
-                    f"{r['published_p50_ms']:.0f} ms, p99 {r['published_p99_ms']:.0f} ms); snapshots "
-                    f"{r['snapshot_mean_s']:.2f} s, each holding the batch loop up for {r['stall_mean_ms']:.0f} ms; "
-                    f"the learner used {r['learner_cores']:.2f} cores"
-                )
-        if "replicas" not in args.skip:
-            r = run["replicas"] = replicas(st, docs, args.replica_articles)
-            one, two = r["replicas_1_articles_per_s"], r["replicas_2_articles_per_s"]
-            c1, c2 = r["replicas_1_cores"], r["replicas_2_cores"]
-            print(
-                f"replicas: one {one:,.0f} articles/s ({c1:.2f} cores, {one / c1:,.0f} per core-second), two "
-                f"{two:,.0f} articles/s ({two / one:.2f}x, {c2:.2f} cores, {two / c2:,.0f} per core-second)"
-            )
+    if "replicas" not in args.skip:
+        r = run["replicas"] = on_fresh_stack(replicas, docs, args.replica_articles)
+        one, two = r["replicas_1_articles_per_s"], r["replicas_2_articles_per_s"]
+        c1, c2 = r["replicas_1_cores"], r["replicas_2_cores"]
+        print(
+            f"replicas: one {one:,.0f} articles/s ({c1:.2f} cores, {one / c1:,.0f} per core-second), two "
+            f"{two:,.0f} articles/s ({two / one:.2f}x, {c2:.2f} cores, {two / c2:,.0f} per core-second)"
+        )
     run["load_after"] = os.getloadavg()[0]
     print(f"load average after: {run['load_after']:.2f}")
     if args.save:
