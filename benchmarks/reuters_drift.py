@@ -20,13 +20,12 @@ import json
 import os
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import redis
 
 from benchmarks._corpus import shared_data_dir
-from service.dev.localstack import LocalStack
+from service.dev.localstack import LocalStack, run_names
 from service.kafka import ensure_topics
 from service.learner import Learner
 from service.report import load, write_report
@@ -72,15 +71,10 @@ def main() -> None:
     days = article_days(args.corpus)
 
     with LocalStack() as stack:
-        tag = uuid.uuid4().hex[:8]
         s = load_settings(
             kafka_bootstrap=stack.kafka_bootstrap,
             redis_url=stack.redis_url,
-            input_topic=f"reuters-{tag}",
-            output_topic=f"reuters-topics-{tag}",
-            dlq_topic=f"reuters-dlq-{tag}",
-            group_id=f"reuters-{tag}",
-            redis_prefix=f"reuters-{tag}",
+            **run_names("reuters"),
             topics=args.topics,
             batch_size=args.batch_size,
             snapshot_every_batches=1,

@@ -163,6 +163,14 @@ def feed_metrics_table() -> str:
 
 
 # ------------------------------------------------------------------------------------------------- events
+def _check_described(table: str, described: Iterable[str], found: Iterable[str]) -> None:
+    """Raise ``ValueError`` unless the table ``table`` of this module describes exactly the names ``found``."""
+    missing = sorted(set(found) - set(described))
+    unknown = sorted(set(described) - set(found))
+    if missing or unknown:
+        raise ValueError(f"service.doctables.{table}: describe {missing}, drop {unknown}")
+
+
 def _header_constants() -> dict[str, str]:
     from . import pipeline
 
@@ -172,10 +180,7 @@ def _header_constants() -> dict[str, str]:
 def headers_table(where: str) -> str:
     """The headers :mod:`service.pipeline` writes on outputs (``where="output"``) or dead letters."""
     constants = _header_constants()
-    missing = sorted(set(constants) - set(HEADER_DOCS))
-    unknown = sorted(set(HEADER_DOCS) - set(constants))
-    if missing or unknown:
-        raise ValueError(f"service.doctables.HEADER_DOCS: describe {missing}, drop {unknown}")
+    _check_described("HEADER_DOCS", HEADER_DOCS, constants)
     rows = ["| header | meaning |\n", "|---|---|\n"]
     for const, value in constants.items():
         place, meaning = HEADER_DOCS[const]
@@ -207,10 +212,7 @@ def dead_letter_reasons() -> list[str]:
 
 def reasons_table() -> str:
     reasons = dead_letter_reasons()
-    missing = sorted(set(reasons) - set(REASON_DOCS))
-    unknown = sorted(set(REASON_DOCS) - set(reasons))
-    if missing or unknown:
-        raise ValueError(f"service.doctables.REASON_DOCS: describe {missing}, drop {unknown}")
+    _check_described("REASON_DOCS", REASON_DOCS, reasons)
     rows = ["| reason | meaning |\n", "|---|---|\n"]
     rows += [f"| `{r}` | {REASON_DOCS[r]} |\n" for r in reasons]
     return "".join(rows)

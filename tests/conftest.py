@@ -10,14 +10,13 @@
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from service.dev.localstack import LocalStack
+from service.dev.localstack import LocalStack, run_names
 from service.kafka import ensure_topics
 from service.settings import Settings, load_settings
 
@@ -73,23 +72,13 @@ def endpoints() -> Iterator[Endpoints]:
 @pytest.fixture
 def settings(endpoints: Endpoints) -> Settings:
     """Unique topics and Redis prefix; small model; short group timeouts (Tansu waits on them at join)."""
-    tag = uuid.uuid4().hex[:8]
+    from tests.integration.helpers import TEST_SETTINGS  # here: only the tests that talk to a broker import it
+
     s = load_settings(
         kafka_bootstrap=endpoints.kafka_bootstrap,
         redis_url=endpoints.redis_url,
-        input_topic=f"articles-{tag}",
-        output_topic=f"article-topics-{tag}",
-        dlq_topic=f"articles-dlq-{tag}",
-        group_id=f"learner-{tag}",
-        redis_prefix=f"test-{tag}",
-        topics=8,
-        vocab_size=2048,
-        batch_size=100,
-        batch_timeout_s=0.2,
-        metrics_port=0,
-        max_poll_interval_ms=3000,
-        session_timeout_ms=3000,
-        lease_ttl_s=2,
+        **run_names("articles"),
+        **TEST_SETTINGS,
     )
     ensure_topics(s, {s.input_topic: 2, s.output_topic: 1, s.dlq_topic: 1})
     return s

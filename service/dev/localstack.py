@@ -20,12 +20,26 @@ import socket
 import subprocess
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["LocalStack", "free_port", "local_binary", "wait_for_port"]
+__all__ = ["LocalStack", "free_port", "local_binary", "run_names", "wait_for_port"]
 
 log = logging.getLogger(__name__)
+
+
+def run_names(stem: str) -> dict[str, str]:
+    """The settings that name one run's topics, consumer group and Redis prefix (``stem`` plus a fresh random
+    tag), so that runs sharing a broker and a Redis never see each other's messages or snapshots."""
+    tag = uuid.uuid4().hex[:8]
+    return {
+        "input_topic": f"{stem}-{tag}",
+        "output_topic": f"{stem}-topics-{tag}",
+        "dlq_topic": f"{stem}-dlq-{tag}",
+        "group_id": f"{stem}-{tag}",
+        "redis_prefix": f"{stem}-{tag}",
+    }
 
 
 def free_port() -> int:

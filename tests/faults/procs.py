@@ -20,7 +20,6 @@ import tempfile
 import threading
 import time
 import urllib.request
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -29,12 +28,12 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from service.dev.localstack import LocalStack, free_port
+from service.dev.localstack import LocalStack, free_port, run_names
 from service.kafka import ensure_topics
 from service.pipeline import H_VERSION
 from service.settings import Settings, load_settings
 from service.snapshot import SnapshotStore
-from tests.integration.helpers import CONNECTION_FIELDS, TEST_SIZE_FIELDS, env_for
+from tests.integration.helpers import CONNECTION_FIELDS, TEST_SETTINGS, TEST_SIZE_FIELDS, env_for
 
 __all__ = [
     "FaultStack",
@@ -175,25 +174,10 @@ class FaultStack:
         self.dir = Path(log_dir or tempfile.mkdtemp(prefix="topicstream-faults-"))
         self.dir.mkdir(parents=True, exist_ok=True)
         self.stack = LocalStack(log_dir=self.dir).start()
-        tag = uuid.uuid4().hex[:8]
-        base: dict[str, Any] = {
-            "kafka_bootstrap": self.stack.kafka_bootstrap,
-            "redis_url": self.stack.redis_url,
-            "input_topic": f"articles-{tag}",
-            "output_topic": f"article-topics-{tag}",
-            "dlq_topic": f"articles-dlq-{tag}",
-            "redis_prefix": f"faults-{tag}",
-            "topics": 8,
-            "vocab_size": 2048,
-            "batch_size": 100,
-            "batch_timeout_s": 0.2,
-            "max_poll_interval_ms": 3000,
-            "session_timeout_ms": 3000,
-            "lease_ttl_s": 2,
-            "metrics_port": 0,
-        }
-        self.settings: Settings = load_settings(**{**base, **overrides})
-        self.replica_topic = f"article-topics-replica-{tag}"
+        names = run_names("articles")
+        base = {"kafka_bootstrap": self.stack.kafka_bootstrap, "redis_url": self.stack.redis_url, **TEST_SETTINGS}
+        self.settings: Settings = load_settings(**{**base, **names, **overrides})
+        self.replica_topic = names["output_topic"] + "-replica"
         s = self.settings
         ensure_topics(s, {s.input_topic: 2, s.output_topic: 1, s.dlq_topic: 1, self.replica_topic: 1})
         self.procs: list[Proc] = []

@@ -17,12 +17,13 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .procs import FaultStack, Feeder, Proc, Verdict, judge, keyed_articles, longest_gap
+from .procs import FaultStack, Feeder, Proc, Reader, Record, Verdict, judge, keyed_articles, longest_gap
 
 pytestmark = pytest.mark.integration
 
@@ -67,6 +68,55 @@ def final_meta(stack: FaultStack) -> dict[str, Any]:
     loaded = stack.store().load()
     assert loaded is not None, "no snapshot in Redis"
     return loaded[0]
+
+
+@dataclass
+class LearnerAndReplica:
+    """A learner and a replica on one stack, fed ``good`` and ``bad`` ids by a paced :class:`Feeder`."""
+
+    stack: FaultStack
+    good: set[bytes]
+    bad: set[bytes]
+    reader: Reader
+    learner: Proc
+    replica: Proc
+    feeder: Feeder
+
+    @classmethod
+    def start(cls, stack: FaultStack, records: list[tuple[bytes, bytes]], rate: float) -> LearnerAndReplica:
+        """Start the reader, both processes and (once the learner has its partitions) the feeder."""
+        s = stack.settings
+        good, bad = split(records)
+        reader = stack.reader([s.output_topic, s.dlq_topic, stack.replica_topic])
+        learner, replica = stack.start("run"), stack.start("replica")
+        learner.wait_log(ASSIGNED)
+        feeder = Feeder(s, records, rate=rate)
+        feeder.start()
+        return cls(stack, good, bad, reader, learner, replica, feeder)
+
+    def finish(self, feed_s: float, output_s: float) -> tuple[list[Record], list[Record], Verdict, Verdict]:
+        """Wait for the feeder and for every id on the outputs (the learner's within ``output_s``), check that
+        neither process ever exited and that both stop cleanly; return both outputs and both verdicts."""
+        s, reader, learner, replica = self.stack.settings, self.reader, self.learner, self.replica
+        self.feeder.join(feed_s)
+        assert reader.wait_for(s.output_topic, self.good, output_s, learner.alive), learner.tail()
+        assert reader.wait_for(self.stack.replica_topic, self.good, 120, replica.alive), replica.tail()
+        assert reader.wait_for(s.dlq_topic, self.bad, 30, learner.alive), learner.tail()
+        assert learner.alive() and replica.alive()  # neither exited at any time
+        assert learner.stop() == 0, learner.tail()
+        assert replica.stop() == 0, replica.tail()
+        reader.close()
+        outputs, replica_out = reader.get(s.output_topic), reader.get(self.stack.replica_topic)
+        verdict = judge(self.good, self.bad, outputs, reader.get(s.dlq_topic))
+        return outputs, replica_out, verdict, judge(self.good, set(), replica_out, [])
+
+    def gaps(self, outputs: list[Record], replica_out: list[Record]) -> dict[str, float]:
+        """The longest gaps in the learner's and the replica's outputs while the feeder ran."""
+        window = (self.feeder.started_at, self.feeder.finished_at)
+        return {
+            "gap_s": longest_gap([r.ts for r in outputs], *window),
+            "replica_gap_s": longest_gap([r.ts for r in replica_out], *window),
+        }
 
 
 class LatestWatcher(threading.Thread):
@@ -171,15 +221,10 @@ def test_learner_killed_at_random_moments_loses_nothing_and_learns_each_article_
 def test_redis_killed_and_restarted_empty_versions_never_go_back(make_stack: Callable[..., FaultStack]) -> None:
     stack = make_stack(snapshot_every_batches=2)
     s = stack.settings
-    records = keyed_articles(2000, 20, seed=2)
-    good, bad = split(records)
-    reader = stack.reader([s.output_topic, s.dlq_topic, stack.replica_topic])
-    learner, replica = stack.start("run"), stack.start("replica")
-    learner.wait_log(ASSIGNED)
-    feeder = Feeder(s, records, rate=120)
-    feeder.start()
-    replica.wait_log(r"serving snapshot", timeout=90)
-    replica.wait_log(ASSIGNED, timeout=90)
+    run = LearnerAndReplica.start(stack, keyed_articles(2000, 20, seed=2), rate=120)
+    reader = run.reader
+    run.replica.wait_log(r"serving snapshot", timeout=90)
+    run.replica.wait_log(ASSIGNED, timeout=90)
     wait_until(lambda: len(reader.get(stack.replica_topic)) > 200, 60, "the replica's outputs")
     before = stack.latest()
     assert before is not None
@@ -191,18 +236,8 @@ def test_redis_killed_and_restarted_empty_versions_never_go_back(make_stack: Cal
     stack.restart_redis()
     wait_until(lambda: (stack.latest() or 0) > before, 60, f"a snapshot newer than {before} after the restart")
     after = stack.latest()
-    feeder.join(120)
-    assert reader.wait_for(s.output_topic, good, 120, learner.alive), learner.tail()
-    assert reader.wait_for(stack.replica_topic, good, 120, replica.alive), replica.tail()
-    assert learner.alive() and replica.alive()  # neither exited at any time
-    assert learner.stop() == 0, learner.tail()
-    assert replica.stop() == 0, replica.tail()
-    reader.close()
+    outputs, replica_out, verdict, replica_verdict = run.finish(feed_s=120, output_s=120)
 
-    outputs, replica_out = reader.get(s.output_topic), reader.get(stack.replica_topic)
-    verdict = judge(good, bad, outputs, reader.get(s.dlq_topic))
-    replica_verdict = judge(good, set(), replica_out, [])
-    window = (feeder.started_at, feeder.finished_at)
     report(
         "redis-restarted-empty",
         verdict,
@@ -212,8 +247,7 @@ def test_redis_killed_and_restarted_empty_versions_never_go_back(make_stack: Cal
         version_before=before,
         version_after=after or 0,
         replica_outputs_while_redis_down=served_during,
-        gap_s=longest_gap([r.ts for r in outputs], *window),
-        replica_gap_s=longest_gap([r.ts for r in replica_out], *window),
+        **run.gaps(outputs, replica_out),
         redis_down_s=2.5 * s.lease_ttl_s,
         killed_at=time.strftime("%H:%M:%S", time.localtime(killed_at)),
     )
@@ -226,33 +260,16 @@ def test_redis_killed_and_restarted_empty_versions_never_go_back(make_stack: Cal
 def test_broker_paused_past_the_session_timeout_no_exit_no_loss(make_stack: Callable[..., FaultStack]) -> None:
     stack = make_stack(snapshot_every_batches=5)
     s = stack.settings
-    records = keyed_articles(2000, 20, seed=3)
-    good, bad = split(records)
-    reader = stack.reader([s.output_topic, s.dlq_topic, stack.replica_topic])
-    learner, replica = stack.start("run"), stack.start("replica")
-    learner.wait_log(ASSIGNED)
-    feeder = Feeder(s, records, rate=120)
-    feeder.start()
-    replica.wait_log(ASSIGNED, timeout=90)
-    wait_until(lambda: len(reader.get(stack.replica_topic)) > 200, 60, "the replica's outputs")
+    run = LearnerAndReplica.start(stack, keyed_articles(2000, 20, seed=3), rate=120)
+    run.replica.wait_log(ASSIGNED, timeout=90)
+    wait_until(lambda: len(run.reader.get(stack.replica_topic)) > 200, 60, "the replica's outputs")
     pause_s = 3 * s.session_timeout_ms / 1000
     stack.pause_broker()
     time.sleep(pause_s)
     stack.resume_broker()
-    feeder.join(180)
-    assert reader.wait_for(s.output_topic, good, 150, learner.alive), learner.tail()
-    assert reader.wait_for(stack.replica_topic, good, 120, replica.alive), replica.tail()
-    assert reader.wait_for(s.dlq_topic, bad, 30, learner.alive), learner.tail()
-    assert learner.alive() and replica.alive()
-    assert learner.stop() == 0, learner.tail()
-    assert replica.stop() == 0, replica.tail()
-    reader.close()
+    outputs, replica_out, verdict, replica_verdict = run.finish(feed_s=180, output_s=150)
 
-    outputs, replica_out = reader.get(s.output_topic), reader.get(stack.replica_topic)
-    verdict = judge(good, bad, outputs, reader.get(s.dlq_topic))
-    replica_verdict = judge(good, set(), replica_out, [])
     meta = final_meta(stack)
-    window = (feeder.started_at, feeder.finished_at)
     report(
         "broker-paused",
         verdict,
@@ -260,13 +277,12 @@ def test_broker_paused_past_the_session_timeout_no_exit_no_loss(make_stack: Call
         replica_lost=len(replica_verdict.lost),
         replica_duplicates=replica_verdict.duplicates,
         articles_learned=meta["articles_learned"],
-        gap_s=longest_gap([r.ts for r in outputs], *window),
-        replica_gap_s=longest_gap([r.ts for r in replica_out], *window),
+        **run.gaps(outputs, replica_out),
     )
     assert not verdict.lost and not verdict.unexpected
     assert not verdict.versions_backwards and not replica_verdict.versions_backwards
     assert not replica_verdict.lost
-    assert meta["articles_learned"] == len(good)
+    assert meta["articles_learned"] == len(run.good)
 
 
 def test_two_learners_one_active_standby_takes_over_old_one_is_fenced(make_stack: Callable[..., FaultStack]) -> None:

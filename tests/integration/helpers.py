@@ -9,6 +9,7 @@ import json
 import threading
 import time
 from collections.abc import Iterable
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
@@ -20,6 +21,7 @@ from service.worker import BatchWorker
 __all__ = [
     "BAD",
     "CONNECTION_FIELDS",
+    "TEST_SETTINGS",
     "TEST_SIZE_FIELDS",
     "article",
     "committed",
@@ -163,7 +165,19 @@ def run_until(worker: BatchWorker, consumed: int, timeout: float = 180.0) -> Non
 
 #: Where a process finds the broker, Redis, its topics and its snapshots.
 CONNECTION_FIELDS = ("kafka_bootstrap", "redis_url", "input_topic", "output_topic", "dlq_topic", "redis_prefix")
-#: The small model and the short timeouts of the tests' settings (``tests/conftest.py``).
+#: The tests' settings besides the names (``tests/conftest.py``, :class:`tests.faults.procs.FaultStack`): a small
+#: model, short group timeouts (Tansu waits on them at join), a 2 s lease, no metrics server.
+TEST_SETTINGS: dict[str, Any] = {
+    "topics": 8,
+    "vocab_size": 2048,
+    "batch_size": 100,
+    "batch_timeout_s": 0.2,
+    "max_poll_interval_ms": 3000,
+    "session_timeout_ms": 3000,
+    "lease_ttl_s": 2,
+    "metrics_port": 0,
+}
+#: The small model and the short timeouts of :data:`TEST_SETTINGS`, for a process's environment.
 TEST_SIZE_FIELDS = (
     "topics",
     "vocab_size",

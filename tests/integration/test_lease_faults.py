@@ -18,21 +18,9 @@ from typer.testing import CliRunner
 from service.cli import app
 from service.dev.localstack import free_port
 from service.lease import Lease, LeaseKeeper
-from service.snapshot import (
-    FencedOut,
-    SnapshotStore,
-    SnapshotWriteFailed,
-)
+from service.snapshot import FencedOut, SnapshotStore, SnapshotWriteFailed
 
-from .redis_faults import (
-    PASSWORD,
-    RedisServer,
-    meta_for,
-    payload,
-    server,
-    store,
-    wait_until,
-)
+from .redis_faults import PASSWORD, RedisServer, meta_for, payload, server, store, wait_until
 
 pytestmark = pytest.mark.integration
 

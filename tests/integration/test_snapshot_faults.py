@@ -10,22 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.snapshot import (
-    NoReadableSnapshot,
-    SnapshotCorrupt,
-    SnapshotStore,
-)
+from service.snapshot import NoReadableSnapshot, SnapshotCorrupt, SnapshotStore
 
-from .redis_faults import (
-    STATS,
-    data_key,
-    meta_for,
-    meta_key,
-    payload,
-    resign,
-    server,
-    store,
-)
+from .redis_faults import STATS, data_key, meta_for, meta_key, payload, resign, server, store
 
 pytestmark = pytest.mark.integration
 
