@@ -15,7 +15,7 @@ import numpy as np
 from numba import njit
 from numpy.typing import NDArray
 
-from ._pf_pools import close_slot, copy_pairs, open_slot, own_drow, own_row
+from ._pf_pools import close_slot, copy_pairs, mark_divergent_token, open_slot, own_drow, own_row
 from ._pf_rng import rng_below, sample_cat
 from ._pf_state import (
     COLLAPSES,
@@ -23,7 +23,6 @@ from ._pf_state import (
     LAST_ESS,
     LOG_EVIDENCE,
     N_FREE,
-    N_RDIV,
     REJUVENATIONS,
     RESAMPLES,
     SLOT_TOP,
@@ -109,10 +108,8 @@ def store_token(
         res_z[pos, p] = zcur[p]
         if zcur[p] != z0:
             same = False
-    if not same and res.rdiv_mark[pos] == 0:
-        res.rdiv_mark[pos] = 1
-        res.rdiv[ctr[N_RDIV]] = pos
-        ctr[N_RDIV] += 1
+    if not same:
+        mark_divergent_token(res, ctr, pos)
     slot_refs[s] += 1
 
 
@@ -216,10 +213,7 @@ def _rejuvenate(
     for t in range(n_rejuv):
         j = rng_below(rng, fill)
         idx[t] = j
-        if res.rdiv_mark[j] == 0:
-            res.rdiv_mark[j] = 1
-            res.rdiv[ctr[N_RDIV]] = j
-            ctr[N_RDIV] += 1
+        mark_divergent_token(res, ctr, j)
     for p in range(P):
         for t in range(n_rejuv):
             j = idx[t]

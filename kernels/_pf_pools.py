@@ -30,7 +30,48 @@ from ._pf_state import (
     WordRows,
 )
 
-__all__ = ["close_slot", "copy_pairs", "forget_words", "open_slot", "own_drow", "own_row"]
+__all__ = ["close_slot", "copy_pairs", "forget_words", "mark_divergent_token", "open_slot", "own_drow", "own_row"]
+
+
+@njit(cache=True, nogil=True)
+def _fill_private(rows: NDArray[np.int32], new: int, r: int) -> None:
+    """Row ``new`` (just taken from a free stack) := a private copy of row ``r``'s counts (zeros for the zero
+    row 0)."""
+    K = rows.shape[1]
+    if r == 0:
+        for k in range(K):
+            rows[new, k] = 0
+    else:
+        for k in range(K):
+            rows[new, k] = rows[r, k]
+
+
+@njit(cache=True, nogil=True)
+def _unref(refcnt: NDArray[np.int64], free: NDArray[np.int64], ctr: NDArray[np.int64], top: int, r: int) -> None:
+    """Drop one reference to pool row ``r``; a row nobody uses any more goes back on the free stack ``free``
+    (``ctr[top]`` entries long)."""
+    refcnt[r] -= 1
+    if refcnt[r] == 0:
+        free[ctr[top]] = r
+        ctr[top] += 1
+
+
+@njit(cache=True, nogil=True)
+def _all_agree(x: NDArray[np.int64]) -> bool:
+    """Whether every particle's entry of ``x`` (one per particle) is the same."""
+    p = 1
+    while p < x.shape[0] and x[p] == x[0]:
+        p += 1
+    return p == x.shape[0]
+
+
+@njit(cache=True, nogil=True)
+def mark_divergent_token(res: Reservoir, ctr: NDArray[np.int64], j: int) -> None:
+    """Put reservoir slot ``j`` on the divergent-token list (if it is not on it already)."""
+    if res.rdiv_mark[j] == 0:
+        res.rdiv_mark[j] = 1
+        res.rdiv[ctr[N_RDIV]] = j
+        ctr[N_RDIV] += 1
 
 
 @njit(cache=True, nogil=True)
@@ -52,14 +93,9 @@ def own_row(words: WordRows, ctr: NDArray[np.int64], p: int, w: int) -> int:
         ctr[N_DIV] += 1
     ctr[N_FREE] -= 1
     new = words.free[ctr[N_FREE]]
-    K = rows.shape[1]
-    if r == 0:
-        for k in range(K):
-            rows[new, k] = 0
-    else:
-        for k in range(K):
-            rows[new, k] = rows[r, k]
-        refcnt[r] -= 1
+    _fill_private(rows, new, r)
+    if r != 0:
+        refcnt[r] -= 1  # shared: never the last reference
         ctr[COW_ROWS] += 1
     refcnt[new] = 1
     ptr[w, p] = new
@@ -81,14 +117,9 @@ def own_drow(docs: DocRows, ctr: NDArray[np.int64], s: int, p: int) -> int:
         return r
     ctr[D_FREE] -= 1
     new = docs.dfree[ctr[D_FREE]]
-    K = drows.shape[1]
-    if r == 0:
-        for k in range(K):
-            drows[new, k] = 0
-    else:
-        for k in range(K):
-            drows[new, k] = drows[r, k]
-        dref[r] -= 1
+    _fill_private(drows, new, r)
+    if r != 0:
+        dref[r] -= 1  # shared: never the last reference
     dref[new] = 1
     dptr[s, p] = new
     return new
@@ -103,10 +134,7 @@ def _release_slot(docs: DocRows, ctr: NDArray[np.int64], s: int) -> None:
     for p in range(P):
         r = dptr[s, p]
         if r != 0:
-            dref[r] -= 1
-            if dref[r] == 0:
-                docs.dfree[ctr[D_FREE]] = r
-                ctr[D_FREE] += 1
+            _unref(dref, docs.dfree, ctr, D_FREE, r)
             dptr[s, p] = 0
 
 
@@ -161,9 +189,7 @@ def copy_pairs(
     ctr = parts.ctr
     nk = parts.nk
     refcnt = words.refcnt
-    free = words.free
     div = words.div
-    P = words.ptr.shape[1]
     K = nk.shape[1]
     copied = 0
     a = 0
@@ -175,21 +201,12 @@ def copy_pairs(
             rd = pw[dst[i]]
             if rs != rd:
                 if rd != 0:
-                    refcnt[rd] -= 1
-                    if refcnt[rd] == 0:
-                        free[ctr[N_FREE]] = rd
-                        ctr[N_FREE] += 1
+                    _unref(refcnt, words.free, ctr, N_FREE, rd)
                 if rs != 0:
                     refcnt[rs] += 1
                 pw[dst[i]] = rs
                 copied += 1
-        r0 = pw[0]
-        same = True
-        for p in range(1, P):
-            if pw[p] != r0:
-                same = False
-                break
-        if same:  # leaves the list (swap with the last entry, which is visited next)
+        if _all_agree(pw):  # leaves the list (swap with the last entry, which is visited next)
             words.div_mark[w] = 0
             last = ctr[N_DIV] - 1
             div[a] = div[last]
@@ -210,10 +227,7 @@ def copy_pairs(
                 rd = ds[dst[i]]
                 if rs != rd:
                     if rd != 0:
-                        dref[rd] -= 1
-                        if dref[rd] == 0:
-                            docs.dfree[ctr[D_FREE]] = rd
-                            ctr[D_FREE] += 1
+                        _unref(dref, docs.dfree, ctr, D_FREE, rd)
                     if rs != 0:
                         dref[rs] += 1
                     ds[dst[i]] = rs
@@ -226,13 +240,7 @@ def copy_pairs(
         for i in range(n_pairs):
             zj[dst[i]] = zj[src[i]]
         copied += n_pairs
-        z0 = zj[0]
-        same = True
-        for p in range(1, P):
-            if zj[p] != z0:
-                same = False
-                break
-        if same:
+        if _all_agree(zj):
             res.rdiv_mark[j] = 0
             last = ctr[N_RDIV] - 1
             rdiv[a] = rdiv[last]
@@ -256,7 +264,6 @@ def forget_words(
     ctr = parts.ctr
     nk = parts.nk
     rows = words.rows
-    refcnt = words.refcnt
     ptr = words.ptr
     P = ptr.shape[1]
     K = nk.shape[1]
@@ -269,10 +276,7 @@ def forget_words(
             if r != 0:
                 for k in range(K):
                     nk[p, k] -= rows[r, k]
-                refcnt[r] -= 1
-                if refcnt[r] == 0:
-                    words.free[ctr[N_FREE]] = r
-                    ctr[N_FREE] += 1
+                _unref(words.refcnt, words.free, ctr, N_FREE, r)
                 ptr[w, p] = 0
     res_w = res.res_w
     res_slot = res.res_slot
@@ -300,9 +304,5 @@ def forget_words(
         rdiv_mark[rdiv[a]] = 0
     ctr[N_RDIV] = 0
     for j in range(ctr[FILL]):
-        for p in range(1, P):
-            if res_z[j, p] != res_z[j, 0]:
-                rdiv_mark[j] = 1
-                rdiv[ctr[N_RDIV]] = j
-                ctr[N_RDIV] += 1
-                break
+        if not _all_agree(res_z[j]):
+            mark_divergent_token(res, ctr, j)
