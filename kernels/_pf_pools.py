@@ -56,6 +56,35 @@ def _unref(refcnt: NDArray[np.int64], free: NDArray[np.int64], ctr: NDArray[np.i
         ctr[top] += 1
 
 
+# Inlined by numba: called once per divergent word and document slot in every resampling, as a call it made the
+# filter about 20% slower (benchmark of partial_fit on synthetic data).
+@njit(cache=True, nogil=True, inline="always")
+def _copy_pointers(
+    ptrs: NDArray[np.int64],
+    src: NDArray[np.int64],
+    dst: NDArray[np.int64],
+    n_pairs: int,
+    refcnt: NDArray[np.int64],
+    free: NDArray[np.int64],
+    ctr: NDArray[np.int64],
+    top: int,
+) -> int:
+    """``ptrs[dst[i]] := ptrs[src[i]]`` for every pair (one pool pointer per particle), reference counts kept
+    (the zero row 0 is not counted) and unused rows freed (:func:`_unref`). Returns the pointers rewritten."""
+    copied = 0
+    for i in range(n_pairs):
+        rs = ptrs[src[i]]
+        rd = ptrs[dst[i]]
+        if rs != rd:
+            if rd != 0:
+                _unref(refcnt, free, ctr, top, rd)
+            if rs != 0:
+                refcnt[rs] += 1
+            ptrs[dst[i]] = rs
+            copied += 1
+    return copied
+
+
 @njit(cache=True, nogil=True)
 def _all_agree(x: NDArray[np.int64]) -> bool:
     """Whether every particle's entry of ``x`` (one per particle) is the same."""
@@ -188,7 +217,6 @@ def copy_pairs(
     """
     ctr = parts.ctr
     nk = parts.nk
-    refcnt = words.refcnt
     div = words.div
     K = nk.shape[1]
     copied = 0
@@ -196,16 +224,7 @@ def copy_pairs(
     while a < ctr[N_DIV]:
         w = div[a]
         pw = words.ptr[w]
-        for i in range(n_pairs):
-            rs = pw[src[i]]
-            rd = pw[dst[i]]
-            if rs != rd:
-                if rd != 0:
-                    _unref(refcnt, words.free, ctr, N_FREE, rd)
-                if rs != 0:
-                    refcnt[rs] += 1
-                pw[dst[i]] = rs
-                copied += 1
+        copied += _copy_pointers(pw, src, dst, n_pairs, words.refcnt, words.free, ctr, N_FREE)
         if _all_agree(pw):  # leaves the list (swap with the last entry, which is visited next)
             words.div_mark[w] = 0
             last = ctr[N_DIV] - 1
@@ -217,21 +236,10 @@ def copy_pairs(
         for k in range(K):
             nk[dst[i], k] = nk[src[i], k]
     copied += K * n_pairs
-    dref = docs.dref
     dptr = docs.dptr
     for s in range(dptr.shape[0]):
         if docs.slot_refs[s] > 0:
-            ds = dptr[s]
-            for i in range(n_pairs):
-                rs = ds[src[i]]
-                rd = ds[dst[i]]
-                if rs != rd:
-                    if rd != 0:
-                        _unref(dref, docs.dfree, ctr, D_FREE, rd)
-                    if rs != 0:
-                        dref[rs] += 1
-                    ds[dst[i]] = rs
-                    copied += 1
+            copied += _copy_pointers(dptr[s], src, dst, n_pairs, docs.dref, docs.dfree, ctr, D_FREE)
     rdiv = res.rdiv
     a = 0
     while a < ctr[N_RDIV]:
