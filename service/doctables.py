@@ -101,13 +101,14 @@ _COMMON_OPTIONS = {"--bootstrap", "--redis-url", "--metrics-port"}
 # ------------------------------------------------------------------------------------------------- metrics
 def _label_names(module_file: str) -> dict[str, list[str]]:
     """Label names of every metric created in ``module_file`` by ``Counter(name, help, [labels], ...)`` (or
-    ``labelnames=``), read from the source: prometheus_client has no public way to ask a metric for them."""
+    ``labelnames=``; or ``counter(...)``, a ``partial`` of the class with the registry bound), read from the
+    source: prometheus_client has no public way to ask a metric for them."""
     tree = ast.parse(Path(module_file).read_text(encoding="utf-8"))
     labels: dict[str, list[str]] = {}
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
             continue
-        if node.func.id not in {"Counter", "Gauge", "Histogram", "Summary", "Info", "Enum"}:
+        if node.func.id.lower() not in {"counter", "gauge", "histogram", "summary", "info", "enum"}:
             continue
         if not (node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
             continue

@@ -25,6 +25,7 @@ import urllib.request
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -159,36 +160,28 @@ class FeedMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = r = registry if registry is not None else CollectorRegistry()
-        self.requests = Counter(
-            "topicstream_feed_requests_total",
-            "Feed fetches by result (200, 304, error)",
-            ["feed", "result"],
-            registry=r,
+        counter = partial(Counter, registry=r)
+        self.requests = counter(
+            "topicstream_feed_requests_total", "Feed fetches by result (200, 304, error)", ["feed", "result"]
         )
-        self.errors = Counter(
+        self.errors = counter(
             "topicstream_feed_errors_total",
             "Failed feed fetches by kind (timeout, connection, http, too_large, not_a_feed)",
             ["feed", "kind"],
-            registry=r,
         )
-        self.seen = Counter("topicstream_feed_entries_seen_total", "Entries read from a feed", ["feed"], registry=r)
-        self.produced = Counter(
+        self.seen = counter("topicstream_feed_entries_seen_total", "Entries read from a feed", ["feed"])
+        self.produced = counter(
             "topicstream_feed_entries_produced_total",
             "New entries acknowledged by the broker on the input topic",
             ["feed"],
-            registry=r,
         )
-        self.duplicates = Counter(
+        self.duplicates = counter(
             "topicstream_feed_entries_duplicate_total",
             "Entries skipped because their id was produced (or is being produced) already",
             ["feed"],
-            registry=r,
         )
-        self.skipped = Counter(
-            "topicstream_feed_entries_skipped_total",
-            "Entries with no id or with neither a title nor text",
-            ["feed"],
-            registry=r,
+        self.skipped = counter(
+            "topicstream_feed_entries_skipped_total", "Entries with no id or with neither a title nor text", ["feed"]
         )
         self.last_success = Gauge(
             "topicstream_feed_last_success_timestamp_seconds", "Unix time of the last good fetch", ["feed"], registry=r

@@ -8,6 +8,7 @@ The Grafana dashboard in ``deploy/grafana`` and the README's metric table use ex
 from __future__ import annotations
 
 import time
+from functools import partial
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
 
@@ -37,153 +38,114 @@ class Metrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
         self.info = Info("topicstream_model", "Algorithm, number of topics and role of the process", registry=r)
+        # Every series below is registered in this process's registry.
+        counter = partial(Counter, registry=r)
+        gauge = partial(Gauge, registry=r)
+        histogram = partial(Histogram, registry=r)
         self.role = role
 
         # Throughput.
-        self.consumed = Counter("topicstream_articles_consumed_total", "Messages read from the input topic", registry=r)
-        self.published = Counter(
-            "topicstream_articles_published_total",
-            "Topic mixtures acknowledged by the broker on the output topic",
-            registry=r,
+        self.consumed = counter("topicstream_articles_consumed_total", "Messages read from the input topic")
+        self.published = counter(
+            "topicstream_articles_published_total", "Topic mixtures acknowledged by the broker on the output topic"
         )
-        self.dead_lettered = Counter(
-            "topicstream_articles_dead_lettered_total",
-            "Messages sent to the dead-letter topic, by reason",
-            ["reason"],
-            registry=r,
+        self.dead_lettered = counter(
+            "topicstream_articles_dead_lettered_total", "Messages sent to the dead-letter topic, by reason", ["reason"]
         )
-        self.rejected = Counter(
+        self.rejected = counter(
             "topicstream_articles_rejected_total",
             "Invalid messages a replica skipped (the learner dead-letters them), by reason",
             ["reason"],
-            registry=r,
         )
-        self.tokens = Counter("topicstream_tokens_total", "In-vocabulary tokens processed by the kernel", registry=r)
-        self.oov_tokens = Counter(
-            "topicstream_oov_tokens_total",
-            "Tokens dropped because their word holds no vocabulary slot",
-            registry=r,
+        self.tokens = counter("topicstream_tokens_total", "In-vocabulary tokens processed by the kernel")
+        self.oov_tokens = counter(
+            "topicstream_oov_tokens_total", "Tokens dropped because their word holds no vocabulary slot"
         )
-        self.batches = Counter("topicstream_batches_total", "Batches processed", registry=r)
+        self.batches = counter("topicstream_batches_total", "Batches processed")
 
         # Latency.
-        self.batch_duration = Histogram(
+        self.batch_duration = histogram(
             "topicstream_batch_duration_seconds",
             "Time to process one batch, by stage (decode, tokenize, kernel, publish, commit; snapshot: what taking "
             "a snapshot held the batch loop up for)",
             ["stage"],
             buckets=_DURATION_BUCKETS,
-            registry=r,
         )
-        self.latency = Histogram(
+        self.latency = histogram(
             "topicstream_end_to_end_latency_seconds",
             "From the input message's broker timestamp to the broker's acknowledgement of its output",
             buckets=_LATENCY_BUCKETS,
-            registry=r,
         )
-        self.lag = Gauge(
+        self.lag = gauge(
             "topicstream_consumer_lag_messages",
             "High watermark minus the consumer's position, per input partition",
             ["topic", "partition"],
-            registry=r,
         )
 
         # Snapshots (learner writes, replicas read).
-        self.snapshot_duration = Histogram(
+        self.snapshot_duration = histogram(
             "topicstream_snapshot_duration_seconds",
             "Time to write (learner) or load (replica) one snapshot",
             buckets=_DURATION_BUCKETS,
-            registry=r,
         )
-        self.snapshot_size = Gauge(
-            "topicstream_snapshot_size_bytes", "Size of the newest snapshot written or loaded", registry=r
+        self.snapshot_size = gauge("topicstream_snapshot_size_bytes", "Size of the newest snapshot written or loaded")
+        self.snapshot_version = gauge(
+            "topicstream_snapshot_version", "Version of the newest snapshot written or loaded"
         )
-        self.snapshot_version = Gauge(
-            "topicstream_snapshot_version", "Version of the newest snapshot written or loaded", registry=r
+        self.snapshot_timestamp = gauge(
+            "topicstream_snapshot_timestamp_seconds", "Unix time of the newest snapshot written or loaded"
         )
-        self.snapshot_timestamp = Gauge(
-            "topicstream_snapshot_timestamp_seconds",
-            "Unix time of the newest snapshot written or loaded",
-            registry=r,
-        )
-        self.snapshot_age = Gauge(
-            "topicstream_snapshot_age_seconds", "Seconds since the newest snapshot was written", registry=r
-        )
+        self.snapshot_age = gauge("topicstream_snapshot_age_seconds", "Seconds since the newest snapshot was written")
         self.snapshot_age.set_function(self._snapshot_age)
-        self.snapshot_failures = Counter(
-            "topicstream_snapshot_failures_total", "Snapshot writes or loads that failed", registry=r
-        )
+        self.snapshot_failures = counter("topicstream_snapshot_failures_total", "Snapshot writes or loads that failed")
 
         # The model.
-        self.vocabulary_words = Gauge(
-            "topicstream_vocabulary_words", "Words currently holding a vocabulary slot", registry=r
+        self.vocabulary_words = gauge("topicstream_vocabulary_words", "Words currently holding a vocabulary slot")
+        self.vocabulary_capacity = gauge("topicstream_vocabulary_capacity_words", "Vocabulary slots (the kernel's W)")
+        self.vocabulary_recycled = counter(
+            "topicstream_vocabulary_recycled_total", "Slots taken from a fading word and given to a new one"
         )
-        self.vocabulary_capacity = Gauge(
-            "topicstream_vocabulary_capacity_words", "Vocabulary slots (the kernel's W)", registry=r
+        self.topic_prevalence = gauge(
+            "topicstream_topic_prevalence", "Corpus-level weight of each topic (sums to 1)", ["topic"]
         )
-        self.vocabulary_recycled = Counter(
-            "topicstream_vocabulary_recycled_total",
-            "Slots taken from a fading word and given to a new one",
-            registry=r,
-        )
-        self.topic_prevalence = Gauge(
-            "topicstream_topic_prevalence",
-            "Corpus-level weight of each topic (sums to 1)",
-            ["topic"],
-            registry=r,
-        )
-        self.topic_drift = Gauge(
+        self.topic_drift = gauge(
             "topicstream_topic_drift",
             "Hellinger distance of each topic's word distribution from the previous snapshot's",
             ["topic"],
-            registry=r,
         )
-        self.model_drift = Gauge(
+        self.model_drift = gauge(
             "topicstream_model_drift",
             "Prevalence-weighted mean Hellinger distance of the topics since the previous snapshot",
-            registry=r,
         )
-        self.topics_used = Gauge(
-            "topicstream_topics_used", "Topics holding at least 1% of the corpus weight", registry=r
-        )
-        self.background_topic = Gauge(
+        self.topics_used = gauge("topicstream_topics_used", "Topics holding at least 1% of the corpus weight")
+        self.background_topic = gauge(
             "topicstream_background_topic",
             "Id of the background topic (the words every article uses; kernel_params background > 0), -1 if none",
-            registry=r,
         )
         self.background_topic.set(-1)
-        self.kernel_stat = Gauge(
-            "topicstream_kernel_stat",
-            "Kernel diagnostics (step size, ESS, resamplings, reservoir fill, ...)",
-            ["stat"],
-            registry=r,
+        self.kernel_stat = gauge(
+            "topicstream_kernel_stat", "Kernel diagnostics (step size, ESS, resamplings, reservoir fill, ...)", ["stat"]
         )
-        self.topic_events = Counter(
+        self.topic_events = counter(
             "topicstream_topic_events_total",
             "Topic hygiene moves by kind (merge, birth, retire): docs/topic-hygiene.md",
             ["kind"],
-            registry=r,
         )
         for kind in ("merge", "birth", "retire"):
             self.topic_events.labels(kind=kind)
-        self.standby = Gauge(
+        self.standby = gauge(
             "topicstream_learner_standby",
             "1 while this learner waits as a standby for the active learner's lease, else 0",
-            registry=r,
         )
-        self.lease_token = Gauge(
-            "topicstream_learner_fencing_token", "Fencing token of the lease this learner holds", registry=r
-        )
-        self.snapshot_fallbacks = Counter(
+        self.lease_token = gauge("topicstream_learner_fencing_token", "Fencing token of the lease this learner holds")
+        self.snapshot_fallbacks = counter(
             "topicstream_snapshot_fallbacks_total",
             "Unreadable snapshot versions skipped in favour of an older readable one",
-            registry=r,
         )
-        self.errors = Counter(
+        self.errors = counter(
             "topicstream_errors_total",
             "Errors met and survived, by kind (consume, commit, redis, fenced, watermarks, ...)",
             ["kind"],
-            registry=r,
         )
         # Known kinds start at 0, so dashboards and alerts see a series (rate 0) before the first error.
         for kind in ERROR_KINDS:
