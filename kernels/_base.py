@@ -27,7 +27,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ._batch import Batch, Docs, as_batch
 
-__all__ = ["EXACT_FASTMATH", "TopicModel", "check_interval", "check_positive_int"]
+__all__ = ["EXACT_FASTMATH", "TopicModel", "check_interval", "check_positive_int", "state_array"]
 
 #: numba ``fastmath`` flags of the kernels' loops: every LLVM fast-math flag except ``reassoc``. With reassociation
 #: LLVM may split a sum into vector lanes in a way that depends on where the arrays start in memory, and SCVB0 and
@@ -59,6 +59,15 @@ def check_interval(
     if np.isnan(v) or not (ok_low and ok_high):
         lb, hb = ("(" if low_open else "["), (")" if high_open else "]")
         raise ValueError(f"{name} must be in {lb}{low}, {high}{hb}, got {value!r}")
+
+
+def state_array(state: Mapping[str, Any], name: str, shape: tuple[int, ...], dtype: Any = np.float64) -> NDArray[Any]:
+    """A C-contiguous copy of ``state[name]`` as ``dtype``; ``ValueError`` unless it has ``shape`` (the shape
+    that the model's settings give it: a snapshot of a model with other settings is refused)."""
+    arr = np.array(state[name], dtype=dtype, order="C", copy=True)
+    if arr.shape != shape:
+        raise ValueError(f"state array {name!r} has shape {arr.shape}, expected {shape}")
+    return arr
 
 
 class TopicModel(abc.ABC):

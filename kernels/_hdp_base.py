@@ -21,7 +21,7 @@ import numpy as np
 from numba import njit
 from numpy.typing import ArrayLike, NDArray
 
-from ._base import StateValue, TopicModel, check_interval, check_positive_int
+from ._base import StateValue, TopicModel, check_interval, check_positive_int, state_array
 from ._batch import Batch
 from ._schedule import StepSize
 
@@ -246,11 +246,8 @@ class OnlineHDPBase(TopicModel):
 
     def _set_corpus_state(self, state: dict[str, StateValue]) -> None:
         K, W = int(self.n_topics), int(self.n_words)
-        stat = np.array(state["topic_stat"], dtype=np.float64, copy=True)
-        if stat.shape != (W, K):
-            raise ValueError(f"topic_stat has shape {stat.shape}, expected {(W, K)}")
-        self.topic_stat_ = np.ascontiguousarray(stat)
-        self.topic_total_ = np.array(state["topic_total"], dtype=np.float64, copy=True)
+        self.topic_stat_ = state_array(state, "topic_stat", (W, K))
+        self.topic_total_ = state_array(state, "topic_total", (K,))
         self.scale_ = float(state["scale"])  # type: ignore[arg-type]
         self.n_updates_ = int(state["n_updates"])  # type: ignore[arg-type]
         self.last_doc_iters_ = float(state["last_doc_iters"])  # type: ignore[arg-type]

@@ -15,6 +15,8 @@ from typing import Any, NamedTuple, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
+from ._base import state_array
+
 __all__ = [
     "COLLAPSES",
     "COPIED",
@@ -190,10 +192,7 @@ def arrays(*bundles: WordRows | DocRows | Reservoir | Particles) -> Iterator[tup
 
 def restore_array(name: str, current: NDArray[Any], state: Mapping[str, Any]) -> NDArray[Any]:
     """A copy of ``state[name]`` with the shape and dtype of ``current`` (``ValueError`` if the shape differs)."""
-    new = np.asarray(state[name])
-    if new.shape != current.shape:
-        raise ValueError(f"state array {name!r} has shape {new.shape}, expected {current.shape}")
-    return np.array(new, dtype=current.dtype, copy=True)
+    return state_array(state, name, current.shape, current.dtype)
 
 
 def restore(template: Bundle, state: Mapping[str, Any]) -> Bundle:

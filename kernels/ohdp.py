@@ -24,7 +24,7 @@ import numpy as np
 from numba import njit
 from numpy.typing import ArrayLike, NDArray
 
-from ._base import EXACT_FASTMATH, StateValue, TopicModel
+from ._base import EXACT_FASTMATH, StateValue, TopicModel, state_array
 from ._hdp_base import Minibatch, OnlineHDPBase
 from ._moves import birth_column, birth_counts, delete_column, merge_columns
 from ._special import digamma
@@ -382,11 +382,8 @@ class OnlineHDP(OnlineHDPBase):
     def _set_state(self, state: dict[str, StateValue]) -> None:
         K = int(self.n_topics)
         self._set_corpus_state(state)
-        tables = np.array(state["stick_u"], dtype=np.float64, copy=True)
-        if tables.shape != (K,):
-            raise ValueError(f"stick_u (expected tables) has shape {tables.shape}, expected {(K,)}")
-        self.tables_ = tables
-        rank = np.array(state["topic_rank"], dtype=np.int64, copy=True)
+        self.tables_ = state_array(state, "stick_u", (K,))  # the expected tables
+        rank = state_array(state, "topic_rank", (K,), np.int64)
         if sorted(rank.tolist()) != list(range(K)):
             raise ValueError("topic_rank must be a permutation of the topic ids")
         self.topic_rank_ = rank

@@ -16,7 +16,7 @@ import numpy as np
 from numba import njit
 from numpy.typing import NDArray
 
-from ._base import StateValue, TopicModel, check_positive_int
+from ._base import StateValue, TopicModel, check_positive_int, state_array
 from ._hdp_base import Minibatch, OnlineHDPBase
 from ._special import digamma, lgamma
 
@@ -365,11 +365,8 @@ class StickBreakingHDP(OnlineHDPBase):
     def _set_state(self, state: dict[str, StateValue]) -> None:
         K = int(self.n_topics)
         self._set_corpus_state(state)
-        for name in ("stick_u", "stick_v"):
-            arr = np.array(state[name], dtype=np.float64, copy=True)
-            if arr.shape != (K - 1,):
-                raise ValueError(f"{name} has shape {arr.shape}, expected {(K - 1,)}")
-            setattr(self, name + "_", arr)
+        self.stick_u_ = state_array(state, "stick_u", (K - 1,))
+        self.stick_v_ = state_array(state, "stick_v", (K - 1,))
 
     @classmethod
     def _unit_test_params(cls) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._base import StateValue, TopicModel, check_interval, check_positive_int
+from ._base import StateValue, TopicModel, check_interval, check_positive_int, state_array
 from ._batch import Batch
 from ._moves import birth_column, birth_counts, delete_column, merge_columns
 from ._schedule import StepSize
@@ -387,12 +387,8 @@ class SCVB0(TopicModel):
 
     def _set_state(self, state: dict[str, StateValue]) -> None:
         K, W = int(self.n_topics), int(self.n_words)
-        phi = np.array(state["phi"], dtype=np.float64, order="C", copy=True)
-        nz = np.array(state["nz"], dtype=np.float64, copy=True)
-        if phi.shape != (W, K) or nz.shape != (K,):
-            raise ValueError(f"state arrays have shapes {phi.shape}, {nz.shape}; expected {(W, K)}, {(K,)}")
-        self.phi_ = phi
-        self.nz_ = nz
+        self.phi_ = state_array(state, "phi", (W, K))
+        self.nz_ = state_array(state, "nz", (K,))
         self.scale_ = float(state["scale"])  # type: ignore[arg-type]
         self.n_updates_ = int(state["n_updates"])  # type: ignore[arg-type]
         self.alpha_ = float(state.get("alpha", self.alpha))  # type: ignore[arg-type]  # older snapshots: α fixed
