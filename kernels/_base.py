@@ -74,8 +74,9 @@ class TopicModel(abc.ABC):
     """Base class of the streaming topic-model kernels.
 
     Subclasses define ``algorithm``, an ``__init__`` that only stores its keyword arguments (first two:
-    ``n_topics``, ``n_words``; and ``seed``), ``_validate_params``, ``_init_state``, and the ``_partial_fit``,
-    ``_transform``, ``topic_word``, ``topic_weights``, ``reset_words``, ``_get_state``, ``_set_state`` hooks.
+    ``n_topics``, ``n_words``; and ``seed``) by ``self._store(locals())``, ``_validate_params``, ``_init_state``,
+    and the ``_partial_fit``, ``_transform``, ``topic_word``, ``topic_weights``, ``reset_words``, ``_get_state``,
+    ``_set_state`` hooks.
     """
 
     algorithm: ClassVar[str]
@@ -159,8 +160,15 @@ class TopicModel(abc.ABC):
     def _validate_params(self) -> None:
         """Check every setting; raise ``ValueError`` naming the bad one."""
 
+    def _store(self, params: dict[str, Any]) -> None:
+        """What every subclass ``__init__`` does, as ``self._store(locals())``: store its arguments untouched
+        (``params``: its ``locals()``), then :meth:`_setup`."""
+        for name in self._param_names():
+            setattr(self, name, params[name])
+        self._setup()
+
     def _setup(self) -> None:
-        """Validate settings and create fresh learned state. Subclass ``__init__`` calls this last."""
+        """Validate settings and create fresh learned state (the last step of :meth:`_store`)."""
         self._validate_base_params()
         self._validate_params()
         self.rng_ = np.random.Generator(np.random.PCG64(self.seed))

@@ -15,7 +15,7 @@ average over about S/ρ_min documents; the defaults make the two agree (256 / 0.
 from __future__ import annotations
 
 import abc
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
@@ -123,12 +123,6 @@ class OnlineHDPBase(TopicModel):
     scale_: float
     n_updates_: int
     last_doc_iters_: float
-
-    def _store(self, params: dict[str, Any]) -> None:
-        """``__init__``: store the keyword arguments (``locals()`` of the subclass ``__init__``), then set up."""
-        for name in self._param_names():
-            setattr(self, name, params[name])
-        self._setup()
 
     # ------------------------------------------------------------------ settings
     def _validate_params(self) -> None:

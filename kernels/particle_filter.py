@@ -112,6 +112,23 @@ class ParticleFilterLDA(TopicModel):
         rest = 8 * (st.N_CTR + st.N_FST) + 8 * 4 + 4 * cap + 8 * (int(m.init_docs) + 1)  # ctr, fst, prng, buffer
         return pool + particles + reservoir + docs + rest
 
+    # Settings, stored untouched by ``__init__`` (meanings in the class docstring).
+    n_particles: int
+    ess_threshold: float
+    rejuvenation: str
+    n_rejuvenate: int
+    reservoir_size: int
+    history_tokens: int
+    history_docs: int
+    alpha: float
+    beta: float
+    init_docs: int
+    init_max_tokens: int
+    init_sweeps: int
+    init_restarts: int
+    init_holdout: float
+    pool_factor: float
+
     def __init__(
         self,
         n_topics: int,
@@ -134,25 +151,7 @@ class ParticleFilterLDA(TopicModel):
         init_holdout: float = 0.2,
         pool_factor: float = 2.0,
     ) -> None:
-        self.n_topics = n_topics
-        self.n_words = n_words
-        self.seed = seed
-        self.n_particles = n_particles
-        self.ess_threshold = ess_threshold
-        self.rejuvenation = rejuvenation
-        self.n_rejuvenate = n_rejuvenate
-        self.reservoir_size = reservoir_size
-        self.history_tokens = history_tokens
-        self.history_docs = history_docs
-        self.alpha = alpha
-        self.beta = beta
-        self.init_docs = init_docs
-        self.init_max_tokens = init_max_tokens
-        self.init_sweeps = init_sweeps
-        self.init_restarts = init_restarts
-        self.init_holdout = init_holdout
-        self.pool_factor = pool_factor
-        self._setup()
+        self._store(locals())
 
     # ------------------------------------------------------------------ settings
     def _validate_params(self) -> None:

@@ -145,6 +145,23 @@ class SCVB0(TopicModel):
         K, W = int(n_topics), int(n_words)
         return 8 * (W * K + K)
 
+    # Settings, stored untouched by ``__init__`` (meanings in the class docstring).
+    alpha: float
+    eta: float
+    phi_scale: float
+    phi_tau: float
+    phi_kappa: float
+    phi_floor: float
+    theta_scale: float
+    theta_tau: float
+    theta_kappa: float
+    batch_size: int
+    burn_in: int
+    window: float
+    transform_passes: int
+    learn_alpha: bool
+    background: float
+
     def __init__(
         self,
         n_topics: int,
@@ -167,25 +184,7 @@ class SCVB0(TopicModel):
         learn_alpha: bool = False,
         background: float = 0.0,
     ) -> None:
-        self.n_topics = n_topics
-        self.n_words = n_words
-        self.seed = seed
-        self.alpha = alpha
-        self.eta = eta
-        self.phi_scale = phi_scale
-        self.phi_tau = phi_tau
-        self.phi_kappa = phi_kappa
-        self.phi_floor = phi_floor
-        self.theta_scale = theta_scale
-        self.theta_tau = theta_tau
-        self.theta_kappa = theta_kappa
-        self.batch_size = batch_size
-        self.burn_in = burn_in
-        self.window = window
-        self.transform_passes = transform_passes
-        self.learn_alpha = learn_alpha
-        self.background = background
-        self._setup()
+        self._store(locals())
 
     # ------------------------------------------------------------------ settings
     def _validate_params(self) -> None:
