@@ -26,6 +26,16 @@ __all__ = ["fold_in_gibbs", "gibbs_chain", "gibbs_init", "heldout_loglik", "inst
 _COMPLETION_SWEEPS = 5
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _count_token(
+    nkw: NDArray[np.int64], nk: NDArray[np.int64], ndk: NDArray[np.int64], w: int, d: int, k: int, delta: int
+) -> None:
+    """Add ``delta`` (+1 or −1) to the counts n_kw, n_k, n_dk of one token: word w of document d in topic k."""
+    nkw[k, w] += delta
+    nk[k] += delta
+    ndk[d, k] += delta
+
+
 @njit(cache=True, nogil=True)
 def _conditional_draw(
     nkw: NDArray[np.int64],
@@ -77,23 +87,14 @@ def gibbs_chain(
     for i in range(N):
         if init_random:
             z[i] = rng_below(rng, K)
-        k = z[i]
-        nkw[k, words[i]] += 1
-        nk[k] += 1
-        ndk[doc_of[i], k] += 1
+        _count_token(nkw, nk, ndk, words[i], doc_of[i], z[i], 1)
     for _ in range(sweeps):
         for i in range(N):
             w = words[i]
             d = doc_of[i]
-            k = z[i]
-            nkw[k, w] -= 1
-            nk[k] -= 1
-            ndk[d, k] -= 1
-            k = _conditional_draw(nkw, nk, ndk, w, d, alpha, beta, wbeta, q, rng)
-            z[i] = k
-            nkw[k, w] += 1
-            nk[k] += 1
-            ndk[d, k] += 1
+            _count_token(nkw, nk, ndk, w, d, z[i], -1)
+            z[i] = _conditional_draw(nkw, nk, ndk, w, d, alpha, beta, wbeta, q, rng)
+            _count_token(nkw, nk, ndk, w, d, z[i], 1)
     return nkw, nk, ndk
 
 
@@ -117,11 +118,8 @@ def _gibbs_add_docs(
     for i in range(start, words.shape[0]):
         w = words[i]
         d = doc_of[i]
-        k = _conditional_draw(nkw, nk, ndk, w, d, alpha, beta, wbeta, q, rng)
-        z[i] = k
-        nkw[k, w] += 1
-        nk[k] += 1
-        ndk[d, k] += 1
+        z[i] = _conditional_draw(nkw, nk, ndk, w, d, alpha, beta, wbeta, q, rng)
+        _count_token(nkw, nk, ndk, w, d, z[i], 1)
 
 
 @njit(cache=True, nogil=True)
