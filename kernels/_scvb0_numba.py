@@ -5,6 +5,8 @@ renormalisation, and inference with the topics fixed. The estimator around them 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 from numpy.typing import NDArray
@@ -16,6 +18,17 @@ from ._base import EXACT_FASTMATH
 _RENORM_BELOW = 1e-30
 # ρ^Θ_t is tabulated for t < this (token iterations within one document, burn-in passes included).
 _RHO_THETA_TABLE = 4096
+
+
+class ThetaSteps(NamedTuple):
+    """The document step size ρ^Θ_t = min(1, s_Θ/(τ_Θ + t)^κ_Θ) of Eq. 6 (``scale``, ``tau``, ``kappa``), with
+    ``table[t]`` holding it for whole t below the table's length (a pow per word and pass is a noticeable share
+    of the time)."""
+
+    table: NDArray[np.float64]
+    scale: float
+    tau: float
+    kappa: float
 
 
 # -------------------------------------------------------------------------------------------- numba kernels
@@ -43,10 +56,7 @@ def _doc_pass(
     alpha: NDArray[np.float64],
     c_doc: float,
     t0: float,
-    rho_table: NDArray[np.float64],
-    th_scale: float,
-    th_tau: float,
-    th_kappa: float,
+    steps: ThetaSteps,
     ghat: NDArray[np.float64],
     slot: NDArray[np.int64],
     accumulate: bool,
@@ -59,9 +69,8 @@ def _doc_pass(
     * Eq. 5:  γ_k ∝ (N^Φ_wk + η) / (N^Z_k + Wη) · (N^Θ_jk + α_k) (``alpha``: the document's α_k, :func:`doc_alpha`),
       with N^Φ_wk = s·M_wk and the per-minibatch constants ``sinv_k = s/(N^Z_k + Wη)``, ``einv_k = η/(N^Z_k + Wη)``;
     * Eq. 9 (Eq. 6 applied ``m`` times with γ fixed):
-      N^Θ_j := (1-ρ^Θ_t)^m N^Θ_j + C_j γ (1 - (1-ρ^Θ_t)^m), with ρ^Θ_t = min(1, s_Θ/(τ_Θ + t)^κ_Θ) and ``t``
-      the token iteration within the document (advanced by ``m``); ``rho_table[t]`` holds ρ^Θ_t for whole
-      t below its length (from :class:`kernels.StepSize`), other t use the formula;
+      N^Θ_j := (1-ρ^Θ_t)^m N^Θ_j + C_j γ (1 - (1-ρ^Θ_t)^m), with ρ^Θ_t from ``steps`` (:class:`ThetaSteps`) and
+      ``t`` the token iteration within the document (advanced by ``m``);
     * if ``accumulate`` (the last pass): Ĝ_w += m·γ (the C/|M| factor of Eqs. 7–8 is applied once, later).
 
     ``nt`` holds N^Θ_j and is updated in place. Returns the token iteration after the pass.
@@ -77,11 +86,11 @@ def _doc_pass(
             gam[k] = g
             norm += g
         ti = int(t)
-        if ti == t and ti < rho_table.shape[0]:
-            rho = rho_table[ti]
+        if ti == t and ti < steps.table.shape[0]:
+            rho = steps.table[ti]
         else:
-            base = th_tau + t
-            rho = 1.0 if base <= 0.0 else min(1.0, th_scale / base**th_kappa)
+            base = steps.tau + t
+            rho = 1.0 if base <= 0.0 else min(1.0, steps.scale / base**steps.kappa)
         decay = 1.0 - rho
         if m != 1.0:
             if m == 2.0:
@@ -117,10 +126,7 @@ def _fit(
     alpha: float,
     background: float,
     eta: float,
-    rho_table: NDArray[np.float64],
-    th_scale: float,
-    th_tau: float,
-    th_kappa: float,
+    steps: ThetaSteps,
     burn_in: int,
     slot: NDArray[np.int64],
     theta_out: NDArray[np.float64],
@@ -195,10 +201,7 @@ def _fit(
                     av,
                     c_doc,
                     t,
-                    rho_table,
-                    th_scale,
-                    th_tau,
-                    th_kappa,
+                    steps,
                     ghat,
                     slot,
                     sweep == burn_in,

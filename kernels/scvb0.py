@@ -23,7 +23,7 @@ from ._base import StateValue, TopicModel, check_interval, check_positive_int, s
 from ._batch import Batch
 from ._moves import birth_column, birth_counts, delete_column, merge_columns
 from ._schedule import StepSize
-from ._scvb0_numba import _RHO_THETA_TABLE, _fit, _infer
+from ._scvb0_numba import _RHO_THETA_TABLE, ThetaSteps, _fit, _infer
 from ._special import digamma_array
 from .background import background_topic
 
@@ -212,9 +212,10 @@ class SCVB0(TopicModel):
             kappa=float(self.phi_kappa),
             floor=float(self.phi_floor),
         )
-        rho_theta = StepSize(float(self.theta_scale), float(self.theta_tau), float(self.theta_kappa))
-        # ρ^Θ_t for whole token iterations t (a pow per word and pass is a noticeable share of the time)
-        self._rho_theta_table = np.array([rho_theta(t) for t in range(_RHO_THETA_TABLE)])
+        scale, tau, kappa = float(self.theta_scale), float(self.theta_tau), float(self.theta_kappa)
+        rho_theta = StepSize(scale, tau, kappa)
+        table = np.array([rho_theta(t) for t in range(_RHO_THETA_TABLE)])
+        self._theta_steps = ThetaSteps(table, scale, tau, kappa)
 
     def _init_state(self) -> None:
         K, W = int(self.n_topics), int(self.n_words)
@@ -290,10 +291,7 @@ class SCVB0(TopicModel):
                 self._alpha_now(),
                 float(self.background),
                 float(self.eta),
-                self._rho_theta_table,
-                float(self.theta_scale),
-                float(self.theta_tau),
-                float(self.theta_kappa),
+                self._theta_steps,
                 int(self.burn_in),
                 slot,
                 theta,
