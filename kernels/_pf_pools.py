@@ -10,6 +10,8 @@ tokens on the divergent-token list. :func:`forget_words` serves ``reset_words``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit
 from numpy.typing import NDArray
@@ -60,7 +62,7 @@ def _unref(refcnt: NDArray[np.int64], free: NDArray[np.int64], ctr: NDArray[np.i
 # filter about 20% slower (benchmark of partial_fit on synthetic data).
 @njit(cache=True, nogil=True, inline="always")
 def _copy_pointers(
-    ptrs: NDArray[np.int64],
+    ptrs: NDArray[np.int32],
     src: NDArray[np.int64],
     dst: NDArray[np.int64],
     n_pairs: int,
@@ -86,7 +88,7 @@ def _copy_pointers(
 
 
 @njit(cache=True, nogil=True)
-def _all_agree(x: NDArray[np.int64]) -> bool:
+def _all_agree(x: NDArray[np.integer[Any]]) -> bool:
     """Whether every particle's entry of ``x`` (one per particle) is the same."""
     p = 1
     while p < x.shape[0] and x[p] == x[0]:
