@@ -74,23 +74,9 @@ def test_doc_pass_is_eq5_and_eq9(burn_in: int, table_len: int) -> None:
     ghat = np.zeros((ids.size, K))
     gam = np.empty(K)
     t = 0.0
+    steps, av, c_doc = ThetaSteps(table, *sched), np.full(K, alpha), cnts.sum()
     for p in range(burn_in + 1):
-        t = _doc_pass(
-            ids,
-            cnts,
-            M,
-            sinv,
-            einv,
-            nt,
-            np.full(K, alpha),
-            cnts.sum(),
-            t,
-            ThetaSteps(table, *sched),
-            ghat,
-            slot,
-            p == burn_in,
-            gam,
-        )
+        t = _doc_pass(ids, cnts, M, sinv, einv, nt, av, c_doc, t, steps, ghat, slot, p == burn_in, gam)
     want_nt, want_contrib = naive.doc_passes(n_phi, n_z, (ids, cnts), nt0, alpha, eta, sched, burn_in)
     np.testing.assert_allclose(nt, want_nt, rtol=1e-10)
     np.testing.assert_allclose(ghat, want_contrib[ids], rtol=1e-10)
