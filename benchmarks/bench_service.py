@@ -85,8 +85,8 @@ class Stack:
     def __init__(self, stack: LocalStack, code: Path, topics: int, vocab: int, fetch_wait_ms: int | None) -> None:
         self.stack = stack
         self.code = code
-        # Tansu answers a fetch only when fetch.wait.max.ms has passed, not when data arrives (Kafka answers at
-        # once), so every hop costs up to that wait; --fetch-wait-ms sets it on the service's consumers. This
+        # Tansu may hold a fetch for up to fetch.wait.max.ms even when data is there (Kafka answers at once), so
+        # every hop costs up to that wait; --fetch-wait-ms sets it on the service's consumers. This
         # script's own reader asks for 10 ms, so that the instrument adds as little as it can.
         self.reader_config = {"fetch.wait.max.ms": 10}
         self.base = {
