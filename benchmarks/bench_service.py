@@ -214,7 +214,7 @@ def backlog(st: Stack, docs: list[dict], n: int) -> dict[str, float]:
     }
 
 
-def steady(st: Stack, docs: list[dict], rate: float, seconds: float) -> dict[str, float]:
+def steady(st: Stack, docs: list[dict], rate: float, seconds: float) -> dict[str, Any]:
     tag = f"steady{int(rate)}"
     env = st.settings(tag, 3)
     port = free_port()
@@ -368,7 +368,7 @@ def main() -> None:
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in ("save", "code")},
     }
 
-    def on_fresh_stack(phase: Callable[..., dict[str, float]], *phase_args: Any) -> dict[str, float]:
+    def on_fresh_stack(phase: Callable[..., dict[str, Any]], *phase_args: Any) -> dict[str, Any]:
         """Each phase on its own broker and Redis: the local broker keeps every message in memory and its cost
         grows with what it holds, which would charge one phase's data to the next."""
         with LocalStack() as local:

@@ -318,10 +318,9 @@ class Learner(BatchWorker):
         return cap
 
     def _plan_hygiene(self, shadow: TopicModel, cap: Capture) -> None:
-        """Writer thread: plan topic hygiene on the capture's throw-away model; the moves are made on the live
-        model at the next capture (:meth:`TopicHygiene.replay`)."""
-        if cap.hygiene_docs is None or self.hygiene is None:
-            return
+        """Writer thread, for a capture that carries recent documents: plan topic hygiene on its throw-away model;
+        the moves are made on the live model at the next capture (:meth:`TopicHygiene.replay`)."""
+        assert self.hygiene is not None  # the hook is given to the writer only with hygiene on
         self._planned = self.hygiene.apply(cast(SupportsTopicMoves, shadow), cap.hygiene_docs)
 
     def _save(self, cap: Capture) -> SnapshotInfo:

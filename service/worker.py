@@ -106,7 +106,7 @@ class BatchWorker(abc.ABC):
         self._seq = 0
         self.submitted_seq = 0  # the newest batch handed to the kernel lane
         self._inflight: InFlight | None = None  # handed to the kernel lane, not yet published
-        self._unacked: deque[tuple[InFlight, dict[tuple[str, int], int]]] = deque()
+        self._unacked: deque[InFlight] = deque()  # published, in order, awaiting the broker's acknowledgements
         self._acked_seq = 0  # every batch up to this one is acknowledged by the broker
         self._acked = threading.Condition()
         self.broken = False  # a delivery failed for good: nothing after it may be committed or snapshotted
@@ -228,7 +228,7 @@ class BatchWorker(abc.ABC):
             tokens = batch.encoded.batch.doc_tokens()
             self.publisher.publish(batch.decoded.good, theta, tokens, batch.model, batch.tracker)
         batch.timings["publish"] = time.perf_counter() - t0
-        self._unacked.append((batch, batch.next_offsets))  # in order: the lane runs one batch at a time
+        self._unacked.append(batch)  # in order: the lane runs one batch at a time
         self._observe(batch)
 
     def _observe(self, batch: InFlight) -> None:
@@ -246,8 +246,8 @@ class BatchWorker(abc.ABC):
         synchronous commit, before leaving a partition or the group)."""
         t0 = time.perf_counter()
         offsets: dict[tuple[str, int], int] = {}
-        while self._unacked and self._unacked[0][0].tracker.done:
-            batch, nxt = self._unacked.popleft()
+        while self._unacked and self._unacked[0].tracker.done:
+            batch = self._unacked.popleft()
             try:
                 batch.tracker.raise_on_failure()
             except DeliveryError:
@@ -255,7 +255,7 @@ class BatchWorker(abc.ABC):
                 with self._acked:
                     self._acked.notify_all()
                 raise
-            offsets.update(nxt)
+            offsets.update(batch.next_offsets)
             with self._acked:
                 self._acked_seq = batch.seq
                 self._acked.notify_all()
