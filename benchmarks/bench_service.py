@@ -9,6 +9,8 @@ Everything is judged by what goes in and comes out, so the same script measures 
 2. **steady**: a producer sends at each of ``--rates`` articles/s for the matching ``--steady-seconds`` (one value:
    the same for every rate), snapshots every 5 s; a
    reader measures consume→publish latency per article (time the output arrived − time the input was sent);
+   then the same for ``benchmarks/passthrough.py``, which answers every article at once without learning: the
+   floor that the broker, the clients and the batching set on this machine (``--no-floor`` skips it);
 3. **replicas**: one replica process over a ``--replica-articles`` backlog, then two replicas (one partition each);
    articles/s of inference.
 
@@ -214,12 +216,18 @@ def backlog(st: Stack, docs: list[dict], n: int) -> dict[str, float]:
     }
 
 
-def steady(st: Stack, docs: list[dict], rate: float, seconds: float) -> dict[str, Any]:
-    tag = f"steady{int(rate)}"
+def steady(st: Stack, docs: list[dict], rate: float, seconds: float, peer: str = "learner") -> dict[str, Any]:
+    """Send ``rate`` articles/s for ``seconds`` to ``peer`` (the learner, or the passthrough floor) and time every
+    answer. Snapshot figures come from the learner's own metrics (``None`` for the passthrough)."""
+    tag = f"{peer}{int(rate)}"
     env = st.settings(tag, 3)
     port = free_port()
-    learner = st.start("run", {**env, "TOPICSTREAM_SNAPSHOT_EVERY_S": "5"}, port)
+    if peer == "learner":
+        proc = st.start("run", {**env, "TOPICSTREAM_SNAPSHOT_EVERY_S": "5"}, port)
+    else:
+        proc = subprocess.Popen([sys.executable, "-m", "benchmarks.passthrough"], env={**st.base, **env}, cwd=ROOT)
     sent: dict[str, float] = {}
+    answered: set[str] = set()
     latencies: list[float] = []  # input sent → output read by this script
     published: list[float] = []  # input sent → output created by the service (its producer's timestamp)
     reader = Consumer(
@@ -239,20 +247,27 @@ def steady(st: Stack, docs: list[dict], rate: float, seconds: float) -> dict[str
         while not done.is_set():
             for msg in reader.consume(1000, 0.005):
                 if msg.error() is None:
-                    t = sent.get((msg.key() or b"").decode())
+                    key = (msg.key() or b"").decode()
+                    answered.add(key)
+                    t = sent.get(key)
                     if t is not None:
                         latencies.append(time.time() - t)
                         published.append(msg.timestamp()[1] / 1000 - t)
 
     thread = threading.Thread(target=read, daemon=True)
+    thread.start()
     try:
-        # Warm up: the learner is ready once it has answered a first article.
-        produce_all(st.stack.kafka_bootstrap, env["TOPICSTREAM_INPUT_TOPIC"], articles(docs, 10, f"{tag}w"))
-        wait_consumed(learner, port, 10, 300)
-        thread.start()
+        # Warm up: the peer is ready once it has answered the first articles.
+        warm = list(articles(docs, 10, f"{tag}w"))
+        produce_all(st.stack.kafka_bootstrap, env["TOPICSTREAM_INPUT_TOPIC"], iter(warm))
+        deadline = time.monotonic() + 300
+        while not answered.issuperset(k for k, _ in warm):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"{peer} did not answer its warm-up articles (exit code {proc.poll()})")
+            time.sleep(0.1)
         p = Producer({"bootstrap.servers": st.stack.kafka_bootstrap, "linger.ms": 1})
         broker = st.stack.process("broker").pid
-        cpu0, broker0 = cpu_s(learner.pid), cpu_s(broker)
+        cpu0, broker0 = cpu_s(proc.pid), cpu_s(broker)
         start = time.perf_counter()
         for i, (key, value) in enumerate(articles(docs, int(rate * seconds), tag)):
             ahead = i / rate - (time.perf_counter() - start)
@@ -261,16 +276,16 @@ def steady(st: Stack, docs: list[dict], rate: float, seconds: float) -> dict[str
             sent[key] = time.time()
             p.produce(env["TOPICSTREAM_INPUT_TOPIC"], value=value, key=key)
             p.poll(0)
-        cpu1, broker1 = cpu_s(learner.pid), cpu_s(broker)
+        cpu1, broker1 = cpu_s(proc.pid), cpu_s(broker)
         broker_rss = vm_mb(broker, "VmRSS")
         p.flush(60)
         deadline = time.monotonic() + 30
         while len(latencies) < len(sent) and time.monotonic() < deadline:
             time.sleep(0.2)
-        m = scrape(port)
+        m = scrape(port) if peer == "learner" else {}
     finally:
         done.set()
-        stop(learner)
+        stop(proc)
     lat = np.array(latencies)
     pub = np.array(published)
     return {
@@ -282,8 +297,10 @@ def steady(st: Stack, docs: list[dict], rate: float, seconds: float) -> dict[str
         "p95_ms": float(np.percentile(lat, 95) * 1000),
         "p99_ms": float(np.percentile(lat, 99) * 1000),
         "max_ms": float(lat.max() * 1000),
-        "snapshot_mean_s": m.get("topicstream_snapshot_duration_seconds_sum", 0.0)
-        / max(m.get("topicstream_snapshot_duration_seconds_count", 0.0), 1),
+        "snapshot_mean_s": m["topicstream_snapshot_duration_seconds_sum"]
+        / max(m.get("topicstream_snapshot_duration_seconds_count", 0.0), 1)
+        if "topicstream_snapshot_duration_seconds_sum" in m
+        else None,
         # What a snapshot held the batch loop up for (the stage "snapshot" of the learner's batch timings; None
         # for code that does not time it: before the pipelined worker, snapshots were written inside the loop).
         "stall_mean_ms": 1000
@@ -291,7 +308,7 @@ def steady(st: Stack, docs: list[dict], rate: float, seconds: float) -> dict[str
         / m["topicstream_batch_duration_seconds_count{stage=snapshot}"]
         if m.get("topicstream_batch_duration_seconds_count{stage=snapshot}")
         else None,
-        "learner_cores": (cpu1 - cpu0) / seconds,
+        f"{peer}_cores": (cpu1 - cpu0) / seconds,
         "broker_cores": (broker1 - broker0) / seconds,
         "broker_rss_mb": broker_rss,
     }
@@ -347,6 +364,12 @@ def main() -> None:
     ap.add_argument("--replica-articles", type=int, default=60_000)
     ap.add_argument("--skip", nargs="*", default=[], choices=["backlog", "steady", "replicas"])
     ap.add_argument("--fetch-wait-ms", type=int, default=None, help="fetch.wait.max.ms of every consumer")
+    ap.add_argument(
+        "--no-floor",
+        dest="floor",
+        action="store_false",
+        help="skip the passthrough peer (benchmarks/passthrough.py) that measures the broker's share of the latency",
+    )
     ap.add_argument(
         "--save",
         metavar="LABEL",
@@ -404,6 +427,16 @@ def main() -> None:
                 f"the learner used {r['learner_cores']:.2f} cores, the broker {r['broker_cores']:.2f} "
                 f"(resident {r['broker_rss_mb']:,.0f} MB)"
             )
+            if args.floor:
+                f = run[f"floor_{rate:.0f}"] = on_fresh_stack(steady, docs, rate, seconds, "passthrough")
+                f["seconds"] = seconds
+                print(
+                    f"  floor (benchmarks.passthrough: same broker, clients and batching, no learning) at "
+                    f"{rate:,.0f}/s: p50 {f['p50_ms']:.0f} ms, p95 {f['p95_ms']:.0f} ms, p99 {f['p99_ms']:.0f} ms, "
+                    f"max {f['max_ms']:.0f} ms; it used {f['passthrough_cores']:.2f} cores, the broker "
+                    f"{f['broker_cores']:.2f}; the learner's own share of p50 / p99: "
+                    f"{r['p50_ms'] - f['p50_ms']:.0f} / {r['p99_ms'] - f['p99_ms']:.0f} ms"
+                )
     if "replicas" not in args.skip:
         r = run["replicas"] = on_fresh_stack(replicas, docs, args.replica_articles)
         one, two = r["replicas_1_articles_per_s"], r["replicas_2_articles_per_s"]

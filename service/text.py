@@ -39,6 +39,8 @@ __all__ = ["EncodedBatch", "FlatBags", "Tokenizer", "Vocabulary"]
 _WORD = re.compile(r"[^\W\d_]+")
 # The same split for pure-ASCII text, three times faster: every ASCII non-letter becomes a space.
 _ASCII_NON_LETTERS = str.maketrans({chr(c): " " for c in range(128) if not chr(c).isalpha()})
+# Seed of the words' hashes in :class:`_HashedLookup` (any fixed value: hashes never leave the process).
+_HASH_SEED = 0x70F1C5
 
 
 def _words(text: str) -> list[str]:
@@ -210,7 +212,7 @@ class Vocabulary:
         # Free slots, smallest id first (a heap keeps admission order deterministic).
         self._free = list(range(self.capacity))
         self.n_recycled = 0
-        self._lookup = _FrameLookup(self.capacity)
+        self._lookup = _HashedLookup(self.capacity)
 
     # ------------------------------------------------------------------ lookup
     def __len__(self) -> int:
@@ -353,40 +355,57 @@ class Vocabulary:
         return v
 
 
-class _FrameLookup:
-    """Word → slot look-ups for a whole batch inside polars (a hash join, outside the GIL), for
-    :meth:`Vocabulary.encode`.
+class _HashedLookup:
+    """Word → slot look-ups for a whole batch by 64-bit hashes (computed in polars, outside the GIL) in a hash
+    index (numba, outside the GIL), for :meth:`Vocabulary.encode`.
 
     Per-row Python dictionary look-ups cost the batch loop ~16 µs an article on BBC News with an idle second core,
     and several times that while the kernel thread streams N^Φ through the shared cache, all of it holding the
-    GIL. Here the vocabulary is a polars frame (word, slot), rebuilt only after many slots have changed. Between
-    rebuilds the frame may be stale, and the rows it could answer wrongly are looked up again in the dictionary:
-    rows it finds no slot for (the word may have been admitted since), and rows whose slot was given to another
-    word since (the word may have been evicted). So the answer is always the dictionary's.
+    GIL; a polars hash join hashed the whole vocabulary again for every batch (~50 µs an article in batches of 50).
+    Here the vocabulary's words are hashed once into a :mod:`service.hashindex`, rebuilt only after many slots
+    have changed. Every hit is checked word for word (a polars string comparison), so a hash collision can never
+    give a word another word's slot. Between rebuilds the index may be stale, and the rows it could answer
+    wrongly are looked up again in the dictionary: rows it finds no slot for (the word may have been admitted
+    since), and rows whose slot was given to another word since (the word may have been evicted). So the answer
+    is always the dictionary's.
     """
 
     def __init__(self, capacity: int) -> None:
-        #: Changed slots after which the frame is rebuilt (rebuilding costs ~10 ms at 65,536 words).
+        #: Changed slots after which the index is rebuilt (rebuilding costs ~10 ms at 65,536 words).
         self.rebuild_after = max(1, min(2048, capacity // 32))
-        self._frame: Any = None
+        self._table: NDArray[np.int64] | None = None  # hash index over _hashes
+        self._hashes = np.zeros(0, dtype=np.uint64)  # the hash of each indexed word
+        self._slots = np.zeros(0, dtype=np.int64)  # its slot
+        self._words: Any = None  # the words (a polars Series)
         self._changed: set[int] = set()
 
     def changed(self, slot: int) -> None:
-        if self._frame is not None:
+        if self._table is not None:
             self._changed.add(slot)
             if len(self._changed) > self.rebuild_after:
-                self._frame, self._changed = None, set()
+                self._table, self._changed = None, set()
 
-    def ids(self, words: Any, flat: FlatBags, index: dict[str, int]) -> NDArray[np.int64]:
+    def _build(self, index: dict[str, int]) -> NDArray[np.int64]:
         import polars as pl
 
-        if self._frame is None:
-            self._frame = pl.DataFrame(
-                {"w": list(index), "id": np.fromiter(index.values(), dtype=np.int64, count=len(index))},
-                schema={"w": pl.String, "id": pl.Int64},
-            )
-        found = pl.DataFrame({"w": words}).join(self._frame, on="w", how="left", maintain_order="left")["id"]
-        ids = found.fill_null(-1).to_numpy().astype(np.int64, copy=True)
+        from .hashindex import build_index
+
+        self._words = pl.Series(list(index), dtype=pl.String)
+        self._hashes = self._words.hash(_HASH_SEED).to_numpy()
+        self._slots = np.fromiter(index.values(), dtype=np.int64, count=len(index))
+        self._table = build_index(self._hashes)
+        return self._table
+
+    def ids(self, words: Any, flat: FlatBags, index: dict[str, int]) -> NDArray[np.int64]:
+        from .hashindex import find_all
+
+        table = self._table if self._table is not None else self._build(index)
+        ids = np.full(len(words), -1, dtype=np.int64)
+        if self._hashes.size:
+            pos = find_all(table, self._hashes, words.hash(_HASH_SEED).to_numpy())
+            hit = pos >= 0
+            hit &= (words == self._words.gather(np.where(hit, pos, 0))).to_numpy()
+            ids[hit] = self._slots[pos[hit]]
         suspect = ids < 0
         if self._changed:
             suspect |= np.isin(ids, np.fromiter(self._changed, dtype=np.int64, count=len(self._changed)))

@@ -141,9 +141,9 @@ def test_vocabulary_encodes_flat_bags_exactly_like_counters() -> None:
 
 
 @pytest.mark.parametrize("rebuild_after", [1, 7, 2048])
-def test_vocabulary_lookup_in_polars_answers_like_the_dictionary_through_evictions(rebuild_after: int) -> None:
+def test_vocabulary_hashed_lookup_answers_like_the_dictionary_through_evictions(rebuild_after: int) -> None:
     """A stream whose words keep changing, in a vocabulary too small for them: admissions and evictions in
-    almost every batch, so the polars frame (rebuilt after ``rebuild_after`` changed slots) is stale most of the
+    almost every batch, so the hashed array (rebuilt after ``rebuild_after`` changed slots) is stale most of the
     time; every batch must encode exactly as per-row dictionary look-ups do."""
     from service import text
 
@@ -152,7 +152,7 @@ def test_vocabulary_lookup_in_polars_answers_like_the_dictionary_through_evictio
     tok = Tokenizer(stop_words=())
     a, b = Vocabulary(40, admit_count=2), Vocabulary(40, admit_count=2)
     b._lookup.rebuild_after = rebuild_after
-    assert isinstance(b._lookup, text._FrameLookup)
+    assert isinstance(b._lookup, text._HashedLookup)
     for step in range(40):
         shift = step * 3  # the word distribution drifts: old words fade, new ones arrive
         texts = [
@@ -172,7 +172,7 @@ def test_vocabulary_lookup_in_polars_answers_like_the_dictionary_through_evictio
     assert a.n_recycled == b.n_recycled > 50  # the stream really evicted
 
 
-def test_vocabulary_lookup_in_polars_never_answers_with_an_evicted_words_old_slot() -> None:
+def test_vocabulary_hashed_lookup_never_answers_with_an_evicted_words_old_slot() -> None:
     tok = Tokenizer(stop_words=())
     a = [f"alpha{c}" for c in "abcdefghijklmno"]  # exactly fills the vocabulary
     heavy = ["bravoa", "bravob", "bravoc"]
@@ -200,3 +200,25 @@ def test_batch_tokenizer_matches_on_a_real_corpus(shared_data) -> None:  # type:
     for d, w, c in zip(flat.doc.tolist(), flat.words, flat.counts.tolist(), strict=True):
         got[d].append((w, c))
     assert got == [list(tok.count(t).items()) for t in texts]
+
+
+@pytest.mark.parametrize("low_bits_equal", [False, True])
+def test_hash_index_finds_the_first_equal_key_or_none(low_bits_equal: bool) -> None:
+    """Against a dictionary: duplicates (the first is found), absent keys (−1), and keys that share all their
+    low bits (every one lands in the same bucket: long probe runs)."""
+    from service.hashindex import build_index, find_all
+
+    rng = np.random.default_rng(1)
+    keys = rng.integers(0, 2**63, 3000, dtype=np.uint64) * np.uint64(2)
+    if low_bits_equal:
+        keys = (keys >> np.uint64(40)) << np.uint64(40)
+    keys[100:200] = keys[:100]  # duplicates
+    queries = np.concatenate(
+        [keys, keys + np.uint64(1), rng.integers(0, 2**63, 500, dtype=np.uint64) * np.uint64(2) + np.uint64(1)]
+    )
+    first: dict[int, int] = {}
+    for i, k in enumerate(keys.tolist()):
+        first.setdefault(k, i)
+    expected = [first.get(q, -1) for q in queries.tolist()]
+    assert find_all(build_index(keys), keys, queries).tolist() == expected
+    assert find_all(build_index(keys[:0]), keys[:0], queries).tolist() == [-1] * queries.size
