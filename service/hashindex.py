@@ -1,9 +1,10 @@
-"""An open-addressing hash index over 64-bit keys, in numba (outside the GIL), for the vocabulary's look-ups.
+"""Open-addressing hash tables over 64-bit keys, in numba (outside the GIL), for the text path.
 
-:class:`service.text.Vocabulary` hashes a batch's words in polars and finds each hash here in O(1): one or two
-cache misses a row, where a binary search over 65,536 sorted hashes takes sixteen. The index stores positions
-into the caller's key array; duplicate keys are allowed (the first inserted is found), and the caller checks
-every hit against the real word, so the index itself never needs to be exact.
+:class:`service.text.Tokenizer` hashes a batch's words in polars and counts them per document here
+(:func:`count_runs`); :class:`service.text.Vocabulary` finds each word's hash in an index of its own words'
+hashes (:func:`build_index`, :func:`find_all`) in O(1): one or two cache misses a row, where a binary search over
+65,536 sorted hashes takes sixteen. The tables compare hashes only; the callers check the words behind every
+match (a vectorised string comparison), so two words with equal hashes are never confused.
 
 >>> import numpy as np
 >>> keys = np.array([7, 2**63 + 5, 7], dtype=np.uint64)
@@ -18,7 +19,7 @@ import numpy as np
 from numba import njit
 from numpy.typing import NDArray
 
-__all__ = ["build_index", "find_all"]
+__all__ = ["build_index", "count_runs", "find_all"]
 
 
 @njit(cache=True, nogil=True)
@@ -57,3 +58,55 @@ def build_index(keys: NDArray[np.uint64]) -> NDArray[np.int64]:
 def find_all(table: NDArray[np.int64], keys: NDArray[np.uint64], queries: NDArray[np.uint64]) -> NDArray[np.int64]:
     """For each query, the position in ``keys`` of an equal key, or −1."""
     return _find(table, np.ascontiguousarray(keys, dtype=np.uint64), np.ascontiguousarray(queries, dtype=np.uint64))
+
+
+@njit(cache=True, nogil=True)
+def count_runs(
+    doc: NDArray[np.int64], keys: NDArray[np.uint64]
+) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.float64]]:
+    """Count equal keys within each document: ``(group, first, counts)``.
+
+    ``doc`` is non-decreasing (the rows of one document are contiguous). Groups are numbered in order of their
+    first row, document by document (the order of a stable group-by on (doc, key)): row ``i`` belongs to group
+    ``group[i]``, whose first row is ``first[g]`` and which has ``counts[g]`` rows.
+    """
+    n = doc.size
+    longest, run = 0, 0
+    for i in range(n):
+        run = run + 1 if i > 0 and doc[i] == doc[i - 1] else 1
+        longest = max(longest, run)
+    size = 16
+    while size < 2 * longest:
+        size *= 2
+    mask = np.uint64(size - 1)
+    table = np.full(size, -1, dtype=np.int64)  # group of each bucket, −1 empty
+    used = np.empty(max(longest, 1), dtype=np.int64)  # buckets filled by the current document
+    n_used = 0
+    group = np.empty(n, dtype=np.int64)
+    first = np.empty(n, dtype=np.int64)
+    counts = np.zeros(n, dtype=np.float64)
+    n_groups = 0
+    for i in range(n):
+        if i > 0 and doc[i] != doc[i - 1]:
+            for u in range(n_used):
+                table[used[u]] = -1
+            n_used = 0
+        key = keys[i]
+        j = key & mask
+        while True:
+            g = table[j]
+            if g < 0:
+                table[j] = n_groups
+                used[n_used] = j
+                n_used += 1
+                first[n_groups] = i
+                counts[n_groups] = 1.0
+                group[i] = n_groups
+                n_groups += 1
+                break
+            if keys[first[g]] == key:
+                counts[g] += 1.0
+                group[i] = g
+                break
+            j = (j + np.uint64(1)) & mask
+    return group, first[:n_groups], counts[:n_groups]

@@ -39,8 +39,14 @@ __all__ = ["EncodedBatch", "FlatBags", "Tokenizer", "Vocabulary"]
 _WORD = re.compile(r"[^\W\d_]+")
 # The same split for pure-ASCII text, three times faster: every ASCII non-letter becomes a space.
 _ASCII_NON_LETTERS = str.maketrans({chr(c): " " for c in range(128) if not chr(c).isalpha()})
-# Seed of the words' hashes in :class:`_HashedLookup` (any fixed value: hashes never leave the process).
+# Seed of the words' hashes (any fixed value: hashes never leave the process).
 _HASH_SEED = 0x70F1C5
+
+
+def _hash_words(words: Any) -> NDArray[np.uint64]:
+    """64-bit hashes of a polars string Series (in polars, outside the GIL). Equal words have equal hashes;
+    every user checks the words behind a match, so a collision costs time, never correctness."""
+    return np.asarray(words.hash(_HASH_SEED).to_numpy(), dtype=np.uint64)
 
 
 def _words(text: str) -> list[str]:
@@ -85,6 +91,8 @@ class Tokenizer:
         """
         import polars as pl
 
+        from .hashindex import count_runs
+
         if not texts:
             return FlatBags(np.zeros(0, dtype=np.int64), [], np.zeros(0), 0)
         if self._stop_series is None:
@@ -99,16 +107,25 @@ class Tokenizer:
                 pl.col("w").str.len_chars().is_between(self.min_length, self.max_length)
                 & ~pl.col("w").is_in(self._stop_series)
             )
-            .group_by(["doc", "w"], maintain_order=True)
-            .len()
             .collect()
         )
-        return FlatBags(
-            rows["doc"].to_numpy().astype(np.int64, copy=False),
-            rows["w"],  # stays a polars column: Vocabulary.encode looks it up in polars too
-            rows["len"].to_numpy().astype(np.float64),
-            len(texts),
-        )
+        # Count (doc, word) pairs by the words' hashes in numba: a stable polars group-by on strings costs more
+        # than the tokenizing itself. Every row's word is then checked against its group's first word, so
+        # colliding hashes can never merge two words (if they ever did, the batch is counted by the strings).
+        doc, words = rows["doc"].to_numpy().astype(np.int64, copy=False), rows["w"]
+        hashes = _hash_words(words)
+        group, first, counts = count_runs(doc, hashes)
+        firsts = words.gather(first)
+        if not (words == firsts.gather(group)).all():
+            bags = rows.group_by(["doc", "w"], maintain_order=True).len()
+            return FlatBags(
+                bags["doc"].to_numpy().astype(np.int64, copy=False),
+                bags["w"],
+                bags["len"].to_numpy().astype(np.float64),
+                len(texts),
+            )
+        # the words stay a polars column: Vocabulary.encode looks them up by these hashes
+        return FlatBags(doc[first], firsts, counts, len(texts), hashes[first])
 
     def count(self, text: str) -> Counter[str]:
         """Word counts of ``text`` (the bag of words a kernel sees).
@@ -139,6 +156,8 @@ class FlatBags:
     words: Any
     counts: NDArray[np.float64]
     n_docs: int
+    #: The words' 64-bit hashes (:func:`_hash_words`) when the tokenizer computed them, else ``None``.
+    hashes: NDArray[np.uint64] | None = None
 
     def words_at(self, rows: NDArray[np.int64]) -> list[str]:
         """The words of the given rows, as Python strings."""
@@ -391,7 +410,7 @@ class _HashedLookup:
         from .hashindex import build_index
 
         self._words = pl.Series(list(index), dtype=pl.String)
-        self._hashes = self._words.hash(_HASH_SEED).to_numpy()
+        self._hashes = _hash_words(self._words)
         self._slots = np.fromiter(index.values(), dtype=np.int64, count=len(index))
         self._table = build_index(self._hashes)
         return self._table
@@ -402,7 +421,8 @@ class _HashedLookup:
         table = self._table if self._table is not None else self._build(index)
         ids = np.full(len(words), -1, dtype=np.int64)
         if self._hashes.size:
-            pos = find_all(table, self._hashes, words.hash(_HASH_SEED).to_numpy())
+            hashes = flat.hashes if flat.hashes is not None else _hash_words(words)
+            pos = find_all(table, self._hashes, hashes)
             hit = pos >= 0
             hit &= (words == self._words.gather(np.where(hit, pos, 0))).to_numpy()
             ids[hit] = self._slots[pos[hit]]

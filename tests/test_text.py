@@ -162,7 +162,9 @@ def test_vocabulary_hashed_lookup_answers_like_the_dictionary_through_evictions(
             for _ in range(8)
         ]
         ea = a.encode([tok.count(t) for t in texts])
-        eb = b.encode(tok.count_many(texts))
+        flat = tok.count_many(texts)
+        assert flat.hashes is not None  # the hashed path, not the string fallback
+        eb = b.encode(flat)
         np.testing.assert_array_equal(ea.batch.indptr, eb.batch.indptr)
         np.testing.assert_array_equal(ea.batch.word_ids, eb.batch.word_ids)
         np.testing.assert_array_equal(ea.batch.counts, eb.batch.counts)
@@ -222,3 +224,28 @@ def test_hash_index_finds_the_first_equal_key_or_none(low_bits_equal: bool) -> N
     expected = [first.get(q, -1) for q in queries.tolist()]
     assert find_all(build_index(keys), keys, queries).tolist() == expected
     assert find_all(build_index(keys[:0]), keys[:0], queries).tolist() == [-1] * queries.size
+
+
+def test_colliding_word_hashes_never_merge_or_confuse_words(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a hash that puts most words in three buckets, bags and vocabulary look-ups must still be exactly
+    those of the string path (the hashes only speed things up; words are compared behind every match)."""
+    from service import text
+
+    monkeypatch.setattr(text, "_hash_words", lambda words: np.asarray(words.str.len_chars().to_numpy() % 3, np.uint64))
+    rng = np.random.default_rng(2)
+    vocab_words = ["".join(rng.choice(list("abcdefgh"), rng.integers(3, 7))) for _ in range(60)]
+    tok = Tokenizer(stop_words=())
+    a, b = Vocabulary(25, admit_count=2), Vocabulary(25, admit_count=2)
+    for _ in range(15):
+        texts = [" ".join(rng.choice(vocab_words, 40)) for _ in range(6)]
+        flat = tok.count_many(texts)
+        assert flat.hashes is None  # the colliding rows sent this batch down the string path
+        bags = [tok.count(t) for t in texts]
+        assert [
+            list(zip(flat.words_at(np.flatnonzero(flat.doc == d)), flat.counts[flat.doc == d], strict=True))
+            for d in range(6)
+        ] == [list(c.items()) for c in bags]
+        ea, eb = a.encode(bags), b.encode(flat)
+        np.testing.assert_array_equal(ea.batch.word_ids, eb.batch.word_ids)
+        np.testing.assert_array_equal(ea.recycled, eb.recycled)
+    assert a.slot_words() == b.slot_words()
