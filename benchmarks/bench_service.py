@@ -7,7 +7,7 @@ Everything is judged by what goes in and comes out, so the same script measures 
    starts; articles/s from its first to its last consumed article, RSS at a quarter of the stream and at the end,
    time per stage (the learner's own ``topicstream_batch_duration_seconds``), snapshot duration;
 2. **steady**: a producer sends at each of ``--rates`` articles/s for the matching ``--steady-seconds`` (one value:
-   the same for every rate), snapshots every 5 s; a
+   the same for every rate), snapshots every ``--snapshot-every-s`` (5 s); a
    reader measures consume→publish latency per article (time the output arrived − time the input was sent);
    then the same for ``benchmarks/passthrough.py``, which answers every article at once without learning: the
    floor that the broker, the clients and the batching set on this machine (``--no-floor`` skips it);
@@ -84,8 +84,17 @@ def consumed(port: int) -> float:
 class Stack:
     """A local broker and Redis, and a way to start service processes on them."""
 
-    def __init__(self, stack: LocalStack, code: Path, topics: int, vocab: int, fetch_wait_ms: int | None) -> None:
+    def __init__(
+        self,
+        stack: LocalStack,
+        code: Path,
+        topics: int,
+        vocab: int,
+        fetch_wait_ms: int | None,
+        snapshot_every_s: float = 5.0,
+    ) -> None:
         self.stack = stack
+        self.snapshot_every_s = snapshot_every_s
         self.code = code
         # Tansu may hold a fetch for up to fetch.wait.max.ms even when data is there (Kafka answers at once), so
         # every hop costs up to that wait; --fetch-wait-ms sets it on the service's consumers. This
@@ -184,7 +193,7 @@ def backlog(st: Stack, docs: list[dict], n: int) -> dict[str, float]:
     env = st.settings("backlog", 3)
     produce_all(st.stack.kafka_bootstrap, env["TOPICSTREAM_INPUT_TOPIC"], articles(docs, n, "b"))
     port = free_port()
-    learner = st.start("run", {**env, "TOPICSTREAM_SNAPSHOT_EVERY_S": "5"}, port)  # otherwise default settings
+    learner = st.start("run", {**env, "TOPICSTREAM_SNAPSHOT_EVERY_S": str(st.snapshot_every_s)}, port)  # else defaults
     early: list[float] = []
     late: list[float] = []
     try:
@@ -223,7 +232,7 @@ def steady(st: Stack, docs: list[dict], rate: float, seconds: float, peer: str =
     env = st.settings(tag, 3)
     port = free_port()
     if peer == "learner":
-        proc = st.start("run", {**env, "TOPICSTREAM_SNAPSHOT_EVERY_S": "5"}, port)
+        proc = st.start("run", {**env, "TOPICSTREAM_SNAPSHOT_EVERY_S": str(st.snapshot_every_s)}, port)
     else:
         proc = subprocess.Popen([sys.executable, "-m", "benchmarks.passthrough"], env={**st.base, **env}, cwd=ROOT)
     sent: dict[str, float] = {}
@@ -364,6 +373,7 @@ def main() -> None:
     ap.add_argument("--replica-articles", type=int, default=60_000)
     ap.add_argument("--skip", nargs="*", default=[], choices=["backlog", "steady", "replicas"])
     ap.add_argument("--fetch-wait-ms", type=int, default=None, help="fetch.wait.max.ms of every consumer")
+    ap.add_argument("--snapshot-every-s", type=float, default=5.0, help="the learner's snapshot interval")
     ap.add_argument(
         "--no-floor",
         dest="floor",
@@ -395,7 +405,9 @@ def main() -> None:
         """Each phase on its own broker and Redis: the local broker keeps every message in memory and its cost
         grows with what it holds, which would charge one phase's data to the next."""
         with LocalStack() as local:
-            return phase(Stack(local, args.code.resolve(), args.topics, args.vocab, args.fetch_wait_ms), *phase_args)
+            code = args.code.resolve()
+            stack = Stack(local, code, args.topics, args.vocab, args.fetch_wait_ms, args.snapshot_every_s)
+            return phase(stack, *phase_args)
 
     if "backlog" not in args.skip:
         r = run["backlog"] = on_fresh_stack(backlog, docs, args.backlog)

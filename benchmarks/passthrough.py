@@ -27,7 +27,7 @@ def main() -> None:
     settings = load_settings()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    consumer = make_consumer(settings, settings.group_id)
+    consumer = make_consumer(settings, "topicstream-passthrough")
     producer = make_producer(settings)
     consumer.subscribe([settings.input_topic])
     try:

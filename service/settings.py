@@ -74,7 +74,12 @@ class Settings(BaseSettings):
         description="Longest wait for a batch to fill, seconds (a backlog fills batches at once; a quiet stream "
         "should not wait)",
     )
-    snapshot_every_batches: int = Field(50, ge=1, description="Snapshot N^Φ to Redis every N batches ...")
+    snapshot_every_batches: int = Field(
+        1000,
+        ge=1,
+        description="Snapshot N^Φ to Redis every N batches (a bound for tests and tiny models; a quiet stream makes "
+        "batches of a few articles, so a small N would snapshot many times a second) ...",
+    )
     snapshot_every_s: float = Field(30.0, gt=0, description="... or every T seconds, whichever comes first")
     snapshot_keep: int = Field(3, ge=1, description="Snapshot versions kept in Redis")
     snapshot_ttl_s: int = Field(7 * 24 * 3600, ge=60, description="Expiry of a superseded snapshot, seconds")

@@ -1,7 +1,8 @@
 """The snapshot payload format: nested dicts of JSON values and numpy arrays, without pickle.
 
 :func:`pack` writes a magic string, the length of a JSON document, the document (each array replaced by
-``{"__ndarray__": [dtype, shape, offset]}``), then the raw C-order bytes of every array, back to back.
+``{"__ndarray__": [dtype, shape, offset]}``, each long list of strings — a vocabulary — by
+``{"__strings__": [lengths, utf8]}``, two such arrays), then the raw C-order bytes of every array, back to back.
 :func:`unpack` reads it back and trusts nothing: any byte sequence that is not exactly what :func:`pack` wrote
 raises :class:`SnapshotCorrupt` and nothing else. :func:`check_payload` checks what a checksum cannot (finite
 floats, non-negative statistics). Pure: no Redis here (see :mod:`service.snapshot`). ``docs/architecture.md``
@@ -29,8 +30,12 @@ import numpy as np
 
 __all__ = ["STATISTICS", "SnapshotCorrupt", "check_payload", "pack", "unpack"]
 
-_MAGIC = b"TSNAP2"
+_MAGIC = b"TSNAP3"  # TSNAP2 (the same without "__strings__") is still read
+_READS = (b"TSNAP2", _MAGIC)
 _HEAD = len(_MAGIC) + 8  # magic, then the JSON document's length as a little-endian u64
+#: Lists of at least this many strings (or None) are stored as a length array and one UTF-8 array: a JSON list of
+#: 65,536 words costs the writer thread tens of ms of GIL in one piece, stalling the batch loop beside it.
+_STRINGS_MIN = 256
 _DTYPE = re.compile(r"[<>|=][biufcSUV][1-9][0-9]{0,5}")  # byte order, kind, item size
 _CHUNK = 1 << 20  # elements per step of the finite / non-negative scans (bounded temporary memory)
 
@@ -59,6 +64,8 @@ def pack(payload: dict[str, Any]) -> memoryview:
 
     def strip(x: Any) -> Any:
         nonlocal offset
+        if isinstance(x, list) and len(x) >= _STRINGS_MIN and all(v is None or type(v) is str for v in x):
+            return {"__strings__": [strip(a) for a in _strings_to_arrays(x)]}
         if isinstance(x, np.ndarray):
             a = x if x.flags.c_contiguous else np.ascontiguousarray(x)  # (ascontiguousarray makes 0-d arrays 1-d)
             if a.dtype.hasobject:
@@ -96,7 +103,7 @@ def unpack(data: bytes | memoryview) -> dict[str, Any]:
     or whose bytes are not where :func:`pack` would have put them (truncated, overlapping, trailing bytes).
     """
     data = memoryview(data).cast("B")
-    if len(data) < _HEAD or bytes(data[: len(_MAGIC)]) != _MAGIC:
+    if len(data) < _HEAD or bytes(data[: len(_MAGIC)]) not in _READS:
         raise SnapshotCorrupt(f"not a topicstream snapshot (bad magic or shorter than its header: {len(data)} bytes)")
     (n,) = struct.unpack_from("<Q", data, len(_MAGIC))
     if n > len(data) - _HEAD:
@@ -137,6 +144,11 @@ def unpack(data: bytes | memoryview) -> dict[str, Any]:
         if isinstance(x, dict):
             if set(x) == {"__ndarray__"}:
                 return array(x["__ndarray__"], path)
+            if set(x) == {"__strings__"}:
+                parts = x["__strings__"]
+                if not (isinstance(parts, list) and len(parts) == 2 and all(isinstance(a, dict) for a in parts)):
+                    raise SnapshotCorrupt(f"strings {path}: malformed reference {str(parts)[:80]}")
+                return _arrays_to_strings(fill(parts[0], path), fill(parts[1], path), path)
             return {k: fill(v, f"{path}.{k}" if path else k) for k, v in x.items()}
         if isinstance(x, list):
             return [fill(v, f"{path}[{i}]") for i, v in enumerate(x)]
@@ -149,6 +161,38 @@ def unpack(data: bytes | memoryview) -> dict[str, Any]:
     if expected != len(body):
         raise SnapshotCorrupt(f"the arrays account for {expected} bytes but the body has {len(body)}")
     return result
+
+
+def _strings_to_arrays(strings: list[str | None]) -> tuple[np.ndarray, np.ndarray]:
+    """Byte lengths (−1 for None) and the concatenated UTF-8 bytes of ``strings``."""
+    encoded = [b"" if v is None else v.encode("utf-8", "surrogatepass") for v in strings]
+    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+    lengths[[i for i, v in enumerate(strings) if v is None]] = -1
+    return lengths, np.frombuffer(b"".join(encoded), dtype=np.uint8)
+
+
+def _arrays_to_strings(lengths: Any, blob: Any, path: str) -> list[str | None]:
+    """Inverse of :func:`_strings_to_arrays`; SnapshotCorrupt when the two arrays do not fit together."""
+    if not (
+        isinstance(lengths, np.ndarray)
+        and isinstance(blob, np.ndarray)
+        and lengths.dtype == np.int64
+        and blob.dtype == np.uint8
+        and lengths.ndim == blob.ndim == 1
+    ):
+        raise SnapshotCorrupt(f"strings {path}: not a length array and a byte array")
+    sizes = np.maximum(lengths, 0)
+    if (lengths < -1).any() or int(sizes.sum()) != blob.size:
+        raise SnapshotCorrupt(f"strings {path}: lengths do not add up to the {blob.size} bytes stored")
+    raw = blob.tobytes()
+    ends = np.cumsum(sizes).tolist()
+    try:
+        return [
+            None if n < 0 else raw[e - n : e].decode("utf-8", "surrogatepass")
+            for n, e in zip(lengths.tolist(), ends, strict=True)
+        ]
+    except UnicodeDecodeError as e:
+        raise SnapshotCorrupt(f"strings {path}: not UTF-8 ({e})") from None
 
 
 def _all_chunked(a: np.ndarray, test: Callable[[np.ndarray], np.ndarray]) -> bool:

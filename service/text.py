@@ -354,7 +354,11 @@ class Vocabulary:
             },
             "slots": list(self._slots),
             "counts": self._counts.copy(),
-            "candidates": dict(self._candidates),
+            # two parallel sequences, not a {word: count} object: stored as arrays, not as a JSON object
+            "candidates": {
+                "words": list(self._candidates),
+                "counts": np.fromiter(self._candidates.values(), dtype=np.float64, count=len(self._candidates)),
+            },
             "n_recycled": self.n_recycled,
         }
 
@@ -367,7 +371,12 @@ class Vocabulary:
         v._slots = [s if s else None for s in slots]
         v._index = {w: i for i, w in enumerate(v._slots) if w is not None}
         v._counts = np.asarray(state["counts"], dtype=np.float64).copy()
-        v._candidates = {str(k): float(c) for k, c in state["candidates"].items()}
+        cand = state["candidates"]
+        if set(cand) == {"words", "counts"} and not isinstance(cand["counts"], int | float):
+            pairs = zip(cand["words"], np.asarray(cand["counts"], dtype=np.float64).tolist(), strict=True)
+        else:  # snapshots of earlier versions: a {word: count} object
+            pairs = cand.items()
+        v._candidates = {str(k): float(c) for k, c in pairs}
         v._free = [i for i, w in enumerate(v._slots) if w is None]
         heapq.heapify(v._free)
         v.n_recycled = int(state.get("n_recycled", 0))

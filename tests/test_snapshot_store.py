@@ -189,3 +189,53 @@ def test_check_payload_scans_large_arrays_in_chunks() -> None:
     big[-1] = -0.5  # in the last, partial chunk
     with pytest.raises(ValueError, match="negative"):
         check_payload({"phi": big}, ["phi"])
+
+
+def test_long_string_lists_are_stored_as_arrays_and_come_back_the_same() -> None:
+    """A vocabulary's words (with None for free slots, any script, lone surrogates, empty strings) travel as a
+    length array and one UTF-8 array, not as a JSON list; short lists stay JSON."""
+    words: list[str | None] = [f"w{i}" for i in range(600)]
+    words[3], words[10], words[11], words[12] = None, "ünïcödé 北京", "", "\ud800lone"
+    payload = {"slots": words, "short": ["a", None], "mixed": [*words[:300], 1]}
+    blob = pack(payload)
+    header = bytes(blob[14 : 14 + struct.unpack_from("<Q", blob, 6)[0]]).decode()
+    assert "w599" not in header and '"short":["a",null]' in header and "__strings__" in header
+    assert_same(payload, unpack(blob))
+
+
+@pytest.mark.parametrize(
+    "lengths, data, reason",
+    [
+        (np.array([2, 2], dtype=np.int64), b"abc", "do not add up"),
+        (np.array([-2, 3], dtype=np.int64), b"abc", "do not add up"),
+        (np.array([2, 1], dtype=np.int64), b"\xff\xfe\x00", "not UTF-8"),
+        (np.array([1.0, 2.0]), b"abc", "not a length array"),
+    ],
+)
+def test_damaged_string_arrays_are_refused(lengths: np.ndarray, data: bytes, reason: str) -> None:
+    body = lengths.tobytes() + data
+    doc = {
+        "slots": {
+            "__strings__": [
+                {"__ndarray__": [lengths.dtype.str, [2], 0]},
+                {"__ndarray__": ["|u1", [len(data)], 16]},
+            ]
+        }
+    }
+    with pytest.raises(SnapshotCorrupt, match=reason):
+        unpack(build(doc, body))
+
+
+def test_a_vocabulary_of_an_earlier_version_is_still_read() -> None:
+    """Snapshots written before the candidates became two arrays held them as a {word: count} object."""
+    v = Vocabulary(4, admit_count=3)
+    v.encode([Counter({"oil": 5, "gas": 1, "opec": 2})])
+    state = v.state_dict()
+    old = {
+        **state,
+        "candidates": dict(zip(state["candidates"]["words"], state["candidates"]["counts"].tolist(), strict=True)),
+    }
+    assert old["candidates"] == {"gas": 1.0, "opec": 2.0}  # "oil" has a slot
+    for s in (state, old):
+        restored = Vocabulary.from_state(unpack(pack(s)))
+        assert restored.slot_words() == v.slot_words() and restored._candidates == v._candidates
