@@ -30,7 +30,8 @@ merge
     generator's corpus and 0.16–0.18 on an LDA-drawn one, distinct learned topics at ≥ 0.25 there and
     ≥ 0.23 on 20 Newsgroups. The collapsed HDP's splinters of one topic lie at 0.25–0.35: use 0.35 for it.
 split
-    If ``recent_docs`` is given, a slot is free and the model is past ``warmup_docs``: each live topic holding
+    Off by default (``max_splits=0``; measured in ``docs/topic-hygiene.md``). If ``recent_docs`` is given, a
+    slot is free and the model is past ``warmup_docs``: each live topic holding
     ≥ ``split_min_tokens`` of the build documents' tokens (by responsibility θ_dk φ_kw / Σ_j θ_dj φ_jw) is fitted
     two halves by EM (``kernels._split``); it is *muddled* when they lie more than ``split_threshold`` apart
     (Hellinger) and the smaller holds ≥ ``split_min_share`` of its tokens. Most separated first, the smaller
@@ -186,7 +187,8 @@ class TopicHygiene:
     max_births : int
         Birth proposals per call (0 disables births).
     max_splits : int
-        Splits per call (0 disables splits).
+        Splits per call; 0 (the default) disables splits: measured, they replace births without a clear gain
+        (``docs/topic-hygiene.md``). ``max_splits=2`` turns them on.
     split_threshold : float
         Hellinger distance between a topic's two halves above which it is muddled.
     split_min_share : float
@@ -212,7 +214,7 @@ class TopicHygiene:
         warmup_docs: int | None = None,
         max_merges: int | None = None,
         max_births: int = 2,
-        max_splits: int = 2,
+        max_splits: int = 0,
         split_threshold: float = SPLIT_THRESHOLD,
         split_min_share: float = 0.1,
         split_min_tokens: float = 200.0,

@@ -126,8 +126,7 @@ def test_lda_corpus_recovered_without_duplicates(seed):
 def test_birth_after_a_topic_appears_mid_stream():
     truth, docs = lda_corpus(3000, 0, late_topic=True)
     model = SCVB0(n_topics=len(truth), n_words=truth.shape[1], seed=0)
-    # the birth move alone: with splits on, the late topic is split off the topic that absorbed it (test_split)
-    events = stream(model, docs, TopicHygiene(max_splits=0), 64, 5)
+    events = stream(model, docs, TopicHygiene(), 64, 5)
     births = [(at, e) for at, e in events if e.kind == "birth"]
     assert births and all(at > docs.n_docs // 2 for at, _ in births)
     dist, slot, _ = recovery(truth, model)
@@ -137,8 +136,8 @@ def test_birth_after_a_topic_appears_mid_stream():
 
 def test_moves_planned_on_a_copy_and_replayed_later_still_clean_the_model():
     """The service plans hygiene on a snapshot's copy (writer thread) and makes the moves on the live model at
-    the next snapshot, a few batches later (``TopicHygiene.replay``): duplicates still go, the late topic still
-    gets a slot of its own (split off the topic that absorbed it, or born)."""
+    the next snapshot, a few batches later (``TopicHygiene.replay``): duplicates still go, the late topic is
+    still born."""
     truth, docs = lda_corpus(3000, 0, late_topic=True)
     model = SCVB0(n_topics=len(truth) + 2, n_words=truth.shape[1], seed=0)
     hygiene, planned, made = TopicHygiene(), [], []
@@ -153,7 +152,7 @@ def test_moves_planned_on_a_copy_and_replayed_later_still_clean_the_model():
     made += [(docs.n_docs, e) for e in hygiene.apply(model, None)]
     dist, slot, closest = recovery(truth, model)
     assert any(e.kind == "merge" for _, e in made)
-    assert any(e.kind in ("birth", "split") and at > docs.n_docs // 2 for at, e in made)
+    assert any(e.kind == "birth" and at > docs.n_docs // 2 for at, e in made)
     assert closest >= DEFAULT_THRESHOLD
     assert dist.max() < LDA_RECOVERY, dist.round(3)
     assert len(set(slot.tolist())) == len(truth)

@@ -76,7 +76,7 @@ def test_a_split_keeps_the_parent_id_and_gives_the_new_half_a_fresh_one(redis_cl
 def test_events_of_a_stream_with_a_merge_and_a_birth_reach_redis_bounded(redis_client):
     truth, docs = lda_corpus(3000, 0, late_topic=True)
     model = SCVB0(n_topics=len(truth), n_words=truth.shape[1], seed=0)
-    raw = stream(model, docs, TopicHygiene(max_splits=0), 64, 5)  # births (splits: the test above)
+    raw = stream(model, docs, TopicHygiene(), 64, 5)
     assert {"merge", "birth"} <= {e.kind for _, e in raw}
     lin = Lineage(model.n_topics)
     store = LineageStore(redis_client, prefix="t-lineage", keep=3)

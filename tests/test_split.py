@@ -44,7 +44,7 @@ def stats(model: SCVB0 | OnlineHDP) -> list[np.ndarray]:
 
 def only_splits(**kw: float) -> TopicHygiene:
     """Hygiene that only splits: no warm-up, no merges (threshold far below any pair), no births."""
-    return TopicHygiene(threshold=1e-6, warmup_docs=0, max_births=0, **kw)  # type: ignore[arg-type]
+    return TopicHygiene(threshold=1e-6, warmup_docs=0, max_births=0, max_splits=2, **kw)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("cls", KERNELS)
@@ -62,10 +62,15 @@ def test_a_topic_holding_two_planted_ones_is_split_into_them(cls):
     assert len(set(slot.tolist())) == len(truth)
 
 
+def test_off_by_default():
+    _, model, recent, _ = muddled(SCVB0)
+    assert "split" not in {e.kind for e in TopicHygiene(warmup_docs=0).apply(model, recent)}
+
+
 def test_a_topic_that_appears_mid_stream_is_split_off_the_topic_that_absorbed_it():
     truth, docs = lda_corpus(3000, 0, late_topic=True)
     model = SCVB0(n_topics=len(truth), n_words=truth.shape[1], seed=0)
-    events = stream(model, docs, TopicHygiene(), 64, 5)
+    events = stream(model, docs, TopicHygiene(max_splits=2), 64, 5)
     splits = [(at, e) for at, e in events if e.kind == "split"]
     assert splits and all(at > docs.n_docs // 2 for at, _ in splits)
     dist, slot, _ = recovery(truth, model)
@@ -77,9 +82,9 @@ def test_a_topic_that_appears_mid_stream_is_split_off_the_topic_that_absorbed_it
 def test_a_split_planned_on_a_copy_replays_to_the_identical_state(cls):
     _, model, recent, _ = muddled(cls)
     twin = cls.from_state(model.state_dict())
-    planned = TopicHygiene(warmup_docs=0).apply(twin, recent)
+    planned = TopicHygiene(warmup_docs=0, max_splits=2).apply(twin, recent)
     assert "split" in {e.kind for e in planned}
-    hygiene = TopicHygiene(warmup_docs=0)
+    hygiene = TopicHygiene()
     assert hygiene.replay(model, planned) == planned
     for a, b in zip(stats(model), stats(twin), strict=True):
         np.testing.assert_array_equal(a, b)
@@ -93,7 +98,7 @@ def test_clean_topics_are_not_split(cls):
     assert dist.max() < LDA_RECOVERY
     # the collapsed HDP leaves splinters of a topic at Hellinger 0.25–0.35: merged at 0.35 (docs/topic-hygiene.md)
     threshold = 0.25 if cls is SCVB0 else 0.35
-    events = TopicHygiene(threshold, warmup_docs=0, max_births=0).apply(model, recent)
+    events = TopicHygiene(threshold, warmup_docs=0, max_births=0, max_splits=2).apply(model, recent)
     assert np.count_nonzero(model.topic_weights() < 1e-4) >= 1  # a free slot was there to split into
     assert "split" not in {e.kind for e in events}
 
