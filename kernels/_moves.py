@@ -1,4 +1,4 @@
-"""Column surgery on a word–topic statistic G = s·M (W×K): merge, delete and birth moves for topic hygiene.
+"""Column surgery on a word–topic statistic G = s·M (W×K): merge, delete, birth and split moves for topic hygiene.
 
 SCVB0 (N^Φ, N^Z) and the collapsed online HDP (N^Φ, N^Z plus expected tables) store their word–topic
 statistics the same way, as ``scale · M`` with the column totals kept alongside (``total``, in the units of
@@ -18,7 +18,7 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-__all__ = ["birth_column", "birth_counts", "delete_column", "merge_columns"]
+__all__ = ["birth_column", "birth_counts", "delete_column", "merge_columns", "split_column"]
 
 _BLOCK = 8192  # rows per vectorised block of delete_column (bounds the temporaries to _BLOCK×K doubles)
 
@@ -151,3 +151,54 @@ def birth_counts(
     if not 0.0 < share < 1.0:
         raise ValueError(f"share must be in (0, 1), got {share!r}")
     return ids, p * (share * total / p.sum())
+
+
+def split_column(
+    M: NDArray[np.float64],
+    total: NDArray[np.float64],
+    k: int,
+    j: int,
+    word_ids: ArrayLike,
+    fractions: ArrayLike,
+    rest: float,
+) -> tuple[float, Callable[[], None]]:
+    """Split topic ``k`` in two: the fraction ``fractions[i]`` of its expected count of word ``word_ids[i]``
+    (``rest`` for every other word) moves to the empty topic ``j``; the rest stays in ``k``.
+
+    A memoized split (Hughes & Sudderth, NIPS 2013, ``bnpy``: a move edits the whole-data summaries): the two
+    halves' columns add up to the old column, so no word's row sum changes and the totals of ``k`` and ``j``
+    add up to the old total of ``k``. Bryant & Sudderth (NIPS 2012) split a topic's expected counts between two
+    topics the same way and keep the split only if their objective improves; the caller decides acceptance and
+    calls the returned function to undo the move exactly. Returns the moved mass in units of M (so a caller can
+    move other per-topic statistics, the HDP's tables, in the same proportion) and the undo function.
+    """
+    W, K = M.shape
+    k = _check_topic(k, K, "topic")
+    j = _check_topic(j, K, "new topic")
+    if j == k:
+        raise ValueError(f"cannot split topic {k} into itself")
+    ids = np.asarray(word_ids, dtype=np.int64)
+    frac = np.asarray(fractions, dtype=np.float64)
+    if ids.shape != frac.shape or ids.ndim != 1:
+        raise ValueError("word_ids and fractions must be 1-d arrays of equal length")
+    if ids.size and (ids.min() < 0 or ids.max() >= W or np.unique(ids).size != ids.size):
+        raise ValueError("word_ids must be distinct vocabulary slots")
+    if not np.all((frac >= 0.0) & (frac <= 1.0)) or not 0.0 <= rest <= 1.0:
+        raise ValueError("fractions and rest must lie in [0, 1]")
+    saved_k, saved_j, saved_total = M[:, k].copy(), M[:, j].copy(), total.copy()
+
+    def undo() -> None:
+        M[:, k] = saved_k
+        M[:, j] = saved_j
+        total[:] = saved_total
+
+    f = np.full(W, float(rest))
+    f[ids] = frac
+    moved = saved_k * f
+    M[:, j] = saved_j + moved
+    M[:, k] = saved_k - moved
+    mass = float(moved.sum())
+    share = mass / float(saved_k.sum()) if saved_k.sum() > 0 else 0.0
+    total[j] = saved_total[j] + share * saved_total[k]  # the totals move in the column's proportion
+    total[k] = saved_total[k] * (1.0 - share)
+    return mass, undo

@@ -1,4 +1,5 @@
-"""Topic hygiene: merge duplicate topics, retire negligible ones, and give a freed slot to what the model misses.
+"""Topic hygiene: merge duplicate topics, retire negligible ones, split muddled ones, and give a freed slot to what
+the model misses.
 
 Run at snapshot time, off the batch loop, on a kernel that supports topic moves (:class:`kernels.SCVB0`, and
 :class:`kernels.OnlineHDP`, the collapsed HDP)::
@@ -28,6 +29,17 @@ merge
     planted corpora (``docs/topic-hygiene.md``): duplicates learned by SCVB0 lie at 0.05–0.09 on the demo
     generator's corpus and 0.16–0.18 on an LDA-drawn one, distinct learned topics at ≥ 0.25 there and
     ≥ 0.23 on 20 Newsgroups. The collapsed HDP's splinters of one topic lie at 0.25–0.35: use 0.35 for it.
+split
+    Off by default (``max_splits=0``; measured in ``docs/topic-hygiene.md``). If ``recent_docs`` is given, a
+    slot is free and the model is past ``warmup_docs``: each live topic holding
+    ≥ ``split_min_tokens`` of the build documents' tokens (by responsibility θ_dk φ_kw / Σ_j θ_dj φ_jw) is fitted
+    two halves by EM (``kernels._split``); it is *muddled* when they lie more than ``split_threshold`` apart
+    (Hellinger) and the smaller holds ≥ ``split_min_share`` of its tokens. Most separated first, the smaller
+    half's share of each word of the topic's whole-window statistics moves to the free slot (the larger half keeps
+    the slot and id); *accepted* if the held-out gain exceeds ``split_min_gain`` (as births), else undone exactly.
+    At most ``max_splits`` splits and 2·``max_splits`` tries per call; no free slot, no split (a split never
+    pushes out a live topic). Bryant & Sudderth (NIPS 2012) split topics online; Hughes & Sudderth (bnpy)
+    accept proposals on the whole-data objective.
 birth
     If ``recent_docs`` is given and a slot is free (weight below ``empty_below`` after the moves above), a
     topic is proposed from what the model explains worst: the documents of ``recent_docs`` (even positions)
@@ -43,7 +55,9 @@ birth
 
 Cost at K = 100, W = 65,536: one K×W square root and one K×K×W product for the merges (≈ 0.1 s), and per birth
 proposal two ``model.transform`` calls on ``recent_docs`` and one ``topic_word()`` (≈ 0.05–0.2 s for a few
-hundred documents).
+hundred documents). Splits, when a slot is free: one ``transform`` of the build documents and a small EM per
+large topic (entries of the build documents that the topic holds), then per tried split one ``transform`` of
+the held-out documents and one ``topic_word()``.
 
 Events are plain dataclasses (:class:`Event`) with the kernel's slot ids; :mod:`service.lineage` turns them
 into stable topic ids with history.
@@ -60,11 +74,22 @@ from numpy.typing import ArrayLike, NDArray
 
 from ._base import check_interval, check_positive_int
 from ._batch import Batch, as_batch
+from ._split import SplitProposal, muddled_topics
 
-__all__ = ["DEFAULT_THRESHOLD", "Event", "TopicHygiene", "hellinger_matrix", "mass_topics", "recent_batch"]
+__all__ = [
+    "DEFAULT_THRESHOLD",
+    "SPLIT_THRESHOLD",
+    "Event",
+    "TopicHygiene",
+    "hellinger_matrix",
+    "mass_topics",
+    "recent_batch",
+]
 
 #: Hellinger distance below which two topics are duplicates (see the module docstring for the calibration).
 DEFAULT_THRESHOLD = 0.25
+#: Hellinger distance between a topic's two halves above which it is muddled (calibration: docs/topic-hygiene.md).
+SPLIT_THRESHOLD = 0.4
 _EVENT_KINDS = ("birth", "merge", "split", "retire")
 _BLOCK = 8192  # token entries per vectorised block when scoring documents
 
@@ -74,17 +99,19 @@ class Event:
     """One topic move.
 
     ``kind``: ``"birth"`` (``topics`` = (new slot,)), ``"merge"`` (``topics`` = (merged-away slot,), ``into`` =
-    the slot that now carries it), ``"split"`` (reserved), ``"retire"`` (``topics`` = (deleted slot,)).
+    the slot that now carries it), ``"split"`` (``topics`` = (split slot, new slot): the split slot keeps the
+    larger half, the new slot gets the other), ``"retire"`` (``topics`` = (deleted slot,)).
     ``score``: the Hellinger distance of a merge, the weight of a retired topic, the held-out gain in nats per
-    token of a birth.
+    token of a birth or a split.
     """
 
     kind: str
     topics: tuple[int, ...]
     into: int | None = None
     score: float = 0.0
-    #: A birth's proposal (word ids, their probabilities, share of tokens), so that :meth:`TopicHygiene.replay`
-    #: can make the same birth in another copy of the model.
+    #: A birth's proposal (word ids, their probabilities, share of tokens) or a split's (word ids, the fraction
+    #: of each word's count that moves to the new slot, the fraction of every other word's), so that
+    #: :meth:`TopicHygiene.replay` can make the same move in another copy of the model.
     proposal: tuple[NDArray[np.int64], NDArray[np.float64], float] | None = field(
         default=None, compare=False, repr=False
     )
@@ -116,6 +143,10 @@ class SupportsTopicMoves(Protocol):
         self, k: int, word_ids: ArrayLike, word_probs: ArrayLike, share: float
     ) -> tuple[float, Callable[[], None]]: ...
 
+    def split_topic(
+        self, k: int, j: int, word_ids: ArrayLike, fractions: ArrayLike, rest: float
+    ) -> tuple[float, Callable[[], None]]: ...
+
 
 def hellinger_matrix(phi: NDArray[np.floating]) -> NDArray[np.float64]:
     """Pairwise Hellinger distances between the rows of ``phi`` (K×W, rows sum to 1), shape K×K."""
@@ -133,7 +164,7 @@ def mass_topics(weights: ArrayLike, mass: float = 0.95) -> int:
 
 
 class TopicHygiene:
-    """Duplicate merges, retirements and births for a streaming topic model (see the module docstring).
+    """Duplicate merges, retirements, splits and births for a streaming topic model (see the module docstring).
 
     Parameters
     ----------
@@ -155,6 +186,17 @@ class TopicHygiene:
         collapse the model.
     max_births : int
         Birth proposals per call (0 disables births).
+    max_splits : int
+        Splits per call; 0 (the default) disables splits: measured, they replace births without a clear gain
+        (``docs/topic-hygiene.md``). ``max_splits=2`` turns them on.
+    split_threshold : float
+        Hellinger distance between a topic's two halves above which it is muddled.
+    split_min_share : float
+        The smaller half's least share of the topic's tokens in the build documents.
+    split_min_tokens : float
+        The fewest (expected) tokens of the build documents a topic must hold to be considered for a split.
+    split_min_gain : float
+        Held-out gain (nats per token) a split must bring to be kept.
     birth_quantile : float
         The share of the build documents, worst explained first, that a birth proposal is fitted to.
     birth_min_gain : float
@@ -172,6 +214,11 @@ class TopicHygiene:
         warmup_docs: int | None = None,
         max_merges: int | None = None,
         max_births: int = 2,
+        max_splits: int = 0,
+        split_threshold: float = SPLIT_THRESHOLD,
+        split_min_share: float = 0.1,
+        split_min_tokens: float = 200.0,
+        split_min_gain: float = 0.002,
         birth_quantile: float = 0.2,
         birth_min_gain: float = 0.002,
         em_iterations: int = 30,
@@ -187,6 +234,12 @@ class TopicHygiene:
             check_positive_int("max_merges", max_merges)
         if isinstance(max_births, bool) or not isinstance(max_births, int) or max_births < 0:
             raise ValueError(f"max_births must be a non-negative integer, got {max_births!r}")
+        if isinstance(max_splits, bool) or not isinstance(max_splits, int) or max_splits < 0:
+            raise ValueError(f"max_splits must be a non-negative integer, got {max_splits!r}")
+        check_interval("split_threshold", split_threshold, 0.0, 1.0, low_open=True)
+        check_interval("split_min_share", split_min_share, 0.0, 0.5, low_open=True)
+        check_interval("split_min_tokens", split_min_tokens, 0.0)
+        check_interval("split_min_gain", split_min_gain, 0.0)
         check_interval("birth_quantile", birth_quantile, 0.0, 1.0, low_open=True)
         check_interval("birth_min_gain", birth_min_gain, 0.0)
         check_positive_int("em_iterations", em_iterations)
@@ -196,25 +249,37 @@ class TopicHygiene:
         self.warmup_docs = warmup_docs
         self.max_merges = max_merges
         self.max_births = int(max_births)
+        self.max_splits = int(max_splits)
+        self.split_threshold = float(split_threshold)
+        self.split_min_share = float(split_min_share)
+        self.split_min_tokens = float(split_min_tokens)
+        self.split_min_gain = float(split_min_gain)
         self.birth_quantile = float(birth_quantile)
         self.birth_min_gain = float(birth_min_gain)
         self.em_iterations = int(em_iterations)
 
     # ------------------------------------------------------------------ the entry point
     def apply(self, model: SupportsTopicMoves, recent_docs: Batch | None = None) -> list[Event]:
-        """Retire, merge, then try births on ``model`` in place; return what was done, in order."""
-        for name in ("merge_topics", "delete_topic", "birth_topic"):
+        """Retire, merge, split, then try births on ``model`` in place; return what was done, in order."""
+        for name in ("merge_topics", "delete_topic", "birth_topic", "split_topic"):
             if not callable(getattr(model, name, None)):
                 raise TypeError(f"{type(model).__name__} does not support topic moves (no {name})")
         events: list[Event] = []
         warmup = self.warmup_docs if self.warmup_docs is not None else 40 * int(model.n_topics)
-        if int(model.n_docs_seen_) >= warmup:
+        warm = int(model.n_docs_seen_) >= warmup
+        if warm:
             events += self._retire(model)
             events += self._merge(model)
-        if recent_docs is not None and self.max_births > 0:
+        if recent_docs is not None and (self.max_births > 0 or (warm and self.max_splits > 0)):
             docs = as_batch(recent_docs, model.n_words)
             if docs.n_docs >= 4:
-                events += self._births(model, docs)
+                idx = np.arange(docs.n_docs)
+                build, valid = _take(docs, idx[0::2]), _take(docs, idx[1::2])
+                if warm and self.max_splits > 0:
+                    merged = {e.into for e in events if e.kind == "merge"}
+                    events += self._splits(model, build, valid, merged)
+                if self.max_births > 0:
+                    events += self._births(model, build, valid)
         return events
 
     def replay(self, model: SupportsTopicMoves, events: Sequence[Event]) -> list[Event]:
@@ -223,7 +288,8 @@ class TopicHygiene:
         So the moves can be *planned* on a copy, off the batch loop (the service plans on the snapshot it has
         just captured), and *made* on the live model later, when they cost only row updates. The live model
         has learned a few more batches meanwhile; a move that no longer fits it is skipped: a retirement or a
-        merge of a topic that is no longer live, a birth into a slot that is no longer free.
+        merge of a topic that is no longer live, a birth or a split into a slot that is no longer free (a split
+        divides the live topic's statistics of that moment by the planned per-word fractions).
         """
         made: list[Event] = []
         for e in events:
@@ -235,6 +301,9 @@ class TopicHygiene:
             elif e.kind == "birth" and e.proposal is not None and not live[e.topics[0]]:
                 ids, probs, share = e.proposal
                 model.birth_topic(e.topics[0], ids, probs, share)
+            elif e.kind == "split" and e.proposal is not None and live[e.topics[0]] and not live[e.topics[1]]:
+                ids, fractions, rest = e.proposal
+                model.split_topic(e.topics[0], e.topics[1], ids, fractions, rest)
             else:
                 continue
             made.append(e)
@@ -296,11 +365,61 @@ class TopicHygiene:
             dist[:, j] = np.inf
         return events
 
+    # ------------------------------------------------------------------ split
+    def _splits(self, model: SupportsTopicMoves, build: Batch, valid: Batch, merged: set[int | None]) -> list[Event]:
+        """Split muddled topics into free slots; never a topic that a merge of this call has just made (its halves
+        were judged one topic a moment ago: splitting it again would only undo the merge)."""
+        weights = model.topic_weights()
+        free = [int(j) for j in np.flatnonzero(weights < self.empty_below)]
+        background = getattr(model, "background_slot", None)
+        if background is not None and background in free:
+            free.remove(background)
+        if not free:
+            return []
+        muddled = [(k, prop) for k, prop in self._muddled(model, build, weights, background) if k not in merged]
+        if not muddled:
+            return []
+        events: list[Event] = []
+        base = _mean_loglik(model, valid, model.topic_word())
+        tries = 0
+        for k, prop in muddled:
+            if len(events) >= self.max_splits or tries >= 2 * self.max_splits or not free:
+                break
+            tries += 1
+            j = free.pop(0)
+            _, undo = model.split_topic(k, j, prop.word_ids, prop.fractions, prop.rest)
+            score = _mean_loglik(model, valid, model.topic_word())
+            gain = score - base
+            if not gain > self.split_min_gain:
+                undo()
+                free.insert(0, j)
+                continue
+            proposal = (prop.word_ids, prop.fractions, prop.rest)
+            events.append(Event("split", (k, j), None, float(gain), proposal=proposal))
+            base = score
+        return events
+
+    def _muddled(
+        self, model: SupportsTopicMoves, build: Batch, weights: NDArray[np.float64], background: int | None
+    ) -> list[tuple[int, SplitProposal]]:
+        """The live topics whose two halves are far apart, most separated first (``kernels._split``)."""
+        phi = model.topic_word()
+        theta = model.transform(build)
+        live = [int(k) for k in np.flatnonzero(weights >= self.empty_below) if int(k) != background]
+        return muddled_topics(
+            phi,
+            theta,
+            _token_probs(theta, phi, build),
+            build,
+            live,
+            min_tokens=self.split_min_tokens,
+            threshold=self.split_threshold,
+            min_share=self.split_min_share,
+            iterations=self.em_iterations,
+        )
+
     # ------------------------------------------------------------------ birth
-    def _births(self, model: SupportsTopicMoves, docs: Batch) -> list[Event]:
-        idx = np.arange(docs.n_docs)
-        build = _take(docs, idx[0::2])
-        valid = _take(docs, idx[1::2])
+    def _births(self, model: SupportsTopicMoves, build: Batch, valid: Batch) -> list[Event]:
         events: list[Event] = []
         phi = model.topic_word()
         base = _mean_loglik(model, valid, phi)

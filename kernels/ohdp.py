@@ -26,7 +26,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ._base import EXACT_FASTMATH, StateValue, TopicModel, state_array
 from ._hdp_base import Minibatch, OnlineHDPBase
-from ._moves import birth_column, birth_counts, delete_column, merge_columns
+from ._moves import birth_column, birth_counts, delete_column, merge_columns, split_column
 from ._special import digamma
 
 __all__ = ["OnlineHDP"]
@@ -431,3 +431,25 @@ class OnlineHDP(OnlineHDPBase):
             self.tables_[:] = saved
 
         return moved, undo
+
+    def split_topic(
+        self, k: int, j: int, word_ids: ArrayLike, fractions: ArrayLike, rest: float
+    ) -> tuple[float, Callable[[], None]]:
+        """Move the fraction ``fractions[i]`` of topic ``k``'s expected count of word ``word_ids[i]`` (``rest``
+        of every other word's) to the empty topic ``j`` (``kernels._moves.split_column``), and the same share
+        of ``k``'s expected tables, so β's total table count is unchanged.
+
+        Returns the tokens moved and a function that undoes the move.
+        """
+        before = float(self.topic_stat_[:, k].sum())
+        moved, undo_stat = split_column(self.topic_stat_, self.topic_total_, k, j, word_ids, fractions, rest)
+        saved = self.tables_.copy()
+        got = moved / before if before > 0 else 0.0
+        self.tables_[j] += got * saved[k]
+        self.tables_[k] -= got * saved[k]
+
+        def undo() -> None:
+            undo_stat()
+            self.tables_[:] = saved
+
+        return moved * self.scale_, undo

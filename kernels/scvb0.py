@@ -21,7 +21,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ._base import StateValue, TopicModel, check_interval, check_positive_int, state_array
 from ._batch import Batch
-from ._moves import birth_column, birth_counts, delete_column, merge_columns
+from ._moves import birth_column, birth_counts, delete_column, merge_columns, split_column
 from ._schedule import StepSize
 from ._scvb0_numba import _RHO_THETA_TABLE, ThetaSteps, _fit, _infer
 from ._special import digamma_array
@@ -413,3 +413,14 @@ class SCVB0(TopicModel):
         """
         ids, counts = birth_counts(word_ids, word_probs, share, float(self.nz_.sum()))
         return birth_column(self.phi_, self.nz_, self.scale_, self.scale_, k, ids, counts)
+
+    def split_topic(
+        self, k: int, j: int, word_ids: ArrayLike, fractions: ArrayLike, rest: float
+    ) -> tuple[float, Callable[[], None]]:
+        """Move the fraction ``fractions[i]`` of topic ``k``'s expected count of word ``word_ids[i]`` (``rest``
+        of every other word's) to the empty topic ``j`` (``kernels._moves.split_column``).
+
+        Returns the tokens moved and a function that undoes the move.
+        """
+        moved, undo = split_column(self.phi_, self.nz_, k, j, word_ids, fractions, rest)
+        return moved * self.scale_, undo

@@ -1,11 +1,13 @@
-"""Topic lineage: an id for life for every topic, and the history of births, merges and retirements.
+"""Topic lineage: an id for life for every topic, and the history of births, merges, splits and retirements.
 
 A kernel's topics are *slots* (column k of its statistics). Topic hygiene (:mod:`kernels.hygiene`) merges a slot
-into another, retires it, or re-seeds a freed slot with a new topic, so a slot number alone does not say what a
-topic means over time. :class:`Lineage` gives each meaning its own **topic id**: at start slot k carries id k;
-whenever a slot is freed (merged away or retired) it gets a fresh id that was never used before, and a birth
-gets a fresh id too. An id therefore never changes meaning and is never reused; a merged-away id points to the
-id that now carries its words (:meth:`Lineage.successor`).
+into another, retires it, splits it in two (the new half in a freed slot), or re-seeds a freed slot with a new
+topic, so a slot number alone does not say what a topic means over time. :class:`Lineage` gives each meaning its
+own **topic id**: at start slot k carries id k; whenever a slot is freed (merged away or retired) it gets a fresh
+id that was never used before, and a birth gets a fresh id too. An id therefore never changes meaning and is never
+reused; a merged-away id points to the id that now carries its words (:meth:`Lineage.successor`). A split topic
+keeps its id and the larger half of its words (a narrower meaning than the muddle it was); the other half gets a
+fresh id in a freed slot, and its event names the id it came from (``parent``).
 
 :class:`LineageStore` keeps the events in Redis as a bounded list, newest first (``P:lineage``, ``LPUSH`` +
 ``LTRIM``), with counts by kind (hash ``P:lineage:counts``) for dashboards. :func:`render_lineage` formats them
@@ -37,10 +39,10 @@ MAX_MERGED = 10_000
 class LineageEvent:
     """One move in stable ids.
 
-    ``kind``: birth | merge | split | retire. ``topic``: the id born, merged away or retired; ``slot``: the
-    kernel slot it concerned; ``into``: for a merge, the id that now carries ``topic``; ``score``: the move's
-    score (see :class:`kernels.hygiene.Event`); ``version``: the snapshot version the move is part of;
-    ``time``: Unix seconds.
+    ``kind``: birth | merge | split | retire. ``topic``: the id born (for a split: the new half's), merged away
+    or retired; ``slot``: the kernel slot it concerned; ``into``: for a merge, the id that now carries ``topic``;
+    ``score``: the move's score (see :class:`kernels.hygiene.Event`); ``version``: the snapshot version the move
+    is part of; ``time``: Unix seconds; ``parent``: for a split, the id that was split (it keeps the other half).
     """
 
     kind: str
@@ -50,6 +52,7 @@ class LineageEvent:
     score: float
     version: int
     time: float
+    parent: int | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -57,7 +60,7 @@ class LineageEvent:
     @classmethod
     def from_json(cls, raw: str | bytes) -> LineageEvent:
         d = json.loads(raw)
-        into = d.get("into")
+        into, parent = d.get("into"), d.get("parent")
         return cls(
             kind=str(d["kind"]),
             topic=int(d["topic"]),
@@ -66,6 +69,7 @@ class LineageEvent:
             score=float(d["score"]),
             version=int(d["version"]),
             time=float(d["time"]),
+            parent=None if parent is None else int(parent),
         )
 
 
@@ -112,7 +116,7 @@ class Lineage:
         n = len(self.slot_ids)
         for e in events:
             slot = e.topics[0] if e.topics else -1
-            if not 0 <= slot < n or (e.into is not None and not 0 <= e.into < n):
+            if not all(0 <= t < n for t in e.topics) or not 0 <= slot < n or not 0 <= (e.into or 0) < n:
                 raise ValueError(f"event {e} names a slot outside [0, {n})")
             if e.kind == "merge":
                 if e.into is None:
@@ -128,7 +132,13 @@ class Lineage:
                 self.retired.add(gone)
                 self._fresh(slot)
                 out.append(LineageEvent("retire", gone, slot, None, e.score, version, at))
-            else:  # birth (and split: a new topic in a slot)
+            elif e.kind == "split":
+                if len(e.topics) != 2 or e.topics[0] == e.topics[1]:
+                    raise ValueError(f"split event without (split slot, new slot): {e}")
+                parent, new_slot = self.slot_ids[slot], e.topics[1]
+                born = self._fresh(new_slot)
+                out.append(LineageEvent("split", born, new_slot, None, e.score, version, at, parent))
+            else:  # birth: a new topic in a slot
                 born = self._fresh(slot)
                 out.append(LineageEvent(e.kind, born, slot, e.into, e.score, version, at))
         return out
@@ -208,6 +218,8 @@ def render_lineage(events: Sequence[LineageEvent]) -> list[str]:
             what = f"topic {e.topic} → {e.into} (Hellinger {e.score:.3f})"
         elif e.kind == "retire":
             what = f"topic {e.topic} retired (weight {e.score:.4f})"
+        elif e.kind == "split":
+            what = f"topic {e.parent} split → {e.parent} + {e.topic} (slot {e.slot}, gain {e.score:.3f} nats/token)"
         else:
             what = f"topic {e.topic} born in slot {e.slot} (gain {e.score:.3f} nats/token)"
         lines.append(f"v{e.version} {when} {e.kind:<6} {what}")

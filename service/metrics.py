@@ -128,7 +128,7 @@ class Metrics:
         )
         self.topic_events = counter(
             "topicstream_topic_events_total",
-            "Topic hygiene moves by kind (merge, birth, retire): docs/topic-hygiene.md",
+            "Topic hygiene moves by kind (merge, split, birth, retire): docs/topic-hygiene.md",
             ["kind"],
         )
         for kind in ("merge", "birth", "retire"):

@@ -53,6 +53,26 @@ def test_ids_are_never_reused_and_merged_ids_have_successors():
         lin.record([Event("merge", (9,), 0, 0.1)], version=10, at=1003.0)
 
 
+def test_a_split_keeps_the_parent_id_and_gives_the_new_half_a_fresh_one(redis_client):
+    lin = Lineage(5)
+    lin.record([Event("merge", (4,), 0, 0.05)], version=1, at=1000.0)  # slot 4 freed: now id 5
+    (split,) = lin.record([Event("split", (2, 4), None, 0.03)], version=2, at=1001.0)
+    assert (split.kind, split.parent, split.topic, split.slot) == ("split", 2, 6, 4)
+    assert lin.id_of(2) == 2 and lin.slot_of(6) == 4 and lin.slot_of(5) is None
+    assert LineageEvent.from_json(split.to_json()) == split
+    assert render_lineage([split])[0].endswith("split  topic 2 split → 2 + 6 (slot 4, gain 0.030 nats/token)")
+    store = LineageStore(redis_client, prefix="t-split")
+    store.push([split])
+    assert store.recent() == [split] and store.counts() == {"split": 1}
+    with pytest.raises(ValueError, match="split"):
+        lin.record([Event("split", (1,), None, 0.1)], version=3, at=1002.0)
+    with pytest.raises(ValueError, match="slot"):
+        lin.record([Event("split", (1, 7), None, 0.1)], version=3, at=1002.0)
+    # an event stored before splits existed (no "parent") still reads
+    old = '{"kind":"birth","topic":9,"slot":1,"into":null,"score":0.1,"version":3,"time":5.0}'
+    assert LineageEvent.from_json(old).parent is None
+
+
 def test_events_of_a_stream_with_a_merge_and_a_birth_reach_redis_bounded(redis_client):
     truth, docs = lda_corpus(3000, 0, late_topic=True)
     model = SCVB0(n_topics=len(truth), n_words=truth.shape[1], seed=0)
