@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-__all__ = ["Batch", "Docs", "as_batch"]
+__all__ = ["Batch", "Docs", "as_batch", "recent_batch", "take_docs"]
 
 
 @dataclass(frozen=True)
@@ -106,3 +106,23 @@ def as_batch(docs: Docs, n_words: int) -> Batch:
         if not np.all(np.isfinite(counts)) or np.any(counts <= 0):
             raise ValueError("counts must be positive and finite")
     return Batch(indptr, word_ids, counts)
+
+
+def recent_batch(batches: Sequence[Batch], max_docs: int = 256) -> Batch | None:
+    """The last ``max_docs`` documents of ``batches`` (oldest batch first) as one batch; ``None`` if there are
+    none. A learner keeps its last few ``partial_fit`` batches (a bounded deque) and passes this to topic hygiene
+    (:meth:`kernels.hygiene.TopicHygiene.apply`)."""
+    if max_docs < 1:
+        raise ValueError(f"max_docs must be a positive integer, got {max_docs}")
+    docs: list[tuple[NDArray[np.int64], NDArray[np.float64]]] = []
+    for b in reversed(batches):
+        for d in range(b.n_docs - 1, -1, -1):
+            if len(docs) == max_docs:
+                break
+            docs.append(b.doc(d))
+    return Batch.from_docs(docs[::-1]) if docs else None
+
+
+def take_docs(docs: Batch, rows: NDArray[np.int64]) -> Batch:
+    """The documents ``rows`` of ``docs`` as a new batch."""
+    return Batch.from_docs([docs.doc(int(d)) for d in rows])

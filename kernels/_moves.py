@@ -18,9 +18,11 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ._batch import Batch
+
 __all__ = ["birth_column", "birth_counts", "delete_column", "merge_columns", "split_column"]
 
-_BLOCK = 8192  # rows per vectorised block of delete_column (bounds the temporaries to _BLOCK×K doubles)
+_BLOCK = 8192  # rows per vectorised block (bounds the temporaries to _BLOCK×K doubles)
 
 
 def _check_topic(k: int, n_topics: int, what: str) -> int:
@@ -202,3 +204,15 @@ def split_column(
     total[j] = saved_total[j] + share * saved_total[k]  # the totals move in the column's proportion
     total[k] = saved_total[k] * (1.0 - share)
     return mass, undo
+
+
+def token_probs(theta: NDArray[np.float64], phi: NDArray[np.float64], docs: Batch) -> NDArray[np.float64]:
+    """p_i = Σ_k θ_dk φ_kw for every entry i (document d, word w) of ``docs`` (floored at 1e-300 for logs)."""
+    doc_of = np.repeat(np.arange(docs.n_docs), np.diff(docs.indptr))
+    words, w_of = np.unique(docs.word_ids, return_inverse=True)
+    phi_t = np.ascontiguousarray(phi[:, words].T)
+    out = np.empty(docs.word_ids.shape[0])
+    for a in range(0, out.shape[0], _BLOCK):
+        b = a + _BLOCK
+        out[a:b] = np.einsum("ik,ik->i", theta[doc_of[a:b]], phi_t[w_of[a:b]])
+    return np.maximum(out, 1e-300)

@@ -73,7 +73,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ._base import check_interval, check_positive_int
-from ._batch import Batch, as_batch
+from ._batch import Batch, as_batch, recent_batch, take_docs
+from ._moves import token_probs
 from ._split import SplitProposal, muddled_topics
 
 __all__ = [
@@ -91,7 +92,6 @@ DEFAULT_THRESHOLD = 0.25
 #: Hellinger distance between a topic's two halves above which it is muddled (calibration: docs/topic-hygiene.md).
 SPLIT_THRESHOLD = 0.4
 _EVENT_KINDS = ("birth", "merge", "split", "retire")
-_BLOCK = 8192  # token entries per vectorised block when scoring documents
 
 
 @dataclass(frozen=True)
@@ -274,7 +274,7 @@ class TopicHygiene:
             docs = as_batch(recent_docs, model.n_words)
             if docs.n_docs >= 4:
                 idx = np.arange(docs.n_docs)
-                build, valid = _take(docs, idx[0::2]), _take(docs, idx[1::2])
+                build, valid = take_docs(docs, idx[0::2]), take_docs(docs, idx[1::2])
                 if warm and self.max_splits > 0:
                     merged = {e.into for e in events if e.kind == "merge"}
                     events += self._splits(model, build, valid, merged)
@@ -409,7 +409,7 @@ class TopicHygiene:
         return muddled_topics(
             phi,
             theta,
-            _token_probs(theta, phi, build),
+            token_probs(theta, phi, build),
             build,
             live,
             min_tokens=self.split_min_tokens,
@@ -448,7 +448,7 @@ class TopicHygiene:
     ) -> tuple[NDArray[np.int64], NDArray[np.float64], float] | None:
         """ψ, the words it covers, and its share of the build tokens, fitted to the worst-explained documents."""
         theta = model.transform(build)
-        p = _token_probs(theta, phi, build)
+        p = token_probs(theta, phi, build)
         doc_of = np.repeat(np.arange(build.n_docs), np.diff(build.indptr))
         c = build.counts
         n_d = np.bincount(doc_of, weights=c, minlength=build.n_docs)
@@ -485,37 +485,7 @@ class TopicHygiene:
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-def recent_batch(batches: Sequence[Batch], max_docs: int = 256) -> Batch | None:
-    """The last ``max_docs`` documents of ``batches`` (oldest batch first) as one batch; ``None`` if there are
-    none. A learner keeps its last few ``partial_fit`` batches (a bounded deque) and passes this to ``apply``."""
-    check_positive_int("max_docs", max_docs)
-    docs: list[tuple[NDArray[np.int64], NDArray[np.float64]]] = []
-    for b in reversed(batches):
-        for d in range(b.n_docs - 1, -1, -1):
-            if len(docs) == max_docs:
-                break
-            docs.append(b.doc(d))
-    return Batch.from_docs(docs[::-1]) if docs else None
-
-
-def _take(docs: Batch, rows: NDArray[np.int64]) -> Batch:
-    """The documents ``rows`` of ``docs`` as a new batch."""
-    return Batch.from_docs([docs.doc(int(d)) for d in rows])
-
-
-def _token_probs(theta: NDArray[np.float64], phi: NDArray[np.float64], docs: Batch) -> NDArray[np.float64]:
-    """p_i = Σ_k θ_dk φ_kw for every entry i (document d, word w) of ``docs``."""
-    doc_of = np.repeat(np.arange(docs.n_docs), np.diff(docs.indptr))
-    words, w_of = np.unique(docs.word_ids, return_inverse=True)
-    phi_t = np.ascontiguousarray(phi[:, words].T)
-    out = np.empty(docs.word_ids.shape[0])
-    for a in range(0, out.shape[0], _BLOCK):
-        b = a + _BLOCK
-        out[a:b] = np.einsum("ik,ik->i", theta[doc_of[a:b]], phi_t[w_of[a:b]])
-    return np.maximum(out, 1e-300)
-
-
 def _mean_loglik(model: SupportsTopicMoves, docs: Batch, phi: NDArray[np.float64]) -> float:
     """Mean per-token log Σ_k θ_dk φ_kw over ``docs`` with θ from ``model.transform``."""
-    p = _token_probs(model.transform(docs), phi, docs)
+    p = token_probs(model.transform(docs), phi, docs)
     return float(np.dot(docs.counts, np.log(p)) / max(docs.counts.sum(), 1e-300))

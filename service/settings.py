@@ -64,6 +64,13 @@ class Settings(BaseSettings):
         description="Topic hygiene is planned with a snapshot at most this often, seconds (on the snapshot "
         "writer's copy: about a second of a core at K = 100, W = 65,536; the moves are made at the next snapshot)",
     )
+    topic_hygiene_splits: int = Field(
+        0,
+        ge=0,
+        le=16,
+        description="Muddled topics topic hygiene may split per pass, into free slots (docs/topic-hygiene.md, "
+        "\"split\"; 0: none — on the corpora measured so far splits did not beat births)",
+    )
     seed: int = Field(0, ge=0, description="Random seed of the kernel")
 
     # Batching and snapshots.

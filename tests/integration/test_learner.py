@@ -153,6 +153,7 @@ def test_topic_hygiene_planned_on_snapshots_merges_duplicates_in_the_live_model(
             "topics": len(PLANTED_TOPICS) + 5,
             "topic_hygiene": True,
             "topic_hygiene_every_s": 0.5,
+            "topic_hygiene_splits": 2,
             "snapshot_every_batches": 3,
             "batch_size": 200,
         }
@@ -160,6 +161,7 @@ def test_topic_hygiene_planned_on_snapshots_merges_duplicates_in_the_live_model(
     values = [json.dumps(a).encode() for a in generate_articles(4000, seed=0)]
     produce(s, values)
     learner = Learner(s)
+    assert learner.hygiene is not None and learner.hygiene.max_splits == 2  # TOPICSTREAM_TOPIC_HYGIENE_SPLITS
     learner.subscribe()
     for _ in range(4):  # several rounds: plan on one snapshot, replay at the next
         consume_into(learner, 1000)
