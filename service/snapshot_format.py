@@ -164,11 +164,25 @@ def unpack(data: bytes | memoryview) -> dict[str, Any]:
 
 
 def _strings_to_arrays(strings: list[str | None]) -> tuple[np.ndarray, np.ndarray]:
-    """Byte lengths (−1 for None) and the concatenated UTF-8 bytes of ``strings``."""
-    encoded = [b"" if v is None else v.encode("utf-8", "surrogatepass") for v in strings]
-    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
-    lengths[[i for i, v in enumerate(strings) if v is None]] = -1
-    return lengths, np.frombuffer(b"".join(encoded), dtype=np.uint8)
+    """Byte lengths (−1 for None) and the concatenated UTF-8 bytes of ``strings``.
+
+    Joined with NUL and encoded in one C call, then split by numpy (UTF-8 never has a zero byte inside a
+    character): a few ms for 65,536 words. Strings that hold NUL themselves take the per-string way."""
+    nones = [i for i, v in enumerate(strings) if v is None] if None in strings else []
+    texts: list[str] = ["" if v is None else v for v in strings] if nones else strings  # type: ignore[assignment]
+    joined = "\0".join(texts)
+    if joined.count("\0") == len(texts) - 1:
+        raw = np.frombuffer(joined.encode("utf-8", "surrogatepass"), dtype=np.uint8)
+        bounds = np.concatenate(([-1], np.flatnonzero(raw == 0), [raw.size]))
+        lengths = np.diff(bounds) - 1
+        blob = raw[raw != 0]
+    else:
+        encoded = [t.encode("utf-8", "surrogatepass") for t in texts]
+        lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+        blob = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+    lengths = lengths.astype(np.int64, copy=False)
+    lengths[nones] = -1
+    return lengths, blob
 
 
 def _arrays_to_strings(lengths: Any, blob: Any, path: str) -> list[str | None]:

@@ -196,7 +196,8 @@ def test_long_string_lists_are_stored_as_arrays_and_come_back_the_same() -> None
     length array and one UTF-8 array, not as a JSON list; short lists stay JSON."""
     words: list[str | None] = [f"w{i}" for i in range(600)]
     words[3], words[10], words[11], words[12] = None, "ünïcödé 北京", "", "\ud800lone"
-    payload = {"slots": words, "short": ["a", None], "mixed": [*words[:300], 1]}
+    with_nul = [*words[:300], "a\0b"]  # NUL inside a string: the per-string encoding
+    payload = {"slots": words, "nul": with_nul, "short": ["a", None], "mixed": [*words[:300], 1]}
     blob = pack(payload)
     header = bytes(blob[14 : 14 + struct.unpack_from("<Q", blob, 6)[0]]).decode()
     assert "w599" not in header and '"short":["a",null]' in header and "__strings__" in header
