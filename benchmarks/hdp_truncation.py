@@ -13,8 +13,9 @@ and α0 in use, training tokens/s (``partial_fit`` only) and the seconds hygiene
 Corpora as ``benchmarks/run_all.py`` prepares them (:func:`evaluation.prepare_corpus`, vocabulary 10,000, seed
 0): 20 Newsgroups' train/test files, BBC with a seeded 20 % test split; ``--max-train-docs`` keeps a seeded
 random subset of the training documents. Window D = the training documents used. Hygiene as measured in
-``docs/topic-hygiene.md`` for the HDP: ``TopicHygiene(threshold=0.35, retire_below=0.01, warmup_docs=2000)``,
-applied every 10 batches to the last 256 documents and once at the end.
+``docs/topic-hygiene.md`` for the HDP: ``TopicHygiene(threshold=0.35, retire_below=0.01, warmup_docs=2000)``
+(``--hygiene-warmup`` sets the warm-up: BBC's 1,780 training documents never reach 2,000), applied every 10
+batches to the last 256 documents and once at the end.
 """
 
 from __future__ import annotations
@@ -59,10 +60,12 @@ def load(name: str, max_train: int | None, seed: int = 0) -> PreparedCorpus:
     return prepare_corpus(train, test, vocab_size=10_000, seed=seed, shuffle=True)
 
 
-def run(corpus: PreparedCorpus, T: int, learn: bool, hygiene: bool, seed: int = 0) -> dict[str, Any]:
+def run(
+    corpus: PreparedCorpus, T: int, learn: bool, hygiene: bool, seed: int = 0, warmup: int = 2000
+) -> dict[str, Any]:
     """One pass of ``OnlineHDP(T)`` and its scores."""
     model = OnlineHDP(T, corpus.n_words, seed=seed, window=corpus.train.n_docs, learn_concentrations=learn)
-    tidy = TopicHygiene(threshold=0.35, retire_below=0.01, warmup_docs=2000) if hygiene else None
+    tidy = TopicHygiene(threshold=0.35, retire_below=0.01, warmup_docs=warmup) if hygiene else None
     recent: deque[Batch] = deque(maxlen=2)
     train_s = hygiene_s = 0.0
     events = 0
@@ -99,6 +102,7 @@ def main() -> None:
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--max-train-docs", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--hygiene-warmup", type=int, default=2000, help="documents before the first merge/retirement")
     args = ap.parse_args()
     for name in args.corpus.split(","):
         corpus = load(name, args.max_train_docs, args.seed)
@@ -114,7 +118,7 @@ def main() -> None:
         for T in (int(t) for t in args.truncations.split(",")):
             for cfg in args.configs.split(","):
                 learn, hygiene = CONFIGS[cfg]
-                r = run(corpus, T, learn, hygiene, args.seed)
+                r = run(corpus, T, learn, hygiene, args.seed, args.hygiene_warmup)
                 print(
                     f"| {T} | {'learned' if learn else 'fixed'} | {'on' if hygiene else 'off'} | {r['m95']} "
                     f"| {r['over']} | {r['ll']:.3f} | {r['npmi']:.3f} | {r['used']} | {r['gamma']:.2f} "
