@@ -5,7 +5,13 @@
 ``scale_ · topic_stat_``, so that the step G := (1−ρ)G + ρĜ touches only the rows of the minibatch's words
 (:func:`sparse_step`). Topic ids are the column indices of G and never move. Each estimator supplies its document
 step (:meth:`OnlineHDPBase._documents`), its corpus stick (:meth:`OnlineHDPBase._update_sticks`,
-:meth:`OnlineHDPBase._beta`) and its own state.
+:meth:`OnlineHDPBase._beta`, :meth:`OnlineHDPBase._gamma_posterior`) and its own state.
+
+Learned concentrations (``learn_concentrations=True``, :mod:`kernels._concentration`): γ and α0 get Gamma
+priors and Gamma posteriors q(γ), q(α0), held as (shape, rate) in the state; E_q[γ] and E_q[α0] replace the
+fixed settings wherever the estimators read γ and α0. After each minibatch's corpus step, q(α0) takes the
+natural-gradient step of size ρ_t toward the minibatch's estimate of Eq. (C2)/(C3) scaled by D/S, and q(γ) is
+set by the coordinate update (C1) from the corpus sticks. Both start at the fixed settings (mean γ, α0).
 
 Streaming meaning of D: D is the ``window`` setting, the number of documents the statistics stand for (the seed
 uses the corpus size). With ρ_t = max(ρ_min, (τ0 + t)^−κ) the statistics eventually become an exponential moving
@@ -23,6 +29,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ._base import StateValue, TopicModel, check_interval, check_positive_int, state_array
 from ._batch import Batch
+from ._concentration import doc_log_aux
 from ._schedule import StepSize
 
 __all__ = ["Minibatch", "OnlineHDPBase", "local_slots", "sparse_step"]
@@ -104,7 +111,8 @@ class OnlineHDPBase(TopicModel):
     """Settings and corpus-level machinery of an online HDP with corpus truncation K = ``n_topics``.
 
     Shared settings (see :class:`kernels.ohdp.OnlineHDP` for their meaning): ``gamma``, ``alpha``, ``eta``,
-    ``kappa``, ``tau0``, ``rho_floor``, ``batch_size``, ``window``, ``tol``, ``max_iter``.
+    ``kappa``, ``tau0``, ``rho_floor``, ``batch_size``, ``window``, ``tol``, ``max_iter``,
+    ``learn_concentrations``, ``gamma_shape``, ``gamma_rate``, ``alpha_shape``, ``alpha_rate``.
     """
 
     gamma: float
@@ -117,12 +125,19 @@ class OnlineHDPBase(TopicModel):
     window: int
     tol: float
     max_iter: int
+    learn_concentrations: bool
+    gamma_shape: float
+    gamma_rate: float
+    alpha_shape: float
+    alpha_rate: float
 
     topic_stat_: NDArray[np.float64]
     topic_total_: NDArray[np.float64]
     scale_: float
     n_updates_: int
     last_doc_iters_: float
+    gamma_q_: NDArray[np.float64]  # (shape, rate) of q(γ)
+    alpha_q_: NDArray[np.float64]  # (shape, rate) of q(α0)
 
     # ------------------------------------------------------------------ settings
     def _validate_params(self) -> None:
@@ -138,6 +153,10 @@ class OnlineHDPBase(TopicModel):
         check_positive_int("window", self.window)
         check_interval("tol", self.tol, 0.0, high_open=True)
         check_positive_int("max_iter", self.max_iter)
+        if not isinstance(self.learn_concentrations, bool | np.bool_):
+            raise ValueError(f"learn_concentrations must be a bool, got {self.learn_concentrations!r}")
+        for name in ("gamma_shape", "gamma_rate", "alpha_shape", "alpha_rate"):
+            check_interval(name, getattr(self, name), 0.0, low_open=True, high_open=True)
         self._schedule = StepSize(scale=1.0, tau=float(self.tau0), kappa=float(self.kappa), floor=float(self.rho_floor))
 
     def _init_corpus_state(self, topic_stat: NDArray[np.float64]) -> None:
@@ -147,12 +166,37 @@ class OnlineHDPBase(TopicModel):
         self.scale_ = 1.0
         self.n_updates_ = 0
         self.last_doc_iters_ = 0.0
+        self._init_concentrations()
+
+    def _init_concentrations(self) -> None:
+        """q(γ), q(α0) with the prior's shape and the mean of the fixed settings: learning starts from them."""
+        self.gamma_q_ = np.array([float(self.gamma_shape), float(self.gamma_shape) / float(self.gamma)])
+        self.alpha_q_ = np.array([float(self.alpha_shape), float(self.alpha_shape) / float(self.alpha)])
+
+    def _gamma(self) -> float:
+        """The γ in use: E_q[γ] when learned, else the setting."""
+        if self.learn_concentrations:
+            return float(self.gamma_q_[0] / self.gamma_q_[1])
+        return float(self.gamma)
+
+    def _alpha(self) -> float:
+        """The α0 in use: E_q[α0] when learned, else the setting."""
+        if self.learn_concentrations:
+            return float(self.alpha_q_[0] / self.alpha_q_[1])
+        return float(self.alpha)
+
+    def _doc_log_aux(self, docs: Batch) -> float:
+        """The rate term of (C2) for ``docs`` (collapsed document level), only computed when learning."""
+        if not self.learn_concentrations:
+            return 0.0
+        return doc_log_aux(docs.indptr, docs.counts, self._alpha())
 
     # ------------------------------------------------------------------ estimator hooks
     @abc.abstractmethod
-    def _documents(self, mb: Minibatch, update: bool) -> tuple[int, NDArray[np.float64]]:
+    def _documents(self, mb: Minibatch, update: bool) -> tuple[int, NDArray[np.float64], tuple[float, float]]:
         """The document step over a minibatch: fill ``mb.theta``, add Ĝ to ``mb.stat``. Returns (total
-        iterations, the statistics of the corpus stick for :meth:`_update_sticks`)."""
+        iterations, the statistics of the corpus stick for :meth:`_update_sticks`, the minibatch's (shape,
+        rate) terms of q(α0), Eq. (C2) or (C3) of :mod:`kernels._concentration`, unscaled)."""
 
     @abc.abstractmethod
     def _update_sticks(self, stick_stat: NDArray[np.float64], rho: float, mult: float) -> None:
@@ -161,6 +205,10 @@ class OnlineHDPBase(TopicModel):
     @abc.abstractmethod
     def _beta(self) -> NDArray[np.float64]:
         """E[β] over the public topic ids."""
+
+    @abc.abstractmethod
+    def _gamma_posterior(self) -> tuple[float, float]:
+        """(shape, rate) of q(γ) from the corpus sticks, Eq. (C1) of :mod:`kernels._concentration`."""
 
     # ------------------------------------------------------------------ learning
     def _rho(self, t: int) -> float:
@@ -185,7 +233,7 @@ class OnlineHDPBase(TopicModel):
         K = int(self.n_topics)
         rows, slots = local_slots(docs.word_ids, slot)
         mb = Minibatch(docs, rows, slots, np.zeros((rows.shape[0], K)), np.empty((docs.n_docs, K)))
-        iters, stick_stat = self._documents(mb, update)
+        iters, stick_stat, alpha_stat = self._documents(mb, update)
         if not update:
             return mb.theta
         self.last_doc_iters_ = iters / max(1, docs.n_docs)
@@ -195,8 +243,17 @@ class OnlineHDPBase(TopicModel):
         mult = float(self.window) / docs.n_docs  # D/S
         self.scale_ = sparse_step(self.topic_stat_, self.topic_total_, rows, mb.stat, self.scale_, rho, mult)
         self._update_sticks(stick_stat, rho, mult)
+        if self.learn_concentrations:
+            self._learn_concentrations(alpha_stat, rho, mult)
         self.n_updates_ += 1
         return mb.theta
+
+    def _learn_concentrations(self, alpha_stat: tuple[float, float], rho: float, mult: float) -> None:
+        """q(α0): natural parameters (shape − 1, −rate) move by ρ toward the prior plus ``mult`` = D/S times the
+        minibatch's terms of (C2)/(C3); q(γ): the coordinate update (C1) from the sticks just updated."""
+        target = np.array([self.alpha_shape + mult * alpha_stat[0], self.alpha_rate + mult * alpha_stat[1]])
+        self.alpha_q_ = (1.0 - rho) * self.alpha_q_ + rho * target
+        self.gamma_q_ = np.array(self._gamma_posterior(), dtype=np.float64)
 
     # ------------------------------------------------------------------ read-outs
     def topic_word(self) -> NDArray[np.float64]:
@@ -226,6 +283,8 @@ class OnlineHDPBase(TopicModel):
             "beta_entropy_topics": float(np.exp(-(nz * np.log(nz)).sum())),
             "doc_iterations": float(self.last_doc_iters_),
             "scale_s": float(self.scale_),
+            "gamma": self._gamma(),
+            "alpha": self._alpha(),
         }
 
     # ------------------------------------------------------------------ persistence
@@ -236,6 +295,8 @@ class OnlineHDPBase(TopicModel):
             "scale": float(self.scale_),
             "n_updates": int(self.n_updates_),
             "last_doc_iters": float(self.last_doc_iters_),
+            "gamma_q": self.gamma_q_.copy(),
+            "alpha_q": self.alpha_q_.copy(),
         }
 
     def _set_corpus_state(self, state: dict[str, StateValue]) -> None:
@@ -245,3 +306,8 @@ class OnlineHDPBase(TopicModel):
         self.scale_ = float(state["scale"])  # type: ignore[arg-type]
         self.n_updates_ = int(state["n_updates"])  # type: ignore[arg-type]
         self.last_doc_iters_ = float(state["last_doc_iters"])  # type: ignore[arg-type]
+        if "gamma_q" in state:
+            self.gamma_q_ = state_array(state, "gamma_q", (2,))
+            self.alpha_q_ = state_array(state, "alpha_q", (2,))
+        else:  # a snapshot written before the concentrations could be learned
+            self._init_concentrations()

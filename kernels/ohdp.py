@@ -25,6 +25,7 @@ from numba import njit
 from numpy.typing import ArrayLike, NDArray
 
 from ._base import EXACT_FASTMATH, StateValue, TopicModel, state_array
+from ._concentration import gamma_fixed_point
 from ._hdp_base import Minibatch, OnlineHDPBase
 from ._moves import birth_column, birth_counts, delete_column, merge_columns, split_column
 from ._special import digamma
@@ -254,9 +255,9 @@ class OnlineHDP(OnlineHDPBase):
     seed : int
         Seed of ``rng_`` (the order in which free topic ids are handed to new topics).
     gamma : float
-        Corpus-level concentration γ (seed: 1).
+        Corpus-level concentration γ (seed: 1); with ``learn_concentrations``, where learning starts.
     alpha : float
-        Document-level concentration α0 (seed: 1).
+        Document-level concentration α0 (seed: 1); with ``learn_concentrations``, where learning starts.
     eta : float
         Topic Dirichlet η (seed: 0.01).
     kappa, tau0 : float
@@ -274,20 +275,26 @@ class OnlineHDP(OnlineHDPBase):
         Cap on document-level sweeps.
     sequential : bool
         Later documents of a minibatch see the raw counts of earlier ones (topic births at the data's scale).
+    learn_concentrations : bool
+        Learn γ and α0 online (:mod:`kernels._concentration`: q(γ) by Eq. C1 on the collapsed sticks, q(α0) by
+        Eq. C2 with the expected tables, a natural-gradient step of size ρ_t) instead of keeping the settings.
+    gamma_shape, gamma_rate, alpha_shape, alpha_rate : float
+        Gamma(shape, rate) priors of γ and α0 (read only with ``learn_concentrations``).
     """
 
     algorithm: ClassVar[str] = "ohdp"
     #: Only K, W and the seed are fixed on a restored model: they size the state and draw ``topic_rank``. Every
-    #: other setting can change: γ, α0, η enter each update and read-out afresh, the schedule (κ, τ0, ρ_min) is
-    #: evaluated at the stored update count, and ``tol``, ``max_iter``, ``sequential``, ``batch_size`` and
-    #: ``window`` shape only the document step and future updates.
+    #: other setting can change: γ, α0, η enter each update and read-out afresh (learned γ, α0 are state), the
+    #: schedule (κ, τ0, ρ_min) is evaluated at the stored update count, and ``tol``, ``max_iter``, ``sequential``,
+    #: ``batch_size``, ``window`` and the concentrations' priors shape only the document step and future updates.
     restore_fixed: ClassVar[frozenset[str]] = TopicModel.restore_fixed
 
     @classmethod
     def state_bytes(cls, n_topics: int, n_words: int, **params: Any) -> int:
-        """``topic_stat`` (W×K), ``topic_total``, the tables and ``topic_rank`` (K each), 8 bytes each."""
+        """``topic_stat`` (W×K), ``topic_total``, the tables and ``topic_rank`` (K each), q(γ) and q(α0) (2 each),
+        8 bytes each."""
         K, W = int(n_topics), int(n_words)
-        return 8 * (W * K + 3 * K)
+        return 8 * (W * K + 3 * K + 4)
 
     sequential: bool
     tables_: NDArray[np.float64]
@@ -310,6 +317,11 @@ class OnlineHDP(OnlineHDPBase):
         tol: float = 1e-4,
         max_iter: int = 100,
         sequential: bool = True,
+        learn_concentrations: bool = False,
+        gamma_shape: float = 1.0,
+        gamma_rate: float = 1.0,
+        alpha_shape: float = 1.0,
+        alpha_rate: float = 1.0,
     ) -> None:
         self._store(locals())
 
@@ -325,8 +337,9 @@ class OnlineHDP(OnlineHDPBase):
         # The order in which free topic ids are handed to new topics.
         self.topic_rank_ = self.rng_.permutation(K).astype(np.int64)
 
-    def _documents(self, mb: Minibatch, update: bool) -> tuple[int, NDArray[np.float64]]:
+    def _documents(self, mb: Minibatch, update: bool) -> tuple[int, NDArray[np.float64], tuple[float, float]]:
         tables = np.zeros(int(self.n_topics))
+        alpha = self._alpha()
         iters = _cvb_batch(
             mb.docs.indptr,
             mb.slots,
@@ -337,8 +350,8 @@ class OnlineHDP(OnlineHDPBase):
             int(self.n_words),
             self.tables_,
             self.topic_rank_,
-            float(self.alpha),
-            float(self.gamma),
+            alpha,
+            self._gamma(),
             float(self.tol),
             int(self.max_iter),
             bool(self.sequential) and update,
@@ -346,13 +359,18 @@ class OnlineHDP(OnlineHDPBase):
             tables,
             mb.theta,
         )
-        return iters, tables
+        # (C2): Σ_j E[m_j] = the minibatch's expected tables; Σ_j −E[log w_j] at the α0 the step used
+        return iters, tables, (float(tables.sum()), self._doc_log_aux(mb.docs))
 
     def _update_sticks(self, stick_stat: NDArray[np.float64], rho: float, mult: float) -> None:
         self.tables_ = (1.0 - rho) * self.tables_ + rho * mult * stick_stat
 
     def _beta(self) -> NDArray[np.float64]:
-        return _beta_from_tables(self.tables_, self.topic_rank_, float(self.gamma))
+        return _beta_from_tables(self.tables_, self.topic_rank_, self._gamma())
+
+    def _gamma_posterior(self) -> tuple[float, float]:
+        """(C1) at its joint fixed point with the collapsed sticks Beta(1 + m_(k), γ + Σ_{l>k} m_(l))."""
+        return gamma_fixed_point(self.tables_, float(self.gamma_shape), float(self.gamma_rate))
 
     # ------------------------------------------------------------------ persistence
     @classmethod

@@ -17,6 +17,7 @@ from numba import njit
 from numpy.typing import NDArray
 
 from ._base import StateValue, TopicModel, check_positive_int, state_array
+from ._concentration import stick_log_rest
 from ._hdp_base import Minibatch, OnlineHDPBase
 from ._special import digamma, lgamma
 
@@ -197,13 +198,15 @@ def _stick_batch(
     stat: NDArray[np.float64],
     stat_c: NDArray[np.float64],
     theta: NDArray[np.float64],
-) -> int:
+) -> tuple[int, float]:
     """Eqs. 15–18 for each document of a minibatch, accumulating the sufficient statistics of Eqs. 22–24.
 
     ``slots`` maps each entry to its row of ``elog_local`` / ``stat`` (the minibatch's distinct words).
     ``stat[u, k] += Σ_t φ_tk ζ_nt c_n`` (Eq. 22) and ``stat_c[k] += Σ_t φ_tk`` (Eqs. 23–24; the tail sums of
     Eq. 24 are taken later). ``theta[d, k] = Σ_t E[π_t] φ_tk`` (the document's mixture over corpus topics);
-    an empty document gets φ ∝ exp(E log β). Returns the total number of coordinate-ascent iterations.
+    an empty document gets φ ∝ exp(E log β). Returns the total number of coordinate-ascent iterations and
+    −Σ_j Σ_t E[log(1 − π'_jt)] over the non-empty documents (the rate term of q(α0), Eq. C3 of
+    :mod:`kernels._concentration`).
     """
     K = elog_local.shape[1]
     n_docs = indptr.shape[0] - 1
@@ -212,6 +215,7 @@ def _stick_batch(
     b = np.empty(T - 1)
     trace = np.empty(0)
     total_it = 0
+    rest = 0.0
     for d in range(n_docs):
         lo = indptr[d]
         hi = indptr[d + 1]
@@ -231,6 +235,7 @@ def _stick_batch(
         zeta = np.empty((U, T))
         cnts = counts[lo:hi]
         total_it += _stick_doc(cnts, elog, elogbeta, alpha, tol, max_iter, zeta, phi, a, b, trace)
+        rest += stick_log_rest(a, b)
         for n in range(U):
             u = slots[lo + n]
             for k in range(K):
@@ -247,7 +252,7 @@ def _stick_batch(
             for t in range(T):
                 s += pi[t] * phi[t, k]
             theta[d, k] = s
-    return total_it
+    return total_it, rest
 
 
 @njit(cache=True, nogil=True)
@@ -277,6 +282,9 @@ class StickBreakingHDP(OnlineHDPBase):
 
     doc_topics : int
         Document-level truncation T (seed: 15).
+
+    With ``learn_concentrations``, q(γ) follows Eq. C1 from the corpus sticks (u, v) after each step, and
+    q(α0) Eq. C3 from the document sticks (a, b) (:mod:`kernels._concentration`); E_q[γ] enters Eq. 24.
     """
 
     algorithm: ClassVar[str] = "ohdp-stick"
@@ -288,9 +296,10 @@ class StickBreakingHDP(OnlineHDPBase):
 
     @classmethod
     def state_bytes(cls, n_topics: int, n_words: int, **params: Any) -> int:
-        """``topic_stat`` (W×K), ``topic_total`` (K) and the sticks (u, v) (K−1 each), 8 bytes each."""
+        """``topic_stat`` (W×K), ``topic_total`` (K), the sticks (u, v) (K−1 each), q(γ) and q(α0) (2 each),
+        8 bytes each."""
         K, W = int(n_topics), int(n_words)
-        return 8 * (W * K + K + 2 * (K - 1))
+        return 8 * (W * K + K + 2 * (K - 1) + 4)
 
     doc_topics: int
     stick_u_: NDArray[np.float64]
@@ -313,6 +322,11 @@ class StickBreakingHDP(OnlineHDPBase):
         window: int = 25_000,
         tol: float = 1e-4,
         max_iter: int = 100,
+        learn_concentrations: bool = False,
+        gamma_shape: float = 1.0,
+        gamma_rate: float = 1.0,
+        alpha_shape: float = 1.0,
+        alpha_rate: float = 1.0,
     ) -> None:
         self._store(locals())
 
@@ -330,33 +344,39 @@ class StickBreakingHDP(OnlineHDPBase):
         self.stick_u_ = np.ones(K - 1)
         self.stick_v_ = np.full(K - 1, float(self.gamma))
 
-    def _documents(self, mb: Minibatch, update: bool) -> tuple[int, NDArray[np.float64]]:
+    def _documents(self, mb: Minibatch, update: bool) -> tuple[int, NDArray[np.float64], tuple[float, float]]:
         stat_c = np.zeros(int(self.n_topics))
-        iters = _stick_batch(
+        iters, rest = _stick_batch(
             mb.docs.indptr,
             mb.slots,
             mb.docs.counts,
             _elog_rows(self.topic_stat_, mb.rows, self.scale_, self.topic_total_, float(self.eta)),
             _expect_log_sticks(self.stick_u_, self.stick_v_),
             int(self.doc_topics),
-            float(self.alpha),
+            self._alpha(),
             float(self.tol),
             int(self.max_iter),
             mb.stat,
             stat_c,
             mb.theta,
         )
-        return iters, stat_c
+        n_docs = int(np.count_nonzero(np.diff(mb.docs.indptr)))
+        return iters, stat_c, (float(n_docs * (int(self.doc_topics) - 1)), rest)  # (C3)
 
     def _update_sticks(self, stick_stat: NDArray[np.float64], rho: float, mult: float) -> None:
         """Eqs. 23–24 and 26–27; Eq. 24's Σ_{l>k} is a tail sum of Σ_t φ_tl."""
         K = int(self.n_topics)
         tail = np.cumsum(stick_stat[::-1])[::-1]
         self.stick_u_ = (1.0 - rho) * self.stick_u_ + rho * (1.0 + mult * stick_stat[: K - 1])
-        self.stick_v_ = (1.0 - rho) * self.stick_v_ + rho * (float(self.gamma) + mult * tail[1:])
+        self.stick_v_ = (1.0 - rho) * self.stick_v_ + rho * (self._gamma() + mult * tail[1:])
 
     def _beta(self) -> NDArray[np.float64]:
         return _stick_means(self.stick_u_, self.stick_v_)
+
+    def _gamma_posterior(self) -> tuple[float, float]:
+        """(C1): one coordinate step from the corpus sticks q(β'_k) = Beta(u_k, v_k)."""
+        K = int(self.n_topics)
+        return float(self.gamma_shape) + K - 1.0, float(self.gamma_rate) + stick_log_rest(self.stick_u_, self.stick_v_)
 
     # ------------------------------------------------------------------ persistence
     def _get_state(self) -> dict[str, StateValue]:

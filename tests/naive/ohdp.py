@@ -128,3 +128,47 @@ def cvb0_doc_step(
             nj += cnts[n] * (g - gam[n])
             gam[n] = g
     return gam, nj
+
+
+# ------------------------------------------------------------- learned concentrations (kernels._concentration)
+def expect_log_rest(u: float, v: float) -> float:
+    """E[log(1 − x)] for x ~ Beta(u, v), by numerical integration of the density (no digamma identity)."""
+    from scipy.integrate import quad
+    from scipy.stats import beta as beta_dist
+
+    value, _ = quad(lambda x: np.log1p(-x) * beta_dist.pdf(x, u, v), 0.0, 1.0, limit=200)
+    return float(value)
+
+
+def gamma_posterior_sticks(
+    u: NDArray[np.float64], v: NDArray[np.float64], shape: float, rate: float
+) -> tuple[float, float]:
+    """(C1) of Blei & Jordan 2006 §3: q(γ) = Gamma(a + K − 1, b − Σ_k E[log(1 − β'_k)]), K − 1 sticks Beta(u, v),
+    the expectations integrated numerically."""
+    return shape + len(u), rate - sum(expect_log_rest(float(x), float(y)) for x, y in zip(u, v, strict=True))
+
+
+def gamma_fixed_point_tables(m: NDArray[np.float64], shape: float, rate: float) -> tuple[float, float]:
+    """(C1) on the collapsed sticks Beta(1 + m_(i), γ + Σ_{l>i} m_(l)) (tables sorted decreasing, last stick = 1),
+    solved for γ = E_q[γ] with SciPy's ``brentq``: returns (shape, rate) of q(γ) at that γ."""
+    from scipy.optimize import brentq
+
+    m_desc = np.sort(np.asarray(m, dtype=np.float64))[::-1]
+    tails = np.concatenate([np.cumsum(m_desc[::-1])[::-1][1:], [0.0]])
+    K = len(m_desc)
+
+    def rate_at(g: float) -> float:
+        u = 1.0 + m_desc[: K - 1]
+        v = g + tails[: K - 1]
+        return rate - float(np.sum(digamma(v) - digamma(u + v)))
+
+    g = brentq(lambda g: g * rate_at(g) - (shape + K - 1), 1e-8, 1e8, xtol=1e-14, rtol=1e-13)
+    return shape + K - 1, rate_at(g)
+
+
+def collapsed_alpha_terms(lengths: NDArray[np.float64], tables: float, alpha: float) -> tuple[float, float]:
+    """(C2)'s terms for a minibatch (Teh, Kurihara & Welling 2008): (Σ_j E[m_j], −Σ_j E[log w_j]) with
+    q(w_j) = Beta(α0, N_j), E[log w_j] = ψ(α0) − ψ(α0 + N_j), over the documents with N_j > 0."""
+    n = np.asarray(lengths, dtype=np.float64)
+    n = n[n > 0]
+    return tables, float(np.sum(digamma(alpha + n) - digamma(alpha)))

@@ -1,0 +1,133 @@
+"""Does the online HDP's truncation choose the number of topics? (issue 11, "Online HDP that chooses").
+
+    nice -n 19 .venv/bin/python -m benchmarks.hdp_truncation                      # 20NG and BBC, T = 50/150/300
+    nice -n 19 .venv/bin/python -m benchmarks.hdp_truncation --corpus bbc --truncations 50,150 --max-train-docs 2000
+
+For each corpus, truncation T and configuration (fixed or learned concentrations, each without and with topic
+hygiene), one pass of :class:`kernels.ohdp.OnlineHDP` over the training stream in batches of 256 documents, then
+the scores of ``topicstream eval`` (:func:`evaluation.score_model`: document-completion held-out log-likelihood
+per word, NPMI of the topics with E[β] ≥ 1 % over the test documents). Printed per run: the number of topics
+holding 95 % of E[β] (:func:`kernels.hygiene.mass_topics`), the number holding ≥ 1/(10 T) of it, the final γ
+and α0 in use, training tokens/s (``partial_fit`` only) and the seconds hygiene took.
+
+Corpora as ``benchmarks/run_all.py`` prepares them (:func:`evaluation.prepare_corpus`, vocabulary 10,000, seed
+0): 20 Newsgroups' train/test files, BBC with a seeded 20 % test split; ``--max-train-docs`` keeps a seeded
+random subset of the training documents. Window D = the training documents used. Hygiene as measured in
+``docs/topic-hygiene.md`` for the HDP: ``TopicHygiene(threshold=0.35, retire_below=0.01, warmup_docs=2000)``
+(``--hygiene-warmup`` sets the warm-up: BBC's 1,780 training documents never reach 2,000), applied every 10
+batches to the last 256 documents and once at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from benchmarks._corpus import shared_data_dir
+from evaluation import load_articles, prepare_corpus, split_articles
+from evaluation.corpus import PreparedCorpus, iter_batches
+from evaluation.scores import score_model
+from kernels import Batch
+from kernels.hygiene import TopicHygiene, mass_topics, recent_batch
+from kernels.ohdp import OnlineHDP
+
+# configuration → (learn_concentrations, hygiene)
+CONFIGS: dict[str, tuple[bool, bool]] = {
+    "fixed": (False, False),
+    "learned": (True, False),
+    "fixed+hygiene": (False, True),
+    "learned+hygiene": (True, True),
+}
+BATCH = 256
+HYGIENE_EVERY = 10  # batches
+
+
+def load(name: str, max_train: int | None, seed: int = 0) -> PreparedCorpus:
+    data = shared_data_dir()
+    if name == "20ng":
+        train, test = load_articles(data / "20ng_all_train.jsonl.gz"), load_articles(data / "20ng_all_test.jsonl.gz")
+    elif name == "bbc":
+        train, test = split_articles(load_articles(data / "bbc.jsonl.gz"), 0.2, seed)
+    else:
+        raise ValueError(f"unknown corpus {name!r}")
+    if max_train is not None and len(train) > max_train:
+        keep = np.sort(np.random.default_rng(seed).choice(len(train), max_train, replace=False))
+        train = [train[i] for i in keep]
+    return prepare_corpus(train, test, vocab_size=10_000, seed=seed, shuffle=True)
+
+
+def run(
+    corpus: PreparedCorpus, T: int, learn: bool, hygiene: bool, seed: int = 0, warmup: int = 2000
+) -> dict[str, Any]:
+    """One pass of ``OnlineHDP(T)`` and its scores."""
+    model = OnlineHDP(T, corpus.n_words, seed=seed, window=corpus.train.n_docs, learn_concentrations=learn)
+    tidy = TopicHygiene(threshold=0.35, retire_below=0.01, warmup_docs=warmup) if hygiene else None
+    recent: deque[Batch] = deque(maxlen=2)
+    train_s = hygiene_s = 0.0
+    events = 0
+    for i, batch in enumerate(iter_batches(corpus.train, BATCH), 1):
+        t0 = time.perf_counter()
+        model.partial_fit(batch)
+        train_s += time.perf_counter() - t0
+        recent.append(batch)
+        last = i * BATCH >= corpus.train.n_docs
+        if tidy is not None and (i % HYGIENE_EVERY == 0 or last):
+            t0 = time.perf_counter()
+            events += len(tidy.apply(model, recent_batch(list(recent), BATCH)))
+            hygiene_s += time.perf_counter() - t0
+    weights = model.topic_weights()
+    scores = score_model(model.topic_word(), model.transform, corpus, topic_weights=weights)
+    return {
+        "m95": mass_topics(weights, 0.95),
+        "over": int(np.count_nonzero(weights >= 1.0 / (10 * T))),
+        "ll": float(scores["heldout_loglik_per_word"]),
+        "npmi": float(scores["npmi_coherence"]),
+        "used": int(scores["topics_used"]),
+        "gamma": model.diagnostics()["gamma"],
+        "alpha": model.diagnostics()["alpha"],
+        "tok_s": corpus.train.n_tokens / train_s,
+        "hygiene_s": hygiene_s,
+        "events": events,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", default="20ng,bbc")
+    ap.add_argument("--truncations", default="50,150,300")
+    ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--max-train-docs", type=int, default=None)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--hygiene-warmup", type=int, default=2000, help="documents before the first merge/retirement")
+    args = ap.parse_args()
+    for name in args.corpus.split(","):
+        corpus = load(name, args.max_train_docs, args.seed)
+        print(
+            f"\n## {name}: {corpus.train.n_docs} train docs, {corpus.train.n_tokens:.0f} tokens, W={corpus.n_words}, "
+            f"{corpus.held_out.n_docs} held-out docs\n"
+        )
+        print(
+            "| T | concentrations | hygiene | topics holding 95 % | topics ≥ 1/(10T) | held-out ll/word | NPMI "
+            "| topics ≥ 1 % | γ | α0 | tokens/s | hygiene s (events) |"
+        )
+        print("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for T in (int(t) for t in args.truncations.split(",")):
+            for cfg in args.configs.split(","):
+                learn, hygiene = CONFIGS[cfg]
+                r = run(corpus, T, learn, hygiene, args.seed, args.hygiene_warmup)
+                print(
+                    f"| {T} | {'learned' if learn else 'fixed'} | {'on' if hygiene else 'off'} | {r['m95']} "
+                    f"| {r['over']} | {r['ll']:.3f} | {r['npmi']:.3f} | {r['used']} | {r['gamma']:.2f} "
+                    f"| {r['alpha']:.2f} | {r['tok_s']:,.0f} | "
+                    + (f"{r['hygiene_s']:.1f} ({r['events']})" if hygiene else "—")
+                    + " |",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()
