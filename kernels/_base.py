@@ -18,6 +18,7 @@ A kernel is a single-pass, constant-memory estimator over a stream of bag-of-wor
 from __future__ import annotations
 
 import abc
+import contextvars
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypeVar
@@ -26,6 +27,10 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ._batch import Batch, Docs, as_batch
+
+#: True while :meth:`TopicModel.from_state` constructs a model: its state comes from the snapshot, not from
+#: ``_init_state`` (a context variable, so a restore on one thread never affects a construction on another).
+_RESTORING: contextvars.ContextVar[bool] = contextvars.ContextVar("topicstream_restoring", default=False)
 
 __all__ = ["EXACT_FASTMATH", "TopicModel", "check_interval", "check_positive_int", "state_array"]
 
@@ -88,6 +93,9 @@ class TopicModel(abc.ABC):
     #: Settings that a model restored from a snapshot cannot take a new value for, because the learned state's
     #: shapes or meaning depend on them (:meth:`set_params` refuses them). Each kernel adds its own, saying why.
     restore_fixed: ClassVar[frozenset[str]] = frozenset({"n_topics", "n_words", "seed"})
+    #: True when ``_set_state`` sets every attribute ``_init_state`` creates, so :meth:`from_state` need not draw
+    #: a fresh state first (the contract suite's restore tests hold every kernel to it).
+    _set_state_installs_all: ClassVar[bool] = False
 
     # ------------------------------------------------------------------ settings
     @classmethod
@@ -165,17 +173,21 @@ class TopicModel(abc.ABC):
         (``params``: its ``locals()``), then :meth:`_setup`."""
         for name in self._param_names():
             setattr(self, name, params[name])
-        self._setup()
+        self._setup(fresh=not (_RESTORING.get() and self._set_state_installs_all))
 
-    def _setup(self) -> None:
-        """Validate settings and create fresh learned state (the last step of :meth:`_store`)."""
+    def _setup(self, fresh: bool = True) -> None:
+        """Validate settings and create fresh learned state (the last step of :meth:`_store`). ``fresh=False``
+        (inside :meth:`from_state`, for kernels whose ``_set_state`` installs every learned attribute:
+        ``_set_state_installs_all``) skips :meth:`_init_state`: drawing a fresh state first (a random W×K N^Φ for
+        SCVB0) would cost as much as the restore itself."""
         self._validate_base_params()
         self._validate_params()
         self.rng_ = np.random.Generator(np.random.PCG64(self.seed))
         self.n_batches_seen_ = 0
         self.n_docs_seen_ = 0
         self.n_tokens_seen_ = 0.0
-        self._init_state()
+        if fresh:
+            self._init_state()
 
     @abc.abstractmethod
     def _init_state(self) -> None:
@@ -263,7 +275,11 @@ class TopicModel(abc.ABC):
         """Rebuild a model from :meth:`state_dict` output."""
         if state.get("algorithm") != cls.algorithm:
             raise ValueError(f"state is for algorithm {state.get('algorithm')!r}, not {cls.algorithm!r}")
-        model = cls(**cls.params_from_state(state["params"]))
+        token = _RESTORING.set(True)
+        try:
+            model = cls(**cls.params_from_state(state["params"]))
+        finally:
+            _RESTORING.reset(token)
         s = dict(state["state"])
         model.rng_.bit_generator.state = s.pop("rng")
         model.n_batches_seen_ = int(s.pop("n_batches_seen"))

@@ -288,6 +288,7 @@ class OnlineHDP(OnlineHDPBase):
     #: schedule (κ, τ0, ρ_min) is evaluated at the stored update count, and ``tol``, ``max_iter``, ``sequential``,
     #: ``batch_size``, ``window`` and the concentrations' priors shape only the document step and future updates.
     restore_fixed: ClassVar[frozenset[str]] = TopicModel.restore_fixed
+    _set_state_installs_all = True
 
     @classmethod
     def state_bytes(cls, n_topics: int, n_words: int, **params: Any) -> int:

@@ -293,6 +293,7 @@ class StickBreakingHDP(OnlineHDPBase):
     #: ``doc_topics``, ``tol``, ``max_iter``, ``batch_size`` and ``window`` shape only the document step and
     #: future updates.
     restore_fixed: ClassVar[frozenset[str]] = TopicModel.restore_fixed
+    _set_state_installs_all = True
 
     @classmethod
     def state_bytes(cls, n_topics: int, n_words: int, **params: Any) -> int:

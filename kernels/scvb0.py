@@ -138,6 +138,7 @@ class SCVB0(TopicModel):
     #: ``batch_size``, ``burn_in``, ``window`` and ``transform_passes`` shape only future updates. The seed acts
     #: only on a new model: a restored one continues the stored random generator.
     restore_fixed: ClassVar[frozenset[str]] = TopicModel.restore_fixed
+    _set_state_installs_all = True
 
     @classmethod
     def state_bytes(cls, n_topics: int, n_words: int, **params: Any) -> int:

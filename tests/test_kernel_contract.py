@@ -199,6 +199,15 @@ def test_from_state_continues_bit_identically(cls: type[TopicModel], trained: To
     assert_same_state(cls.from_state(snapshot).state_dict(), snapshot)
 
 
+def test_a_restored_model_has_every_attribute_a_fresh_one_has(cls: type[TopicModel], trained: TopicModel) -> None:
+    """Kernels that restore without drawing a fresh state first (``_set_state_installs_all``) must install in
+    ``_set_state`` everything ``_init_state`` creates; for the others the restore starts from a fresh state."""
+    restored = cls.from_state(trained.state_dict())
+    assert set(vars(restored)) == set(vars(trained))
+    for name, value in vars(trained).items():
+        assert type(getattr(restored, name)) is type(value), name
+
+
 def test_from_state_rejects_another_algorithm(cls: type[TopicModel], trained: TopicModel) -> None:
     state = trained.state_dict()
     state["algorithm"] = "not-" + cls.algorithm
