@@ -319,6 +319,8 @@ def steady(st: Stack, docs: list[dict], rate: float, seconds: float, peer: str =
         / m["topicstream_batch_duration_seconds_count{stage=snapshot}"]
         if m.get("topicstream_batch_duration_seconds_count{stage=snapshot}")
         else None,
+        **{f"stage_{k}_s": m.get(f"topicstream_batch_duration_seconds_sum{{stage={k}}}", 0.0) for k in STAGES},
+        "batches": m.get("topicstream_batches_total", 0.0),
         f"{peer}_cores": (cpu1 - cpu0) / seconds,
         "broker_cores": (broker1 - broker0) / seconds,
         "broker_rss_mb": broker_rss,
@@ -440,6 +442,10 @@ def main() -> None:
                 f"{r['snapshot_mean_s']:.2f} s, each holding the batch loop up for {r['stall_mean_ms'] or 0:.0f} ms; "
                 f"the learner used {r['learner_cores']:.2f} cores, the broker {r['broker_cores']:.2f} "
                 f"(resident {r['broker_rss_mb']:,.0f} MB)"
+            )
+            print(
+                f"  {r['batches']:,.0f} batches; learner time by stage: "
+                + ", ".join(f"{k} {r[f'stage_{k}_s']:.1f} s" for k in STAGES)
             )
             if args.floor:
                 f = run[f"floor_{rate:.0f}"] = on_fresh_stack(steady, docs, rate, seconds, "passthrough")
