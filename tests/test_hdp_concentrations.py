@@ -13,23 +13,12 @@ from kernels._hdp_base import OnlineHDPBase
 from kernels.ohdp import OnlineHDP
 from kernels.ohdp_stick import StickBreakingHDP
 from tests.naive import ohdp as naive
+from tests.synthetic import block_topics_corpus
 
 
 def _corpus(n_topics: int, seed: int = 0, n_docs: int = 1500, W: int = 800, length: int = 80):
-    """An HDP-like corpus: topics on disjoint word blocks, each document's mixture θ ~ Dirichlet(0.05) (mostly
-    one topic), ``length`` tokens drawn from θφ."""
-    rng = np.random.default_rng(seed)
-    phi = np.full((n_topics, W), 0.02 / W)
-    for k in range(n_topics):
-        block = np.arange(k * (W // n_topics), (k + 1) * (W // n_topics))
-        phi[k, block] += rng.dirichlet(np.full(block.size, 0.5)) * 0.98
-    phi /= phi.sum(axis=1, keepdims=True)
-    docs = []
-    for _ in range(n_docs):
-        counts = rng.multinomial(length, rng.dirichlet(np.full(n_topics, 0.05)) @ phi)
-        ids = np.flatnonzero(counts)
-        docs.append((ids, counts[ids].astype(float)))
-    return docs
+    """An HDP-like corpus: topics on disjoint word blocks, each document mostly one topic (θ ~ Dirichlet(0.05))."""
+    return block_topics_corpus(seed, n_docs, n_topics, W, length, alpha=0.05)[1]
 
 
 # ----------------------------------------------------------------------------------------- (C1), corpus level

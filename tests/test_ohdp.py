@@ -17,6 +17,7 @@ from kernels._special import digamma, digamma_array
 from kernels.ohdp import OnlineHDP, _cvb_doc
 from kernels.ohdp_stick import StickBreakingHDP, _elog_rows, _stick_doc
 from tests.naive import ohdp as naive
+from tests.synthetic import block_topics_corpus
 
 
 # ------------------------------------------------------------------------------------------------ digamma
@@ -170,27 +171,9 @@ def test_only_minibatch_rows_change() -> None:
 
 
 # ----------------------------------------------------------------------------------------- planted topics
-def _planted(seed: int = 0, n_docs: int = 1500, K: int = 8, W: int = 240, length: int = 60):
-    rng = np.random.default_rng(seed)
-    # each topic: most of its mass on its own block of 30 words, a little spread over all
-    phi = np.full((K, W), 0.02 / W)
-    for k in range(K):
-        block = np.arange(k * (W // K), (k + 1) * (W // K))
-        phi[k, block] += rng.dirichlet(np.full(block.size, 0.5)) * 0.98
-    phi /= phi.sum(axis=1, keepdims=True)
-    docs = []
-    for _ in range(n_docs):
-        theta = rng.dirichlet(np.full(K, 0.2))
-        z = rng.choice(K, length, p=theta)
-        words = np.array([rng.choice(W, p=phi[k]) for k in z])
-        ids, cnt = np.unique(words, return_counts=True)
-        docs.append((ids, cnt.astype(float)))
-    return phi, docs
-
-
 @pytest.fixture(scope="module")
 def planted() -> tuple[np.ndarray, list]:
-    return _planted()
+    return block_topics_corpus()
 
 
 def _fit(docs: list, chunk: int = 100, **kw) -> OnlineHDP:
@@ -221,7 +204,7 @@ def test_planted_topics_are_recovered(planted: tuple[np.ndarray, list]) -> None:
 
 def test_stable_topic_ids_across_updates_and_restart(planted: tuple[np.ndarray, list]) -> None:
     _, docs = planted
-    more = _planted(seed=1, n_docs=1000)[1]  # same topics, new documents
+    more = block_topics_corpus(seed=1, n_docs=1000)[1]  # same topics, new documents
     m = _fit(docs)
     top = np.argsort(-m.topic_weights())[:8]
     words0 = {k: set(np.argsort(-m.topic_word()[k])[:10]) for k in top}
