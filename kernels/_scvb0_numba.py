@@ -45,9 +45,9 @@ def doc_alpha(av: NDArray[np.float64], alpha: float, background: float, c_doc: f
         av[0] = alpha
 
 
-# The three steps below are shared by the fit and by inference. Inlined by numba (``inline="always"``), so each
-# is compiled with its caller's fastmath flags: the fit's and inference's results stay bit-identical to the loops
-# they replace.
+# The steps below are shared by the fit and inference, or by inference's two loops. Inlined by numba
+# (``inline="always"``), so each is compiled with its caller's fastmath flags: the fit's and inference's results
+# stay bit-identical to the loops they replace.
 @njit(cache=True, nogil=True, inline="always")
 def _topic_constants(
     nz: NDArray[np.float64], scale: float, eta: float, W: int, sinv: NDArray[np.float64], einv: NDArray[np.float64]
@@ -77,6 +77,15 @@ def _write_theta(theta_out: NDArray[np.float64], d: int, nt: NDArray[np.float64]
         tot += nt[k] + av[k]
     for k in range(K):
         theta_out[d, k] = (nt[k] + av[k]) / tot
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _add_normalised(gam: NDArray[np.float64], a: int, norm: float, m: float, nt: NDArray[np.float64]) -> None:
+    """Inference's step for word ``a`` (count ``m``): γ_a := γ_a / ``norm`` (Σ_k γ_ak), then N^Θ_j += m·γ_a."""
+    f = 1.0 / norm
+    for k in range(nt.shape[0]):
+        gam[a, k] *= f
+        nt[k] += m * gam[a, k]
 
 
 @njit(cache=True, nogil=True, fastmath=EXACT_FASTMATH)
@@ -324,10 +333,7 @@ def _infer(
                 g = M[w, k] * sinv[k] + einv[k]
                 gam[a, k] = g
                 norm += g
-            f = 1.0 / norm
-            for k in range(K):
-                gam[a, k] *= f
-                nt[k] += m * gam[a, k]
+            _add_normalised(gam, a, norm, m, nt)
         for _ in range(passes):
             for a in range(a1 - a0):
                 w = word_ids[a0 + a]
@@ -341,8 +347,5 @@ def _infer(
                     nt[k] = excl
                     gam[a, k] = g
                     norm += g
-                f = 1.0 / norm
-                for k in range(K):
-                    gam[a, k] *= f
-                    nt[k] += m * gam[a, k]
+                _add_normalised(gam, a, norm, m, nt)
         _write_theta(theta_out, d, nt, av)
