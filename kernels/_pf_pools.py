@@ -96,13 +96,54 @@ def _all_agree(x: NDArray[np.integer[Any]]) -> bool:
     return p == x.shape[0]
 
 
+# The divergent lists (words, reservoir tokens): ``lst[:ctr[top]]`` holds the entries whose ``mark`` is 1.
+@njit(cache=True, nogil=True, inline="always")
+def _list_add(lst: NDArray[np.int32], mark: NDArray[np.uint8], ctr: NDArray[np.int64], top: int, x: int) -> None:
+    """Put ``x`` on the list (if it is not on it already)."""
+    if mark[x] == 0:
+        mark[x] = 1
+        lst[ctr[top]] = x
+        ctr[top] += 1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _list_drop(lst: NDArray[np.int32], mark: NDArray[np.uint8], ctr: NDArray[np.int64], top: int, a: int) -> None:
+    """Take entry ``a`` off the list: the last entry moves into its place (so a walk visits it next)."""
+    mark[lst[a]] = 0
+    last = ctr[top] - 1
+    lst[a] = lst[last]
+    ctr[top] = last
+
+
 @njit(cache=True, nogil=True)
 def mark_divergent_token(res: Reservoir, ctr: NDArray[np.int64], j: int) -> None:
     """Put reservoir slot ``j`` on the divergent-token list (if it is not on it already)."""
-    if res.rdiv_mark[j] == 0:
-        res.rdiv_mark[j] = 1
-        res.rdiv[ctr[N_RDIV]] = j
-        ctr[N_RDIV] += 1
+    _list_add(res.rdiv, res.rdiv_mark, ctr, N_RDIV, j)
+
+
+# Inlined: both callers run once per token and particle in the filter and the rejuvenation.
+@njit(cache=True, nogil=True, inline="always")
+def _copy_on_write(
+    rows: NDArray[np.int32],
+    ref: NDArray[np.int64],
+    free: NDArray[np.int64],
+    ptr: NDArray[np.int32],
+    ctr: NDArray[np.int64],
+    top: int,
+    i: int,
+    p: int,
+    r: int,
+) -> int:
+    """Copy on write in one pool: particle p's row ``r = ptr[i, p]``, shared or the zero row 0, becomes a private
+    copy taken from the free stack ``free[:ctr[top]]`` (the caller guarantees one); returns its index."""
+    ctr[top] -= 1
+    new = free[ctr[top]]
+    _fill_private(rows, new, r)
+    if r != 0:
+        ref[r] -= 1  # shared: never the last reference
+    ref[new] = 1
+    ptr[i, p] = new
+    return new
 
 
 @njit(cache=True, nogil=True)
@@ -112,25 +153,14 @@ def own_row(words: WordRows, ctr: NDArray[np.int64], p: int, w: int) -> int:
     The caller guarantees a free row (``ctr[N_FREE] ≥ 1``) when the row is shared or the zero row. A word that
     gets a new row goes on the divergent-word list.
     """
-    rows = words.rows
-    refcnt = words.refcnt
-    ptr = words.ptr
-    r = ptr[w, p]
-    if r != 0 and refcnt[r] == 1:
+    r = words.ptr[w, p]
+    if r != 0 and words.refcnt[r] == 1:
         return r
-    if words.div_mark[w] == 0:
-        words.div_mark[w] = 1
-        words.div[ctr[N_DIV]] = w
-        ctr[N_DIV] += 1
-    ctr[N_FREE] -= 1
-    new = words.free[ctr[N_FREE]]
-    _fill_private(rows, new, r)
+    _list_add(words.div, words.div_mark, ctr, N_DIV, w)
     if r != 0:
-        refcnt[r] -= 1  # shared: never the last reference
         ctr[COW_ROWS] += 1
-    refcnt[new] = 1
-    ptr[w, p] = new
-    used = rows.shape[0] - 1 - ctr[N_FREE]
+    new = _copy_on_write(words.rows, words.refcnt, words.free, words.ptr, ctr, N_FREE, w, p, r)
+    used = words.rows.shape[0] - 1 - ctr[N_FREE]
     if used > ctr[PEAK_ROWS]:
         ctr[PEAK_ROWS] = used
     return new
@@ -140,20 +170,10 @@ def own_row(words: WordRows, ctr: NDArray[np.int64], p: int, w: int) -> int:
 def own_drow(docs: DocRows, ctr: NDArray[np.int64], s: int, p: int) -> int:
     """Make particle p's document-count row of slot s private (copy on write) and return its index. The pool
     (D·P + 1 rows) always has a free row: a shared or zero row means fewer than D·P rows are in use."""
-    drows = docs.drows
-    dref = docs.dref
-    dptr = docs.dptr
-    r = dptr[s, p]
-    if r != 0 and dref[r] == 1:
+    r = docs.dptr[s, p]
+    if r != 0 and docs.dref[r] == 1:
         return r
-    ctr[D_FREE] -= 1
-    new = docs.dfree[ctr[D_FREE]]
-    _fill_private(drows, new, r)
-    if r != 0:
-        dref[r] -= 1  # shared: never the last reference
-    dref[new] = 1
-    dptr[s, p] = new
-    return new
+    return _copy_on_write(docs.drows, docs.dref, docs.dfree, docs.dptr, ctr, D_FREE, s, p, r)
 
 
 @njit(cache=True, nogil=True)
@@ -227,11 +247,8 @@ def copy_pairs(
         w = div[a]
         pw = words.ptr[w]
         copied += _copy_pointers(pw, src, dst, n_pairs, words.refcnt, words.free, ctr, N_FREE)
-        if _all_agree(pw):  # leaves the list (swap with the last entry, which is visited next)
-            words.div_mark[w] = 0
-            last = ctr[N_DIV] - 1
-            div[a] = div[last]
-            ctr[N_DIV] = last
+        if _all_agree(pw):  # leaves the list (the last entry takes its place and is visited next)
+            _list_drop(div, words.div_mark, ctr, N_DIV, a)
         else:
             a += 1
     for i in range(n_pairs):
@@ -251,10 +268,7 @@ def copy_pairs(
             zj[dst[i]] = zj[src[i]]
         copied += n_pairs
         if _all_agree(zj):
-            res.rdiv_mark[j] = 0
-            last = ctr[N_RDIV] - 1
-            rdiv[a] = rdiv[last]
-            ctr[N_RDIV] = last
+            _list_drop(rdiv, res.rdiv_mark, ctr, N_RDIV, a)
         else:
             a += 1
     ctr[COPIED] += copied

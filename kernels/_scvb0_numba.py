@@ -45,6 +45,49 @@ def doc_alpha(av: NDArray[np.float64], alpha: float, background: float, c_doc: f
         av[0] = alpha
 
 
+# The steps below are shared by the fit and inference, or by inference's two loops. Inlined by numba
+# (``inline="always"``), so each is compiled with its caller's fastmath flags: the fit's and inference's results
+# stay bit-identical to the loops they replace.
+@njit(cache=True, nogil=True, inline="always")
+def _topic_constants(
+    nz: NDArray[np.float64], scale: float, eta: float, W: int, sinv: NDArray[np.float64], einv: NDArray[np.float64]
+) -> None:
+    """The per-minibatch constants of Eq. 5 with N^Φ = s·M: ``sinv_k = s/(N^Z_k + Wη)``, ``einv_k = η/(N^Z_k + Wη)``."""
+    for k in range(nz.shape[0]):
+        inv = 1.0 / (nz[k] + W * eta)
+        sinv[k] = scale * inv
+        einv[k] = eta * inv
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _doc_tokens(counts: NDArray[np.float64], a0: int, a1: int) -> float:
+    """C_j: the tokens of the document whose distinct words are ``a0:a1``."""
+    c_doc = 0.0
+    for a in range(a0, a1):
+        c_doc += counts[a]
+    return c_doc
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _write_theta(theta_out: NDArray[np.float64], d: int, nt: NDArray[np.float64], av: NDArray[np.float64]) -> None:
+    """``theta_out[d]`` := the document's mixture, N^Θ_j + α normalised."""
+    K = nt.shape[0]
+    tot = 0.0
+    for k in range(K):
+        tot += nt[k] + av[k]
+    for k in range(K):
+        theta_out[d, k] = (nt[k] + av[k]) / tot
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _add_normalised(gam: NDArray[np.float64], a: int, norm: float, m: float, nt: NDArray[np.float64]) -> None:
+    """Inference's step for word ``a`` (count ``m``): γ_a := γ_a / ``norm`` (Σ_k γ_ak), then N^Θ_j += m·γ_a."""
+    f = 1.0 / norm
+    for k in range(nt.shape[0]):
+        gam[a, k] *= f
+        nt[k] += m * gam[a, k]
+
+
 @njit(cache=True, nogil=True, fastmath=EXACT_FASTMATH)
 def _doc_pass(
     ids: NDArray[np.int64],
@@ -172,19 +215,14 @@ def _fit(
             w = word_ids[i]
             uwords[slot[w]] = w
         ghat = np.zeros((n_u, K))
-        for k in range(K):
-            inv = 1.0 / (nz[k] + W * eta)
-            sinv[k] = s * inv
-            einv[k] = eta * inv
+        _topic_constants(nz, s, eta, W, sinv, einv)
         mb_tokens = 0.0
         for d in range(d0, d1):
             a0 = indptr[d]
             a1 = indptr[d + 1]
             ids = word_ids[a0:a1]
             cnts = counts[a0:a1]
-            c_doc = 0.0
-            for a in range(a0, a1):
-                c_doc += counts[a]
+            c_doc = _doc_tokens(counts, a0, a1)
             mb_tokens += c_doc
             doc_alpha(av, alpha, background, c_doc)
             for k in range(K):
@@ -207,11 +245,7 @@ def _fit(
                     sweep == burn_in,
                     gam,
                 )
-            tot = 0.0
-            for k in range(K):
-                tot += nt[k] + av[k]
-            for k in range(K):
-                theta_out[d, k] = (nt[k] + av[k]) / tot
+            _write_theta(theta_out, d, nt, av)
         if mb_tokens > 0.0:
             rho = rhos[b]
             cfac = corpus[b] / mb_tokens
@@ -278,10 +312,7 @@ def _infer(
     W = M.shape[0]
     sinv = np.empty(K)
     einv = np.empty(K)
-    for k in range(K):
-        inv = 1.0 / (nz[k] + W * eta)
-        sinv[k] = scale * inv
-        einv[k] = eta * inv
+    _topic_constants(nz, scale, eta, W, sinv, einv)
     nt = np.empty(K)
     av = np.full(K, alpha)
     max_len = 0
@@ -292,9 +323,7 @@ def _infer(
         a0 = indptr[d]
         a1 = indptr[d + 1]
         nt[:] = 0.0
-        c_doc = 0.0
-        for a in range(a0, a1):
-            c_doc += counts[a]
+        c_doc = _doc_tokens(counts, a0, a1)
         doc_alpha(av, alpha, background, c_doc)
         for a in range(a1 - a0):
             w = word_ids[a0 + a]
@@ -304,10 +333,7 @@ def _infer(
                 g = M[w, k] * sinv[k] + einv[k]
                 gam[a, k] = g
                 norm += g
-            f = 1.0 / norm
-            for k in range(K):
-                gam[a, k] *= f
-                nt[k] += m * gam[a, k]
+            _add_normalised(gam, a, norm, m, nt)
         for _ in range(passes):
             for a in range(a1 - a0):
                 w = word_ids[a0 + a]
@@ -321,12 +347,5 @@ def _infer(
                     nt[k] = excl
                     gam[a, k] = g
                     norm += g
-                f = 1.0 / norm
-                for k in range(K):
-                    gam[a, k] *= f
-                    nt[k] += m * gam[a, k]
-        tot = 0.0
-        for k in range(K):
-            tot += nt[k] + av[k]
-        for k in range(K):
-            theta_out[d, k] = (nt[k] + av[k]) / tot
+                _add_normalised(gam, a, norm, m, nt)
+        _write_theta(theta_out, d, nt, av)

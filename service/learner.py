@@ -29,7 +29,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, Unpack, cast
 
 import numpy as np
 from confluent_kafka import OFFSET_BEGINNING, Message
@@ -44,14 +44,13 @@ from .compat import restore_plan
 from .history import SummaryHistory
 from .lease import Lease, LeaseKeeper
 from .lineage import Lineage, LineageEvent, LineageStore, stamp
-from .metrics import Metrics
 from .names import TopicNames
 from .pipeline import TopicLabels
 from .schemas import Rejection
 from .settings import Settings
 from .snapshot import STATISTICS, NoReadableSnapshot, SnapshotInfo, SnapshotStore
 from .text import FlatBags, Vocabulary
-from .worker import BatchWorker, InFlight, ModelRef
+from .worker import BatchWorker, InFlight, ModelRef, WorkerParts
 
 __all__ = ["Learner", "LeaseLost", "StateMismatch"]
 
@@ -71,19 +70,10 @@ class Learner(BatchWorker):
 
     role = "learner"
 
-    def __init__(
-        self,
-        settings: Settings,
-        metrics: Metrics | None = None,
-        consumer_overrides: dict[str, Any] | None = None,
-        store: SnapshotStore | None = None,
-        stop: threading.Event | None = None,
-    ) -> None:
+    def __init__(self, settings: Settings, stop: threading.Event | None = None, **parts: Unpack[WorkerParts]) -> None:
+        """``stop`` ends the wait of a standby (:class:`LeaseLost`); ``parts``: :class:`~service.worker.WorkerParts`."""
         s = settings
-        self.store = store or SnapshotStore.from_url(
-            s.redis_url, prefix=s.redis_prefix, keep=s.snapshot_keep, ttl_s=s.snapshot_ttl_s
-        )
-        super().__init__(s, metrics or Metrics("learner"), s.learner_group(), consumer_overrides)
+        super().__init__(s, **parts)
         self.version = 0
         self.articles_learned = 0
         self.lineage: Lineage | None = None
@@ -200,6 +190,13 @@ class Learner(BatchWorker):
         return model, vocab
 
     # ------------------------------------------------------------------ the worker's hooks
+    def consumer_group(self) -> str:
+        return self.settings.learner_group()
+
+    def open_store(self) -> SnapshotStore:
+        s = self.settings
+        return SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix, keep=s.snapshot_keep, ttl_s=s.snapshot_ttl_s)
+
     def start_offset(self, topic: str, partition: int) -> int:
         # The snapshot is the only record of what the model has learned: a partition it does not mention has
         # contributed nothing yet and is read from its beginning. (Kafka's committed offsets may be ahead of the
@@ -418,14 +415,11 @@ class Learner(BatchWorker):
     def lease_lost(self) -> bool:
         return self.keeper.lost.is_set() or self.writer.fenced.is_set()
 
-    def run(
-        self,
-        stop: threading.Event | None = None,
-        max_messages: int | None = None,
-        until: Callable[[], bool] | None = None,
-    ) -> None:
-        """As :meth:`BatchWorker.run`; raises :class:`LeaseLost` when another learner took over meanwhile."""
-        super().run(stop, max_messages, lambda: self.lease_lost or (until is not None and until()))
+    def must_stop(self) -> bool:
+        return self.lease_lost
+
+    def after_run(self) -> None:
+        """:meth:`BatchWorker.run` raises :class:`LeaseLost` here when another learner took over meanwhile."""
         if self.lease_lost:
             raise LeaseLost(f"another learner took over prefix {self.settings.redis_prefix!r}; this one stopped")
 

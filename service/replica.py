@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 from confluent_kafka import Message
@@ -27,14 +27,13 @@ from kernels import TopicModel
 from kernels.registry import kernel_class
 
 from .lineage import Lineage
-from .metrics import Metrics
 from .names import TopicNames
 from .pipeline import TopicLabels
 from .schemas import Rejection
 from .settings import Settings
 from .snapshot import STATISTICS, SnapshotCorrupt, SnapshotStore
 from .text import FlatBags, Vocabulary
-from .worker import BatchWorker, InFlight, ModelRef
+from .worker import BatchWorker, InFlight, ModelRef, WorkerParts
 
 __all__ = ["Replica", "Served"]
 
@@ -55,18 +54,10 @@ class Replica(BatchWorker):
 
     role = "replica"
 
-    def __init__(
-        self,
-        settings: Settings,
-        metrics: Metrics | None = None,
-        consumer_overrides: dict[str, Any] | None = None,
-        store: SnapshotStore | None = None,
-        poll_s: float = 2.0,
-    ) -> None:
-        s = settings
-        self.store = store or SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix)
-        self.store.r.ping()  # unreachable Redis at start-up: one clear line from the CLI, not a traceback later
-        super().__init__(s, metrics or Metrics("replica"), s.replica_group(), consumer_overrides)
+    def __init__(self, settings: Settings, poll_s: float = 2.0, **parts: Unpack[WorkerParts]) -> None:
+        """``poll_s``: seconds between two looks for a newer snapshot; ``parts``: see
+        :class:`~service.worker.WorkerParts`."""
+        super().__init__(settings, **parts)
         self.poll_s = poll_s
         self.served: Served | None = None
         self._pending: Served | None = None
@@ -162,6 +153,14 @@ class Replica(BatchWorker):
             self.reload()
 
     # ------------------------------------------------------------------ the worker's hooks
+    def consumer_group(self) -> str:
+        return self.settings.replica_group()
+
+    def open_store(self) -> SnapshotStore:
+        store = SnapshotStore.from_url(self.settings.redis_url, prefix=self.settings.redis_prefix)
+        store.r.ping()  # unreachable Redis at start-up: one clear line from the CLI, not a traceback later
+        return store
+
     def start_offset(self, topic: str, partition: int) -> None:
         return None  # the group's committed offsets
 

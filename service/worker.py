@@ -11,7 +11,8 @@ article's answer never waits for the next batch to arrive. Three batches are in 
 
 Subclasses say only what differs: :meth:`encode` and :meth:`compute` (learn and infer, or infer only),
 :meth:`start_offset` (where a newly assigned partition is read from), :meth:`between_batches` (snapshot writer or
-snapshot follower), :meth:`reject` and :meth:`model_ref`.
+snapshot follower), :meth:`reject`, their consumer group and snapshot store (:meth:`consumer_group`,
+:meth:`open_store`) and, for the learner, when it must stop on its own (:meth:`must_stop`, :meth:`after_run`).
 
 Delivery guarantee (at least once, never lost): a batch's offsets are committed only when the broker has
 acknowledged every output and dead letter of *that* batch and of every batch before it. Commits are asynchronous
@@ -31,7 +32,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 from confluent_kafka import KafkaError, Message, TopicPartition
@@ -42,9 +43,10 @@ from .metrics import Metrics
 from .pipeline import Decoded, Publisher, TopicLabels, decode_batch, tokenize
 from .schemas import Rejection
 from .settings import Settings
+from .snapshot import SnapshotStore
 from .text import EncodedBatch, FlatBags, Tokenizer
 
-__all__ = ["BatchWorker", "InFlight", "ModelRef"]
+__all__ = ["BatchWorker", "InFlight", "ModelRef", "WorkerParts"]
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +83,16 @@ class InFlight:
     timings: dict[str, float] = field(default_factory=dict)
 
 
+class WorkerParts(TypedDict, total=False):
+    """What a caller (the CLI, a test) may hand a worker instead of what it makes itself: its metrics (default:
+    ``Metrics(role)``), extra consumer settings, and its snapshot store (default: :meth:`BatchWorker.open_store`).
+    The learner and the replica take them as ``**parts``."""
+
+    metrics: Metrics
+    consumer_overrides: dict[str, Any]
+    store: SnapshotStore
+
+
 class BatchWorker(abc.ABC):
     """Consume → decode → tokenize → kernel → publish → commit, pipelined (see the module docstring)."""
 
@@ -89,16 +101,18 @@ class BatchWorker(abc.ABC):
     def __init__(
         self,
         settings: Settings,
-        metrics: Metrics,
-        group_id: str,
+        metrics: Metrics | None = None,
         consumer_overrides: dict[str, Any] | None = None,
+        store: SnapshotStore | None = None,
     ) -> None:
         self.settings = settings
-        self.metrics = metrics
+        self.metrics = metrics or Metrics(self.role)
+        self.store = store or self.open_store()  # before the consumer: an unreachable Redis fails first
         self.tokenizer = Tokenizer()
+        group_id = self.consumer_group()
         self.consumer = make_consumer(settings, group_id, on_commit=self._on_commit, **(consumer_overrides or {}))
         self.producer = make_producer(settings)
-        self.publisher = Publisher(self.producer, settings, metrics)
+        self.publisher = Publisher(self.producer, settings, self.metrics)
         self.lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.role}-kernel")
         #: Next offset to read per (topic, partition), as far as batches have been handed to the kernel.
         self.positions: dict[tuple[str, int], int] = {}
@@ -113,6 +127,14 @@ class BatchWorker(abc.ABC):
         self._last_consume = 0.0  # when the previous batch was taken (time.monotonic)
 
     # ------------------------------------------------------------------ what subclasses supply
+    @abc.abstractmethod
+    def consumer_group(self) -> str:
+        """The consumer group this worker reads the input topic in."""
+
+    @abc.abstractmethod
+    def open_store(self) -> SnapshotStore:
+        """The snapshot store to write to or follow, when none was handed in (``self.settings`` is set)."""
+
     @abc.abstractmethod
     def start_offset(self, topic: str, partition: int) -> int | None:
         """Where to read a newly assigned partition from; None keeps the group's committed offset."""
@@ -136,6 +158,14 @@ class BatchWorker(abc.ABC):
     @property
     def publishes(self) -> bool:
         return True
+
+    def must_stop(self) -> bool:
+        """True when the worker must stop on its own (the learner: another learner took over); checked before
+        every turn of :meth:`run`."""
+        return False
+
+    def after_run(self) -> None:  # noqa: B027 (a hook; default: nothing)
+        """Called when :meth:`run` has closed the worker without an error (the learner reports a lost lease)."""
 
     # ------------------------------------------------------------------ partitions
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
@@ -354,8 +384,8 @@ class BatchWorker(abc.ABC):
         max_messages: int | None = None,
         until: Callable[[], bool] | None = None,
     ) -> None:
-        """Consume until ``stop`` is set (or ``max_messages`` are consumed, or ``until()`` is true); then drain,
-        flush, commit (and what :meth:`close` adds), and leave the group."""
+        """Consume until ``stop`` is set (or ``max_messages`` are consumed, or :meth:`must_stop` or ``until()`` is
+        true); then drain, flush, commit (and what :meth:`close` adds), leave the group and call :meth:`after_run`."""
         stop = stop or threading.Event()
         self.subscribe()
         consumed = 0
@@ -363,11 +393,12 @@ class BatchWorker(abc.ABC):
             while not stop.is_set():
                 if max_messages is not None and consumed >= max_messages:
                     break
-                if until is not None and until():
+                if self.must_stop() or (until is not None and until()):
                     break
                 consumed += self.step()
         finally:
             self.close()
+        self.after_run()
 
     def close(self) -> None:
         """Finish in-flight work and leave the group (subclasses add their final checkpoint)."""
