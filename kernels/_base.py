@@ -18,7 +18,6 @@ A kernel is a single-pass, constant-memory estimator over a stream of bag-of-wor
 from __future__ import annotations
 
 import abc
-import contextvars
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypeVar
@@ -27,10 +26,6 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ._batch import Batch, Docs, as_batch
-
-#: True while :meth:`TopicModel.from_state` constructs a model: its state comes from the snapshot, not from
-#: ``_init_state`` (a context variable, so a restore on one thread never affects a construction on another).
-_RESTORING: contextvars.ContextVar[bool] = contextvars.ContextVar("topicstream_restoring", default=False)
 
 __all__ = ["EXACT_FASTMATH", "TopicModel", "check_interval", "check_positive_int", "state_array"]
 
@@ -173,7 +168,7 @@ class TopicModel(abc.ABC):
         (``params``: its ``locals()``), then :meth:`_setup`."""
         for name in self._param_names():
             setattr(self, name, params[name])
-        self._setup(fresh=not (_RESTORING.get() and self._set_state_installs_all))
+        self._setup()
 
     def _setup(self, fresh: bool = True) -> None:
         """Validate settings and create fresh learned state (the last step of :meth:`_store`). ``fresh=False``
@@ -275,11 +270,8 @@ class TopicModel(abc.ABC):
         """Rebuild a model from :meth:`state_dict` output."""
         if state.get("algorithm") != cls.algorithm:
             raise ValueError(f"state is for algorithm {state.get('algorithm')!r}, not {cls.algorithm!r}")
-        token = _RESTORING.set(True)
-        try:
-            model = cls(**cls.params_from_state(state["params"]))
-        finally:
-            _RESTORING.reset(token)
+        model = cls._settings_only(**cls.params_from_state(state["params"]))
+        model._setup(fresh=not cls._set_state_installs_all)
         s = dict(state["state"])
         model.rng_.bit_generator.state = s.pop("rng")
         model.n_batches_seen_ = int(s.pop("n_batches_seen"))
