@@ -5,8 +5,8 @@ has acknowledged (otherwise a crash after the write would resume past outputs th
 
 1. **capture** (:meth:`SnapshotWriter.capture`, on the kernel lane between two batches, when model, vocabulary
    and positions describe the same point): copy the kernel state and its topic weights. This is the only part
-   that delays learning (about 10 ms at K = 100, W = 65,536; topic-hygiene moves planned by an earlier
-   snapshot are made just before it, which costs row updates only);
+   that delays learning (25–40 ms at K = 100, W = 65,536 in ``benchmarks/bench_service.py``; topic-hygiene moves
+   planned by an earlier snapshot are made just before it, which costs row updates only);
 2. **describe** (writer thread, :meth:`SnapshotWriter._describe`): φ, the topic labels and the drift against the
    previous snapshot, from a model rebuilt from the copy; then, for a capture that carries recent documents,
    the ``plan`` hook, which may change that throw-away model at will (the learner plans topic hygiene on it:
