@@ -91,6 +91,8 @@ def run_demo(settings: Settings, articles: Path | None, rate: float, duration: f
     except KeyboardInterrupt:
         pass
     finally:
+        if not console.is_terminal:
+            console.line()  # Live ends its last frame without a newline when the output is not a terminal
         console.print("stopping: the learner finishes its batch and writes a final snapshot ...")
         _stop(producer)
         _stop(learner)
@@ -130,7 +132,8 @@ def second_terminal(env: dict[str, str], workdir: Path) -> str:
 
 
 def _watch(console: Console, store: SnapshotStore, learner: subprocess.Popen[bytes], duration: float | None) -> None:
-
+    """Redraw the newest snapshot's topics every second until ``duration`` runs out (or Ctrl-C); a learner that
+    exits ends the demo with the path of its log, since nothing more would be learned."""
     start = time.monotonic()
     first: tuple[int, float] | None = None  # (articles learned, snapshot time) of the first snapshot seen
     with Live(Text("waiting for the first snapshot ..."), console=console, refresh_per_second=2) as live:
