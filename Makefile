@@ -21,16 +21,27 @@ help:
 	@echo "make bench  regenerate docs/benchmarks.md against the peers, then the end-to-end service benchmark"
 	@echo "make docs   regenerate the README's and docs' tables that come from the code (settings, metrics, ...)"
 
+# numba checks a cached function against its own source file only, not against the jitted functions it calls in
+# other modules (numba issue 1833): after `git pull` changed one of those, the cache would run the old machine code.
+# So any change to kernels/ (or another file with jitted code) drops the whole numba cache before the next run, test
+# or bench; the recompilation costs about a minute.
+NUMBA_SOURCES := $(wildcard kernels/*.py) $(shell grep -rl --include='*.py' njit service evaluation 2>/dev/null)
+NUMBA_STAMP   := $(VENV)/.numba-sources
+
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	@touch $@
 
-run: $(STAMP)
+$(NUMBA_STAMP): $(NUMBA_SOURCES) $(STAMP)
+	find kernels service evaluation \( -name '*.nbi' -o -name '*.nbc' \) -delete
+	@touch $@
+
+run: $(STAMP) $(NUMBA_STAMP)
 	$(BIN)/topicstream demo $(if $(ARTICLES),--articles $(ARTICLES)) --rate $(RATE) $(ARGS)
 
-test: $(STAMP)
+test: $(STAMP) $(NUMBA_STAMP)
 	$(BIN)/ruff check kernels service evaluation tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
@@ -47,7 +58,7 @@ $(VENV)/.bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	@touch $@
 
-bench: $(VENV)/.bench
+bench: $(VENV)/.bench $(NUMBA_STAMP)
 	$(BIN)/python -m benchmarks.run_all
 	$(BIN)/python -m benchmarks.bbc_five_seconds
 	$(BIN)/python -m benchmarks.run_all --docs-only
