@@ -23,7 +23,9 @@ known φ (:func:`lda_corpus`: 20 topics over 2,000 words); for them the table ad
 Hygiene as measured in ``docs/topic-hygiene.md`` for the HDP:
 ``TopicHygiene(threshold=0.35, retire_below=0.01, warmup_docs=2000)`` (``--hygiene-warmup`` sets the
 warm-up: BBC's 1,780 training documents never reach 2,000), applied every 10 batches to the last 256 documents
-and once at the end.
+and once at the end (hygiene column "retire"). Hygiene column "delete": the held-out delete move
+(:mod:`kernels._delete`) with merges, ``TopicHygiene(threshold=0.35, warmup_docs=2000, delete_tries=8,
+max_births=0)``, applied every 10 batches and before the last one to the batch about to be learned.
 """
 
 from __future__ import annotations
@@ -44,12 +46,14 @@ from kernels import Batch
 from kernels.hygiene import TopicHygiene, hellinger_matrix, mass_topics, recent_batch
 from kernels.ohdp import OnlineHDP
 
-# configuration → (learn_concentrations, hygiene)
-CONFIGS: dict[str, tuple[bool, bool]] = {
-    "fixed": (False, False),
-    "learned": (True, False),
-    "fixed+hygiene": (False, True),
-    "learned+hygiene": (True, True),
+# configuration → (learn_concentrations, hygiene: "" none, "retire" as docs/topic-hygiene.md, "delete" held-out)
+CONFIGS: dict[str, tuple[bool, str]] = {
+    "fixed": (False, ""),
+    "learned": (True, ""),
+    "fixed+hygiene": (False, "retire"),
+    "learned+hygiene": (True, "retire"),
+    "fixed+delete": (False, "delete"),
+    "learned+delete": (True, "delete"),
 }
 BATCH = 256
 #: Hellinger distance within which a learned topic recovers a planted one (as ``benchmarks/hygiene_planted.py``).
@@ -130,24 +134,33 @@ def run(
     corpus: PreparedCorpus,
     T: int,
     learn: bool,
-    hygiene: bool,
+    hygiene: str,
     seed: int = 0,
     warmup: int = 2000,
     truth: NDArray[np.float64] | None = None,
 ) -> dict[str, Any]:
     """One pass of ``OnlineHDP(T)`` and its scores."""
     model = OnlineHDP(T, corpus.n_words, seed=seed, window=corpus.train.n_docs, learn_concentrations=learn)
-    tidy = TopicHygiene(threshold=0.35, retire_below=0.01, warmup_docs=warmup) if hygiene else None
+    tidy = None
+    if hygiene == "retire":
+        tidy = TopicHygiene(threshold=0.35, retire_below=0.01, warmup_docs=warmup)
+    elif hygiene == "delete":
+        tidy = TopicHygiene(threshold=0.35, warmup_docs=warmup, delete_tries=8, max_births=0)
     recent: deque[Batch] = deque(maxlen=2)
     train_s = hygiene_s = 0.0
     events = 0
     for i, batch in enumerate(iter_batches(corpus.train, BATCH), 1):
+        last = i * BATCH >= corpus.train.n_docs
+        if hygiene == "delete" and tidy is not None and (i % HYGIENE_EVERY == 0 or last):
+            # prequential: the delete move is scored on the batch about to be learned, not on learned documents
+            t0 = time.perf_counter()
+            events += len(tidy.apply(model, batch))
+            hygiene_s += time.perf_counter() - t0
         t0 = time.perf_counter()
         model.partial_fit(batch)
         train_s += time.perf_counter() - t0
         recent.append(batch)
-        last = i * BATCH >= corpus.train.n_docs
-        if tidy is not None and (i % HYGIENE_EVERY == 0 or last):
+        if hygiene == "retire" and tidy is not None and (i % HYGIENE_EVERY == 0 or last):
             t0 = time.perf_counter()
             events += len(tidy.apply(model, recent_batch(list(recent), BATCH)))
             hygiene_s += time.perf_counter() - t0
@@ -198,7 +211,7 @@ def main() -> None:
                 learn, hygiene = CONFIGS[cfg]
                 r = run(corpus, T, learn, hygiene, args.seed, args.hygiene_warmup, truth)
                 print(
-                    f"| {T} | {'learned' if learn else 'fixed'} | {'on' if hygiene else 'off'} | {r['m95']} "
+                    f"| {T} | {'learned' if learn else 'fixed'} | {hygiene or 'off'} | {r['m95']} "
                     f"| {r['over']} | {r['ll']:.3f} | {r['npmi']:.3f} | {r['used']} | {r['gamma']:.2f} "
                     f"| {r['alpha']:.2f} | {r['tok_s']:,.0f} | "
                     + (f"{r['hygiene_s']:.1f} ({r['events']})" if hygiene else "—")
