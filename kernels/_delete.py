@@ -8,8 +8,9 @@ split in two halves, θ is inferred from the first half with the topics fixed (`
 half is scored as the mean per-token log Σ_k θ_dk φ_kw. Scoring the same tokens that θ was fitted to (as the birth
 and split acceptance of :mod:`kernels.hygiene` does, on whole held-out documents) rewards every extra topic, since
 a topic can only help a document explain its own words; on the second half a topic that the data do not support
-costs likelihood, so deleting it is accepted (``tests/test_hdp_chooses.py``: on a planted corpus the score rises
-monotonically as the splinters of the collapsed HDP are deleted, down to the planted topics).
+costs likelihood, so deleting it is accepted (measured in ``docs/ohdp.md``: on a planted corpus the score rises
+monotonically as the splinters of the collapsed HDP are deleted, down to the planted topics;
+``tests/test_hdp_chooses.py`` checks that the move keeps the planted number of topics at two truncations).
 
 Proposals, smallest topics first: the smallest half of the live candidates is deleted as a group (on a copy of
 the model); if the score does not drop by more than ``tolerance`` the group is kept and the next group tried,
