@@ -2,6 +2,7 @@
 
     nice -n 19 .venv/bin/python -m benchmarks.hdp_truncation                      # 20NG and BBC, T = 50/150/300
     nice -n 19 .venv/bin/python -m benchmarks.hdp_truncation --corpus bbc --truncations 50,150 --max-train-docs 2000
+    nice -n 19 .venv/bin/python -m benchmarks.hdp_truncation --corpus generator,lda    # planted topics
 
 For each corpus, truncation T and configuration (fixed or learned concentrations, each without and with topic
 hygiene), one pass of :class:`kernels.ohdp.OnlineHDP` over the training stream in batches of 256 documents, then
@@ -12,10 +13,19 @@ and α0 in use, training tokens/s (``partial_fit`` only) and the seconds hygiene
 
 Corpora as ``benchmarks/run_all.py`` prepares them (:func:`evaluation.prepare_corpus`, vocabulary 10,000, seed
 0): 20 Newsgroups' train/test files, BBC with a seeded 20 % test split; ``--max-train-docs`` keeps a seeded
-random subset of the training documents. Window D = the training documents used. Hygiene as measured in
-``docs/topic-hygiene.md`` for the HDP: ``TopicHygiene(threshold=0.35, retire_below=0.01, warmup_docs=2000)``
-(``--hygiene-warmup`` sets the warm-up: BBC's 1,780 training documents never reach 2,000), applied every 10
-batches to the last 256 documents and once at the end.
+random subset of the training documents. Planted corpora (``--corpus generator,lda``): the demo generator's
+articles as ``benchmarks/hygiene_planted.py`` prepares them (16 planted topics: 15 desks and the background
+words; ``--max-train-docs`` training articles, default 5,000, in stream order) and an LDA-drawn corpus with
+known φ (:func:`lda_corpus`: 20 topics over 2,000 words); for them the table adds planted topics recovered
+(a planted topic is recovered when a learned topic among those holding 95 % lies within Hellinger
+:data:`RECOVERED` of it), the worst recovery distance, and the closest pair among the learned topics holding 95 %
+(a duplicate when under :data:`kernels.hygiene.DEFAULT_THRESHOLD`). Window D = the training documents used.
+Hygiene as measured in ``docs/topic-hygiene.md`` for the HDP:
+``TopicHygiene(threshold=0.35, retire_below=0.01, warmup_docs=2000)`` (``--hygiene-warmup`` sets the
+warm-up: BBC's 1,780 training documents never reach 2,000), applied every 10 batches to the last 256 documents
+and once at the end (hygiene column "retire"). Hygiene column "delete": the held-out delete move
+(:mod:`kernels._delete`) with merges, ``TopicHygiene(threshold=0.35, warmup_docs=2000, delete_tries=8,
+max_births=0)``, applied every 10 batches and before the last one to the batch about to be learned.
 """
 
 from __future__ import annotations
@@ -26,27 +36,39 @@ from collections import deque
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from benchmarks._corpus import shared_data_dir
-from evaluation import load_articles, prepare_corpus, split_articles
+from evaluation import document_completion, load_articles, prepare_corpus, split_articles
 from evaluation.corpus import PreparedCorpus, iter_batches
 from evaluation.scores import score_model
 from kernels import Batch
-from kernels.hygiene import TopicHygiene, mass_topics, recent_batch
+from kernels.hygiene import TopicHygiene, hellinger_matrix, mass_topics, recent_batch
 from kernels.ohdp import OnlineHDP
 
-# configuration → (learn_concentrations, hygiene)
-CONFIGS: dict[str, tuple[bool, bool]] = {
-    "fixed": (False, False),
-    "learned": (True, False),
-    "fixed+hygiene": (False, True),
-    "learned+hygiene": (True, True),
+# configuration → (learn_concentrations, hygiene: "" none, "retire" as docs/topic-hygiene.md, "delete" held-out)
+CONFIGS: dict[str, tuple[bool, str]] = {
+    "fixed": (False, ""),
+    "learned": (True, ""),
+    "fixed+hygiene": (False, "retire"),
+    "learned+hygiene": (True, "retire"),
+    "fixed+delete": (False, "delete"),
+    "learned+delete": (True, "delete"),
 }
 BATCH = 256
+#: Hellinger distance within which a learned topic recovers a planted one (as ``benchmarks/hygiene_planted.py``).
+RECOVERED = 0.35
 HYGIENE_EVERY = 10  # batches
 
 
-def load(name: str, max_train: int | None, seed: int = 0) -> PreparedCorpus:
+def load(name: str, max_train: int | None, seed: int = 0) -> tuple[PreparedCorpus, NDArray[np.float64] | None]:
+    """The corpus and, for a planted one, its planted word distributions (rows over the corpus vocabulary)."""
+    if name == "generator":
+        from benchmarks.hygiene_planted import generator_corpus
+
+        return generator_corpus(max_train or 5000)
+    if name == "lda":
+        return lda_corpus(max_train or 4000, seed=seed)
     data = shared_data_dir()
     if name == "20ng":
         train, test = load_articles(data / "20ng_all_train.jsonl.gz"), load_articles(data / "20ng_all_test.jsonl.gz")
@@ -57,31 +79,96 @@ def load(name: str, max_train: int | None, seed: int = 0) -> PreparedCorpus:
     if max_train is not None and len(train) > max_train:
         keep = np.sort(np.random.default_rng(seed).choice(len(train), max_train, replace=False))
         train = [train[i] for i in keep]
-    return prepare_corpus(train, test, vocab_size=10_000, seed=seed, shuffle=True)
+    return prepare_corpus(train, test, vocab_size=10_000, seed=seed, shuffle=True), None
+
+
+def lda_corpus(
+    n_train: int, n_test: int = 1000, K: int = 20, W: int = 2000, seed: int = 0
+) -> tuple[PreparedCorpus, NDArray[np.float64]]:
+    """Documents drawn from LDA with known φ: φ_k ~ Dirichlet(0.05) over W words, θ_d ~ Dirichlet(0.1),
+    lengths ~ 20 + Poisson(80); the test documents split for document completion as ``evaluation`` does."""
+    rng = np.random.default_rng(1000 + seed)
+    phi = rng.dirichlet(np.full(W, 0.05), size=K)
+
+    def draw(n: int) -> Batch:
+        docs = []
+        for _ in range(n):
+            counts = rng.multinomial(20 + rng.poisson(80), rng.dirichlet(np.full(K, 0.1)) @ phi)
+            ids = np.flatnonzero(counts)
+            docs.append((ids.astype(np.int64), counts[ids].astype(np.float64)))
+        return Batch.from_docs(docs)
+
+    train, test = draw(n_train), draw(n_test)
+    observed, held_out, _ = document_completion(test, seed)
+    corpus = PreparedCorpus(
+        vocab=[f"w{i}" for i in range(W)],
+        train=train,
+        test=test,
+        observed=observed,
+        held_out=held_out,
+        test_labels=[None] * n_test,
+        tokenize_seconds=0.0,
+    )
+    return corpus, phi
+
+
+def planted_recovery(
+    phi: NDArray[np.float64], weights: NDArray[np.float64], truth: NDArray[np.float64]
+) -> dict[str, Any]:
+    """Planted topics recovered by the learned topics holding 95 % of the mass, the worst recovery distance, and
+    the closest pair among those learned topics (Hellinger)."""
+    top = np.argsort(-weights, kind="stable")[: mass_topics(weights, 0.95)]
+    d = hellinger_matrix(np.vstack([truth, phi[top]]))[: truth.shape[0], truth.shape[0] :]
+    best = d.min(axis=1)
+    pairs = hellinger_matrix(phi[top])
+    np.fill_diagonal(pairs, np.inf)
+    return {
+        "recovered": int(np.count_nonzero(best < RECOVERED)),
+        "planted": int(truth.shape[0]),
+        "worst": float(best.max()),
+        "closest": float(pairs.min()) if top.size > 1 else float("inf"),
+    }
 
 
 def run(
-    corpus: PreparedCorpus, T: int, learn: bool, hygiene: bool, seed: int = 0, warmup: int = 2000
+    corpus: PreparedCorpus,
+    T: int,
+    learn: bool,
+    hygiene: str,
+    seed: int = 0,
+    warmup: int = 2000,
+    truth: NDArray[np.float64] | None = None,
 ) -> dict[str, Any]:
     """One pass of ``OnlineHDP(T)`` and its scores."""
     model = OnlineHDP(T, corpus.n_words, seed=seed, window=corpus.train.n_docs, learn_concentrations=learn)
-    tidy = TopicHygiene(threshold=0.35, retire_below=0.01, warmup_docs=warmup) if hygiene else None
+    tidy = None
+    if hygiene == "retire":
+        tidy = TopicHygiene(threshold=0.35, retire_below=0.01, warmup_docs=warmup)
+    elif hygiene == "delete":
+        tidy = TopicHygiene(threshold=0.35, warmup_docs=warmup, delete_tries=8, max_births=0)
     recent: deque[Batch] = deque(maxlen=2)
     train_s = hygiene_s = 0.0
     events = 0
     for i, batch in enumerate(iter_batches(corpus.train, BATCH), 1):
+        last = i * BATCH >= corpus.train.n_docs
+        if hygiene == "delete" and tidy is not None and (i % HYGIENE_EVERY == 0 or last):
+            # prequential: the delete move is scored on the batch about to be learned, not on learned documents
+            t0 = time.perf_counter()
+            events += len(tidy.apply(model, batch))
+            hygiene_s += time.perf_counter() - t0
         t0 = time.perf_counter()
         model.partial_fit(batch)
         train_s += time.perf_counter() - t0
         recent.append(batch)
-        last = i * BATCH >= corpus.train.n_docs
-        if tidy is not None and (i % HYGIENE_EVERY == 0 or last):
+        if hygiene == "retire" and tidy is not None and (i % HYGIENE_EVERY == 0 or last):
             t0 = time.perf_counter()
             events += len(tidy.apply(model, recent_batch(list(recent), BATCH)))
             hygiene_s += time.perf_counter() - t0
     weights = model.topic_weights()
     scores = score_model(model.topic_word(), model.transform, corpus, topic_weights=weights)
+    planted = planted_recovery(model.topic_word(), weights, truth) if truth is not None else {}
     return {
+        **planted,
         "m95": mass_topics(weights, 0.95),
         "over": int(np.count_nonzero(weights >= 1.0 / (10 * T))),
         "ll": float(scores["heldout_loglik_per_word"]),
@@ -105,7 +192,7 @@ def main() -> None:
     ap.add_argument("--hygiene-warmup", type=int, default=2000, help="documents before the first merge/retirement")
     args = ap.parse_args()
     for name in args.corpus.split(","):
-        corpus = load(name, args.max_train_docs, args.seed)
+        corpus, truth = load(name, args.max_train_docs, args.seed)
         print(
             f"\n## {name}: {corpus.train.n_docs} train docs, {corpus.train.n_tokens:.0f} tokens, W={corpus.n_words}, "
             f"{corpus.held_out.n_docs} held-out docs\n"
@@ -113,18 +200,27 @@ def main() -> None:
         print(
             "| T | concentrations | hygiene | topics holding 95 % | topics ≥ 1/(10T) | held-out ll/word | NPMI "
             "| topics ≥ 1 % | γ | α0 | tokens/s | hygiene s (events) |"
+            + (" planted recovered | worst H | closest pair |" if truth is not None else "")
         )
-        print("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print(
+            "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+            + ("---:|---:|---:|" if truth is not None else "")
+        )
         for T in (int(t) for t in args.truncations.split(",")):
             for cfg in args.configs.split(","):
                 learn, hygiene = CONFIGS[cfg]
-                r = run(corpus, T, learn, hygiene, args.seed, args.hygiene_warmup)
+                r = run(corpus, T, learn, hygiene, args.seed, args.hygiene_warmup, truth)
                 print(
-                    f"| {T} | {'learned' if learn else 'fixed'} | {'on' if hygiene else 'off'} | {r['m95']} "
+                    f"| {T} | {'learned' if learn else 'fixed'} | {hygiene or 'off'} | {r['m95']} "
                     f"| {r['over']} | {r['ll']:.3f} | {r['npmi']:.3f} | {r['used']} | {r['gamma']:.2f} "
                     f"| {r['alpha']:.2f} | {r['tok_s']:,.0f} | "
                     + (f"{r['hygiene_s']:.1f} ({r['events']})" if hygiene else "—")
-                    + " |",
+                    + " |"
+                    + (
+                        f" {r['recovered']}/{r['planted']} | {r['worst']:.3f} | {r['closest']:.3f} |"
+                        if truth is not None
+                        else ""
+                    ),
                     flush=True,
                 )
 

@@ -18,6 +18,10 @@ retire
     A live topic whose weight (``model.topic_weights()``) is below ``retire_below`` is deleted; its tokens go
     to the other topics by responsibility (bnpy's delete move). Off by default for SCVB0-sized K; for the HDP it
     is what makes the number of topics follow the data rather than the truncation.
+delete (held-out)
+    Off by default (``delete_tries=0``). With ``recent_docs`` and past the warm-up, live topics under
+    ``delete_below`` are deleted, smallest first in groups, when document completion on ``recent_docs`` does not
+    drop by more than ``delete_tolerance`` (:mod:`kernels._delete`); they are retire events. For the HDP.
 merge
     Two live topics whose word distributions are closer than ``threshold`` in Hellinger distance,
     H(p, q) = sqrt(1 − Σ_w sqrt(p_w q_w)), are merged: the smaller into the larger (the larger keeps its id).
@@ -74,6 +78,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ._base import check_interval, check_positive_int
 from ._batch import Batch, as_batch, recent_batch, take_docs
+from ._delete import heldout_deletes
 from ._moves import token_probs
 from ._split import SplitProposal, muddled_topics
 
@@ -203,6 +208,9 @@ class TopicHygiene:
         Held-out gain (nats per token) a birth must bring to be kept.
     em_iterations : int
         EM iterations of a birth proposal.
+    delete_tries, delete_below, delete_tolerance
+        Scored proposals per call of the held-out delete move (0 disables), the weight under which a topic is a
+        candidate, and the drop of the completion score (nats per token) still accepted.
     """
 
     def __init__(
@@ -222,6 +230,9 @@ class TopicHygiene:
         birth_quantile: float = 0.2,
         birth_min_gain: float = 0.002,
         em_iterations: int = 30,
+        delete_tries: int = 0,
+        delete_below: float = 0.05,
+        delete_tolerance: float = 0.0,
     ) -> None:
         check_interval("threshold", threshold, 0.0, 1.0, low_open=True)
         check_interval("retire_below", retire_below, 0.0, 1.0, high_open=True)
@@ -257,6 +268,11 @@ class TopicHygiene:
         self.birth_quantile = float(birth_quantile)
         self.birth_min_gain = float(birth_min_gain)
         self.em_iterations = int(em_iterations)
+        if isinstance(delete_tries, bool) or not isinstance(delete_tries, int) or delete_tries < 0:
+            raise ValueError(f"delete_tries must be a non-negative integer, got {delete_tries!r}")
+        check_interval("delete_below", delete_below, 0.0, 1.0)
+        check_interval("delete_tolerance", delete_tolerance, 0.0)
+        self.delete_tries, self.delete_below, self.delete_tolerance = delete_tries, delete_below, delete_tolerance
 
     # ------------------------------------------------------------------ the entry point
     def apply(self, model: SupportsTopicMoves, recent_docs: Batch | None = None) -> list[Event]:
@@ -269,6 +285,18 @@ class TopicHygiene:
         warm = int(model.n_docs_seen_) >= warmup
         if warm:
             events += self._retire(model)
+            if recent_docs is not None and self.delete_tries > 0:
+                events += [
+                    Event("retire", (k,), None, w)
+                    for k, w in heldout_deletes(
+                        model,
+                        as_batch(recent_docs, model.n_words),
+                        candidates_below=self.delete_below,
+                        empty_below=self.empty_below,
+                        tolerance=self.delete_tolerance,
+                        max_tries=self.delete_tries,
+                    )
+                ]
             events += self._merge(model)
         if recent_docs is not None and (self.max_births > 0 or (warm and self.max_splits > 0)):
             docs = as_batch(recent_docs, model.n_words)

@@ -1,0 +1,65 @@
+"""Issue 11, "Online HDP that chooses": on planted topics the number of HDP topics holding 95 % of the mass is the
+planted number at two truncations, with the held-out delete move (kernels/_delete.py) and merges.
+
+The corpus: tests/synthetic.py's 8 block topics over W = 240 words, 2,000 documents in batches of 100. η = 0.1
+as in tests/test_ohdp.py (with W = 240 the news default η = 0.01 gives a new topic only 2.4 prior pseudo-tokens;
+docs/ohdp.md). Hygiene every third batch and before the last, prequentially: on the batch about to be learned.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kernels import Batch
+from kernels._delete import completion_halves
+from kernels.hygiene import TopicHygiene, hellinger_matrix, mass_topics
+from kernels.ohdp import OnlineHDP
+from tests.synthetic import block_topics_corpus
+
+PLANTED = 8
+#: A planted topic is recovered when a learned topic holding the mass lies within this Hellinger distance.
+RECOVERED = 0.25
+#: The HDP's duplicate threshold (docs/topic-hygiene.md): no two learned topics holding the mass closer.
+DUPLICATE = 0.35
+
+
+def _fit(T: int, hygiene: TopicHygiene | None) -> tuple[OnlineHDP, np.ndarray]:
+    phi, docs = block_topics_corpus(seed=0, n_docs=2000)
+    model = OnlineHDP(T, phi.shape[1], seed=0, window=len(docs), eta=0.1, batch_size=100)
+    for i in range(0, len(docs), 100):
+        batch = Batch.from_docs(docs[i : i + 100])
+        if hygiene is not None and ((i // 100) % 3 == 2 or i + 100 >= len(docs)):
+            hygiene.apply(model, batch)
+        model.partial_fit(batch)
+    return model, phi
+
+
+@pytest.mark.parametrize("T", [50, 150])
+def test_hdp_with_heldout_deletes_keeps_the_planted_topics(T: int) -> None:
+    model, truth = _fit(T, TopicHygiene(threshold=DUPLICATE, warmup_docs=500, delete_tries=8, max_births=0))
+    w = model.topic_weights()
+    n = mass_topics(w, 0.95)
+    assert abs(n - PLANTED) <= 2, n
+    top = np.argsort(-w)[:n]
+    phi = model.topic_word()[top]
+    to_planted = hellinger_matrix(np.vstack([truth, phi]))[:PLANTED, PLANTED:]
+    assert to_planted.min(axis=1).max() < RECOVERED, to_planted.min(axis=1)
+    assert len(set(to_planted.argmin(axis=1).tolist())) == PLANTED  # no learned topic matched to two planted ones
+    pairs = hellinger_matrix(phi)
+    np.fill_diagonal(pairs, np.inf)
+    assert pairs.min() > DUPLICATE
+
+
+def test_without_the_delete_move_the_truncation_chooses() -> None:
+    """The same runs without hygiene: the count is far from the planted number at T = 150 (what the move fixes)."""
+    model, _ = _fit(150, None)
+    assert mass_topics(model.topic_weights(), 0.95) > PLANTED + 2
+
+
+def test_completion_halves_deal_every_token_once() -> None:
+    docs = Batch.from_docs([(np.array([0, 3]), np.array([3.0, 2.0])), (np.array([1]), np.array([1.0]))])
+    first, second = completion_halves(docs)
+    assert first.n_docs == second.n_docs == 1  # the one-token document is left out
+    assert first.counts.sum() + second.counts.sum() == 5.0
+    assert abs(first.counts.sum() - second.counts.sum()) <= 1.0
