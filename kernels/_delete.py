@@ -21,12 +21,12 @@ model in the same order, so the moves are the kernel's own ``delete_topic`` (ret
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ._batch import Batch
+from ._events import SupportsTopicMoves
 from ._moves import token_probs
 
 __all__ = ["completion_halves", "completion_score", "heldout_deletes"]
@@ -48,14 +48,20 @@ def completion_halves(docs: Batch) -> tuple[Batch, Batch]:
     return Batch.from_docs(first), Batch.from_docs(second)
 
 
-def completion_score(model: Any, observed: Batch, held_out: Batch) -> float:
+def completion_score(model: SupportsTopicMoves, observed: Batch, held_out: Batch) -> float:
     """Mean per-token log Σ_k θ_dk φ_kw of ``held_out`` with θ = ``model.transform(observed)``."""
     p = token_probs(model.transform(observed), model.topic_word(), held_out)
     return float(np.dot(held_out.counts, np.log(p)) / max(held_out.counts.sum(), 1e-300))
 
 
 def heldout_deletes(
-    model: Any, docs: Batch, *, candidates_below: float, empty_below: float, tolerance: float, max_tries: int
+    model: SupportsTopicMoves,
+    docs: Batch,
+    *,
+    candidates_below: float,
+    empty_below: float,
+    tolerance: float,
+    max_tries: int,
 ) -> list[tuple[int, float]]:
     """Delete the live topics with weight < ``candidates_below`` that document completion on ``docs`` does not
     need (see the module docstring); return (topic, weight before) of each deletion, in order."""

@@ -69,9 +69,7 @@ into stable topic ids with history.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from collections.abc import Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -79,6 +77,7 @@ from numpy.typing import ArrayLike, NDArray
 from ._base import check_interval, check_positive_int
 from ._batch import Batch, as_batch, recent_batch, take_docs
 from ._delete import heldout_deletes
+from ._events import Event, SupportsTopicMoves
 from ._moves import token_probs
 from ._split import SplitProposal, muddled_topics
 
@@ -96,61 +95,6 @@ __all__ = [
 DEFAULT_THRESHOLD = 0.25
 #: Hellinger distance between a topic's two halves above which it is muddled (calibration: docs/topic-hygiene.md).
 SPLIT_THRESHOLD = 0.4
-_EVENT_KINDS = ("birth", "merge", "split", "retire")
-
-
-@dataclass(frozen=True)
-class Event:
-    """One topic move.
-
-    ``kind``: ``"birth"`` (``topics`` = (new slot,)), ``"merge"`` (``topics`` = (merged-away slot,), ``into`` =
-    the slot that now carries it), ``"split"`` (``topics`` = (split slot, new slot): the split slot keeps the
-    larger half, the new slot gets the other), ``"retire"`` (``topics`` = (deleted slot,)).
-    ``score``: the Hellinger distance of a merge, the weight of a retired topic, the held-out gain in nats per
-    token of a birth or a split.
-    """
-
-    kind: str
-    topics: tuple[int, ...]
-    into: int | None = None
-    score: float = 0.0
-    #: A birth's proposal (word ids, their probabilities, share of tokens) or a split's (word ids, the fraction
-    #: of each word's count that moves to the new slot, the fraction of every other word's), so that
-    #: :meth:`TopicHygiene.replay` can make the same move in another copy of the model.
-    proposal: tuple[NDArray[np.int64], NDArray[np.float64], float] | None = field(
-        default=None, compare=False, repr=False
-    )
-
-    def __post_init__(self) -> None:
-        if self.kind not in _EVENT_KINDS:
-            raise ValueError(f"event kind must be one of {_EVENT_KINDS}, got {self.kind!r}")
-
-
-@runtime_checkable
-class SupportsTopicMoves(Protocol):
-    """What :meth:`TopicHygiene.apply` needs from a kernel."""
-
-    n_topics: int
-    n_words: int
-    n_docs_seen_: int
-
-    def topic_word(self) -> NDArray[np.float64]: ...
-
-    def topic_weights(self) -> NDArray[np.float64]: ...
-
-    def transform(self, docs: Batch) -> NDArray[np.float64]: ...
-
-    def merge_topics(self, into: int, src: int) -> None: ...
-
-    def delete_topic(self, k: int) -> None: ...
-
-    def birth_topic(
-        self, k: int, word_ids: ArrayLike, word_probs: ArrayLike, share: float
-    ) -> tuple[float, Callable[[], None]]: ...
-
-    def split_topic(
-        self, k: int, j: int, word_ids: ArrayLike, fractions: ArrayLike, rest: float
-    ) -> tuple[float, Callable[[], None]]: ...
 
 
 def hellinger_matrix(phi: NDArray[np.floating]) -> NDArray[np.float64]:
