@@ -10,6 +10,7 @@ the topics fixed), used by the experiments in ``benchmarks/pf_experiment.py``.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
@@ -18,38 +19,60 @@ from numpy.typing import NDArray
 from ._pf_filter import reservoir_position, store_token
 from ._pf_pools import close_slot, open_slot
 from ._pf_rng import rng_below, sample_cat
-from ._pf_state import D_FREE, FILL, N_FREE, PEAK_ROWS, TOKENS, DocRows, Particles, Reservoir, WordRows
+from ._pf_state import D_FREE, FILL, N_FREE, PEAK_ROWS, TOKENS, Prior, State
 
-__all__ = ["fold_in_gibbs", "gibbs_chain", "gibbs_init", "heldout_loglik", "install_init"]
+__all__ = [
+    "Chain",
+    "Tokens",
+    "fold_in_gibbs",
+    "gibbs_chain",
+    "gibbs_init",
+    "heldout_loglik",
+    "install_init",
+    "new_chain",
+]
 
 # Gibbs sweeps of the fold-in that scores an initial chain on the held-out documents (the seed's evaluation).
 _COMPLETION_SWEEPS = 5
 
 
+class Tokens(NamedTuple):
+    """A Gibbs chain's tokens: local word id (< V) ``words[i]``, document ``doc_of[i]``, topic ``z[i]`` (updated
+    in place by the chain)."""
+
+    words: NDArray[np.int64]
+    doc_of: NDArray[np.int64]
+    z: NDArray[np.int64]
+
+
+class Chain(NamedTuple):
+    """A Gibbs chain's counts n_kw (K×V), n_k, n_dk (n_docs×K), and its K-long scratch ``q``."""
+
+    nkw: NDArray[np.int64]
+    nk: NDArray[np.int64]
+    ndk: NDArray[np.int64]
+    q: NDArray[np.float64]
+
+
+def new_chain(n_docs: int, V: int, K: int) -> Chain:
+    """Zero counts for a chain over V local words, K topics and ``n_docs`` documents."""
+    zeros = np.zeros
+    return Chain(zeros((K, V), np.int64), zeros(K, np.int64), zeros((n_docs, K), np.int64), np.empty(K))
+
+
 @njit(cache=True, nogil=True, inline="always")
-def _count_token(
-    nkw: NDArray[np.int64], nk: NDArray[np.int64], ndk: NDArray[np.int64], w: int, d: int, k: int, delta: int
-) -> None:
+def _count_token(chain: Chain, w: int, d: int, k: int, delta: int) -> None:
     """Add ``delta`` (+1 or −1) to the counts n_kw, n_k, n_dk of one token: word w of document d in topic k."""
-    nkw[k, w] += delta
-    nk[k] += delta
-    ndk[d, k] += delta
+    chain.nkw[k, w] += delta
+    chain.nk[k] += delta
+    chain.ndk[d, k] += delta
 
 
 @njit(cache=True, nogil=True)
-def _conditional_draw(
-    nkw: NDArray[np.int64],
-    nk: NDArray[np.int64],
-    ndk: NDArray[np.int64],
-    w: int,
-    d: int,
-    alpha: float,
-    beta: float,
-    wbeta: float,
-    q: NDArray[np.float64],
-    rng: NDArray[np.uint64],
-) -> int:
+def _conditional_draw(chain: Chain, w: int, d: int, prior: Prior, rng: NDArray[np.uint64]) -> int:
     """Draw z_i from P(z_i = k | rest) ∝ (n_kw + β)/(n_k + Wβ) · (n_dk + α), token i's counts removed."""
+    nkw, nk, ndk, q = chain
+    alpha, beta, wbeta = prior
     K = nk.shape[0]
     total = 0.0
     for kk in range(K):
@@ -61,65 +84,39 @@ def _conditional_draw(
 
 @njit(cache=True, nogil=True)
 def gibbs_chain(
-    words: NDArray[np.int64],
-    doc_of: NDArray[np.int64],
-    n_docs: int,
-    V: int,
-    K: int,
-    alpha: float,
-    beta: float,
-    wbeta: float,
-    sweeps: int,
-    z: NDArray[np.int64],
-    init_random: bool,
-    rng: NDArray[np.uint64],
-) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
-    """Collapsed Gibbs sampling for LDA (Griffiths & Steyvers 2004) on tokens ``words`` (local ids < V) of
-    documents ``doc_of``: the initialisation of the seed. P(z_i = k | rest) ∝ (n_kw¬i + β)/(n_k¬i + Wβ)
-    · (n_dk¬i + α), with ``wbeta`` = Wβ of the full vocabulary. If ``init_random`` the chain starts from
-    uniform topics, else from ``z``. ``z`` is updated in place; returns (n_kw as K×V, n_k, n_dk as
-    n_docs×K)."""
+    toks: Tokens, chain: Chain, prior: Prior, sweeps: int, init_random: bool, rng: NDArray[np.uint64]
+) -> None:
+    """Collapsed Gibbs sampling for LDA (Griffiths & Steyvers 2004) on ``toks``: the initialisation of the
+    seed. P(z_i = k | rest) ∝ (n_kw¬i + β)/(n_k¬i + Wβ) · (n_dk¬i + α), with ``prior.wbeta`` = Wβ of the full
+    vocabulary. If ``init_random`` the chain starts from uniform topics, else from ``toks.z``. The tokens are
+    added to ``chain``'s counts (zero for a new chain, :func:`new_chain`), ``toks.z`` and ``chain`` are
+    updated in place."""
+    words, doc_of, z = toks
+    K = chain.nk.shape[0]
     N = words.shape[0]
-    nkw = np.zeros((K, V), dtype=np.int64)
-    nk = np.zeros(K, dtype=np.int64)
-    ndk = np.zeros((n_docs, K), dtype=np.int64)
-    q = np.empty(K, dtype=np.float64)
     for i in range(N):
         if init_random:
             z[i] = rng_below(rng, K)
-        _count_token(nkw, nk, ndk, words[i], doc_of[i], z[i], 1)
+        _count_token(chain, words[i], doc_of[i], z[i], 1)
     for _ in range(sweeps):
         for i in range(N):
             w = words[i]
             d = doc_of[i]
-            _count_token(nkw, nk, ndk, w, d, z[i], -1)
-            z[i] = _conditional_draw(nkw, nk, ndk, w, d, alpha, beta, wbeta, q, rng)
-            _count_token(nkw, nk, ndk, w, d, z[i], 1)
-    return nkw, nk, ndk
+            _count_token(chain, w, d, z[i], -1)
+            z[i] = _conditional_draw(chain, w, d, prior, rng)
+            _count_token(chain, w, d, z[i], 1)
 
 
 @njit(cache=True, nogil=True)
-def _gibbs_add_docs(
-    words: NDArray[np.int64],
-    doc_of: NDArray[np.int64],
-    z: NDArray[np.int64],
-    start: int,
-    nkw: NDArray[np.int64],
-    nk: NDArray[np.int64],
-    ndk: NDArray[np.int64],
-    alpha: float,
-    beta: float,
-    wbeta: float,
-    rng: NDArray[np.uint64],
-) -> None:
+def _gibbs_add_docs(toks: Tokens, start: int, chain: Chain, prior: Prior, rng: NDArray[np.uint64]) -> None:
     """Add tokens ``start:`` to a Gibbs state one at a time, each drawn from its conditional given everything
     added before it (used to fold the held-out part of the initial sample into the chosen chain)."""
-    q = np.empty(nk.shape[0], dtype=np.float64)
+    words, doc_of, z = toks
     for i in range(start, words.shape[0]):
         w = words[i]
         d = doc_of[i]
-        z[i] = _conditional_draw(nkw, nk, ndk, w, d, alpha, beta, wbeta, q, rng)
-        _count_token(nkw, nk, ndk, w, d, z[i], 1)
+        z[i] = _conditional_draw(chain, w, d, prior, rng)
+        _count_token(chain, w, d, z[i], 1)
 
 
 @njit(cache=True, nogil=True)
@@ -217,7 +214,7 @@ def gibbs_init(
     and the documents' mixtures (n_dk + α)/(n_d + Kα).
     """
     K = n_topics
-    wbeta = n_words * beta
+    prior = Prior(alpha, beta, n_words * beta)
     n_docs = doc_ptr.shape[0] - 1
     vocab, local = np.unique(words, return_inverse=True)
     local = local.astype(np.int64)
@@ -232,24 +229,25 @@ def gibbs_init(
         best_ll, best_z = -np.inf, z[:cut].copy()
         for _ in range(restarts):
             zc = np.zeros(cut, dtype=np.int64)
-            nkw, nk, _ = gibbs_chain(
-                local[:cut], doc_of[:cut], n_train_docs, V, K, alpha, beta, wbeta, sweeps, zc, True, rng
-            )
-            phi = (nkw + beta) / (nk[:, None] + wbeta)
+            chain = new_chain(n_train_docs, V, K)
+            gibbs_chain(Tokens(local[:cut], doc_of[:cut], zc), chain, prior, sweeps, True, rng)
+            phi = (chain.nkw + beta) / (chain.nk[:, None] + prior.wbeta)
             ll, n = heldout_loglik(hold_ptr, local[cut:], phi, alpha, rng)
             score = ll / max(n, 1)
             if score > best_ll:
                 best_ll, best_z = score, zc
         z[:cut] = best_z
         # Fold the held-out documents into the chosen chain, then a few sweeps over the whole sample.
-        nkw, nk, ndk = gibbs_chain(local[:cut], doc_of[:cut], n_docs, V, K, alpha, beta, wbeta, 0, z[:cut], False, rng)
-        _gibbs_add_docs(local, doc_of, z, cut, nkw, nk, ndk, alpha, beta, wbeta, rng)
-        more = max(5, sweeps // 10)
-        nkw, nk, ndk = gibbs_chain(local, doc_of, n_docs, V, K, alpha, beta, wbeta, more, z, False, rng)
+        chain = new_chain(n_docs, V, K)
+        gibbs_chain(Tokens(local[:cut], doc_of[:cut], z[:cut]), chain, prior, 0, False, rng)
+        _gibbs_add_docs(Tokens(local, doc_of, z), cut, chain, prior, rng)
+        chain = new_chain(n_docs, V, K)
+        gibbs_chain(Tokens(local, doc_of, z), chain, prior, max(5, sweeps // 10), False, rng)
     else:
-        nkw, nk, ndk = gibbs_chain(local, doc_of, n_docs, V, K, alpha, beta, wbeta, sweeps, z, True, rng)
+        chain = new_chain(n_docs, V, K)
+        gibbs_chain(Tokens(local, doc_of, z), chain, prior, sweeps, True, rng)
     nd = np.diff(doc_ptr).astype(np.float64)
-    theta = (ndk + alpha) / (nd[:, None] + K * alpha)
+    theta = (chain.ndk + alpha) / (nd[:, None] + K * alpha)
     return z, theta
 
 
@@ -260,10 +258,7 @@ def install_init(
     z: NDArray[np.int64],
     alpha: float,
     theta: NDArray[np.float64],
-    words: WordRows,
-    docs: DocRows,
-    res: Reservoir,
-    parts: Particles,
+    state: State,
 ) -> int:
     """Start every particle from one initial model: the assignments ``z`` of the initial sample's tokens
     (``tokens`` in document order, documents delimited by ``doc_ptr``).
@@ -273,6 +268,7 @@ def install_init(
     (``docs/particle-filter.md``, "Initialisation"), and θ_d of each initial document is (n_dk + α)/(n_d + Kα).
     Returns 0, or -1 if the pool is too small.
     """
+    words, docs, res, parts = state
     ctr = parts.ctr
     nk = parts.nk
     rows = words.rows

@@ -27,8 +27,8 @@ from ._pf_state import (
     PEAK_ROWS,
     SLOT_TOP,
     DocRows,
-    Particles,
     Reservoir,
+    State,
     WordRows,
 )
 
@@ -219,15 +219,7 @@ def close_slot(docs: DocRows, ctr: NDArray[np.int64], s: int) -> None:
 
 
 @njit(cache=True, nogil=True)
-def copy_pairs(
-    src: NDArray[np.int64],
-    dst: NDArray[np.int64],
-    n_pairs: int,
-    words: WordRows,
-    docs: DocRows,
-    res: Reservoir,
-    parts: Particles,
-) -> None:
+def copy_pairs(src: NDArray[np.int64], dst: NDArray[np.int64], n_pairs: int, state: State) -> None:
     """Make particle ``dst[i]`` a copy of ``src[i]`` for every pair i (step 4), copying only what differs.
 
     Topic–word counts: only the words on the divergent-word list are visited (every other word has one row
@@ -237,6 +229,7 @@ def copy_pairs(
     in use; the reservoir's z only for the slots on the divergent-token list (dropped from it once all
     particles agree). No source is a destination.
     """
+    words, docs, res, parts = state
     ctr = parts.ctr
     nk = parts.nk
     div = words.div
@@ -275,16 +268,10 @@ def copy_pairs(
 
 
 @njit(cache=True, nogil=True)
-def forget_words(
-    ids: NDArray[np.int64],
-    mask: NDArray[np.bool_],
-    words: WordRows,
-    docs: DocRows,
-    res: Reservoir,
-    parts: Particles,
-) -> None:
+def forget_words(ids: NDArray[np.int64], mask: NDArray[np.bool_], state: State) -> None:
     """reset_words: point every particle's rows of these words at the zero row (n_k reduced accordingly, rows
     nobody uses go back to the pool) and drop the words' tokens from the reservoir (compacted)."""
+    words, docs, res, parts = state
     ctr = parts.ctr
     nk = parts.nk
     rows = words.rows

@@ -33,7 +33,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from . import _pf_state as st
 from ._base import StateValue, TopicModel, check_interval, check_positive_int
-from ._batch import Batch
+from ._batch import CSR, Batch
 from ._pf_filter import filter_docs
 from ._pf_gibbs import gibbs_init, install_init
 from ._pf_pools import forget_words
@@ -195,8 +195,8 @@ class ParticleFilterLDA(TopicModel):
             R, D = 0, 2
         return C, R, D
 
-    def _bundles(self) -> tuple[st.WordRows, st.DocRows, st.Reservoir, st.Particles]:
-        return self.words_, self.doc_rows_, self.reservoir_, self.particles_
+    def _bundles(self) -> st.State:
+        return st.State(self.words_, self.doc_rows_, self.reservoir_, self.particles_)
 
     def _config(self) -> st.Config:
         return st.Config(float(self.alpha), float(self.beta), float(self.ess_threshold), int(self.n_rejuvenate))
@@ -237,7 +237,7 @@ class ParticleFilterLDA(TopicModel):
             max_len = max(1, int(per_doc.max())) if per_doc.size else 1
             tok = np.zeros(max_len, dtype=np.int64)
             out = np.empty((rest.n_docs, K), dtype=np.float64)
-            rc = filter_docs(rest.indptr, rest.word_ids, counts, tok, self._config(), *self._bundles(), out)
+            rc = filter_docs(CSR(rest.indptr, rest.word_ids, counts), tok, self._config(), self._bundles(), out)
             if rc != 0:  # pragma: no cover - excluded by the validated pool size
                 raise RuntimeError("particle filter: count-row pool exhausted")
             theta[start:] = out
@@ -298,7 +298,7 @@ class ParticleFilterLDA(TopicModel):
         z: NDArray[np.int64],
         theta: NDArray[np.float64],
     ) -> None:
-        rc = install_init(words, doc_ptr, z, float(self.alpha), theta, *self._bundles())
+        rc = install_init(words, doc_ptr, z, float(self.alpha), theta, self._bundles())
         if rc != 0:  # pragma: no cover - excluded by the validated pool size
             raise RuntimeError("particle filter: count-row pool exhausted during initialisation")
         self.initialized_ = True
@@ -359,7 +359,7 @@ class ParticleFilterLDA(TopicModel):
             return
         mask = np.zeros(self.n_words, dtype=np.bool_)
         mask[ids] = True
-        forget_words(ids, mask, *self._bundles())
+        forget_words(ids, mask, self._bundles())
         if self.buf_docs_:  # drop the words from the initialisation buffer too
             ptr = self.buf_doc_ptr_[: self.buf_docs_ + 1]
             words = self.buf_words_[: ptr[-1]]
