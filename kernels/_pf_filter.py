@@ -113,6 +113,15 @@ def store_token(
     slot_refs[s] += 1
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _weight_total(weights: NDArray[np.float64]) -> float:
+    """Σ_p ω^(p), summed in particle order (step 4 draws particles with probability ω^(p) / Σ ω)."""
+    total = 0.0
+    for p in range(weights.shape[0]):
+        total += weights[p]
+    return total
+
+
 @njit(cache=True, nogil=True)
 def _resample(offspring: NDArray[np.int64], zcur: NDArray[np.int64], state: State) -> None:
     """Step 4: multinomial resampling, P draws with probability ∝ ω, then ω = 1/P (step 6).
@@ -120,15 +129,12 @@ def _resample(offspring: NDArray[np.int64], zcur: NDArray[np.int64], state: Stat
     A particle drawn at least once stays in its own slot; only the slots of particles drawn zero times are
     overwritten with the extra copies, so a resampling copies P − (number of distinct survivors) particles.
     """
-    parts = state.parts
-    weights = parts.weights
+    weights = state.parts.weights
     P = weights.shape[0]
-    total = 0.0
-    for p in range(P):
-        total += weights[p]
-        offspring[p] = 0
+    total = _weight_total(weights)
+    offspring[:] = 0
     for _ in range(P):
-        offspring[sample_cat(weights, P, total, parts.prng)] += 1
+        offspring[sample_cat(weights, P, total, state.parts.prng)] += 1
     src = np.empty(P, dtype=np.int64)
     dst = np.empty(P, dtype=np.int64)
     n_pairs = 0
@@ -159,10 +165,7 @@ def _collapse(zcur: NDArray[np.int64], state: State) -> None:
     parts = state.parts
     weights = parts.weights
     P = weights.shape[0]
-    total = 0.0
-    for p in range(P):
-        total += weights[p]
-    a = sample_cat(weights, P, total, parts.prng)
+    a = sample_cat(weights, P, _weight_total(weights), parts.prng)
     src = np.full(P - 1, a, dtype=np.int64)
     dst = np.empty(P - 1, dtype=np.int64)
     n_pairs = 0
