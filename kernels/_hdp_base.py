@@ -21,7 +21,7 @@ average over about S/ρ_min documents; the defaults make the two agree (256 / 0.
 from __future__ import annotations
 
 import abc
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from numba import njit
@@ -140,6 +140,33 @@ class OnlineHDPBase(TopicModel):
     alpha_q_: NDArray[np.float64]  # (shape, rate) of q(α0)
 
     # ------------------------------------------------------------------ settings
+    def __init__(
+        self,
+        n_topics: int,
+        n_words: int,
+        seed: int = 0,
+        *,
+        gamma: float = 1.0,
+        alpha: float = 1.0,
+        eta: float = 0.01,
+        kappa: float = 0.6,
+        tau0: float = 64.0,
+        rho_floor: float = 0.01,
+        batch_size: int = 256,
+        window: int = 25_000,
+        tol: float = 1e-4,
+        max_iter: int = 100,
+        learn_concentrations: bool = False,
+        gamma_shape: float = 1.0,
+        gamma_rate: float = 1.0,
+        alpha_shape: float = 1.0,
+        alpha_rate: float = 1.0,
+        **own: Any,
+    ) -> None:
+        """Store the settings both estimators take and the subclass's ``own`` ones (its ``__init__`` names them
+        and passes the shared ones on as ``**settings``: :meth:`TopicModel.init_signature`)."""
+        self._store(locals(), own)
+
     def _validate_params(self) -> None:
         if self.n_topics < 2:
             raise ValueError(f"n_topics must be at least 2 for the HDP truncation, got {self.n_topics!r}")
