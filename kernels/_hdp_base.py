@@ -115,6 +115,9 @@ class OnlineHDPBase(TopicModel):
     ``learn_concentrations``, ``gamma_shape``, ``gamma_rate``, ``alpha_shape``, ``alpha_rate``.
     """
 
+    #: Both estimators' ``_set_state`` install every learned attribute (the shared ones by :meth:`_set_corpus_state`).
+    _set_state_installs_all = True
+
     gamma: float
     alpha: float
     eta: float

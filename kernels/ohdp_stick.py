@@ -94,6 +94,26 @@ def _stick_means(a: NDArray[np.float64], b: NDArray[np.float64]) -> NDArray[np.f
 
 
 @njit(cache=True, nogil=True)
+def _softmax(row: NDArray[np.float64], out: NDArray[np.float64]) -> float:
+    """``out`` := exp(``row``) normalised over the first ``len(out)`` entries (shifted by their maximum, so that
+    nothing overflows), the update of φ (Eq. 17) and of ζ (Eq. 18). Returns log Σ exp(``row``), the block's
+    contribution to the document's objective."""
+    n = out.shape[0]
+    mx = -np.inf
+    for i in range(n):
+        if row[i] > mx:
+            mx = row[i]
+    tot = 0.0
+    for i in range(n):
+        e = np.exp(row[i] - mx)
+        out[i] = e
+        tot += e
+    for i in range(n):
+        out[i] /= tot
+    return mx + np.log(tot)
+
+
+@njit(cache=True, nogil=True)
 def _stick_doc(cnts: NDArray[np.float64], ex: Expect, step: DocStep, q: DocQ, trace: NDArray[np.float64]) -> int:
     """Document-level coordinate ascent of the seed, Eqs. 15–18, for one document (clumped: one ζ row per
     distinct word, weighted by its count, which is exact because equal tokens get equal ζ).
@@ -132,22 +152,12 @@ def _stick_doc(cnts: NDArray[np.float64], ex: Expect, step: DocStep, q: DocQ, tr
         # Eq. 17
         l_c = 0.0
         for t in range(T):
-            mx = -np.inf
             for k in range(K):
                 s = elogbeta[k]
                 for n in range(U):
                     s += cnts[n] * zeta[n, t] * elog[n, k]
                 row[k] = s
-                if s > mx:
-                    mx = s
-            tot = 0.0
-            for k in range(K):
-                e = np.exp(row[k] - mx)
-                phi[t, k] = e
-                tot += e
-            lz = mx + np.log(tot)
-            for k in range(K):
-                phi[t, k] /= tot
+            lz = _softmax(row, phi[t])
             # E[log p(c_t|β)] + H(q(c_t)) = Σ_k φ_tk (E log β_k − log φ_tk)
             #                            = lz − Σ_k φ_tk (row_k − E log β_k)
             acc = 0.0
@@ -163,21 +173,10 @@ def _stick_doc(cnts: NDArray[np.float64], ex: Expect, step: DocStep, q: DocQ, tr
                 B[n, t] = s
         l_wz = 0.0
         for n in range(U):
-            mx = -np.inf
             for t in range(T):
-                s = B[n, t] + elogpi[t]
-                row[t] = s
-                if s > mx:
-                    mx = s
-            tot = 0.0
-            for t in range(T):
-                e = np.exp(row[t] - mx)
-                zeta[n, t] = e
-                tot += e
-            for t in range(T):
-                zeta[n, t] /= tot
+                row[t] = B[n, t] + elogpi[t]
             # Σ_t ζ (B + E log π − log ζ) = log Σ_t exp(B + E log π) at the optimum
-            l_wz += cnts[n] * (mx + np.log(tot))
+            l_wz += cnts[n] * _softmax(row, zeta[n])
         # Eqs. 15–16
         for t in range(T - 1):
             a[t] = 1.0
@@ -311,7 +310,6 @@ class StickBreakingHDP(OnlineHDPBase):
     #: ``doc_topics``, ``tol``, ``max_iter``, ``batch_size`` and ``window`` shape only the document step and
     #: future updates.
     restore_fixed: ClassVar[frozenset[str]] = TopicModel.restore_fixed
-    _set_state_installs_all = True
 
     @classmethod
     def state_bytes(cls, n_topics: int, n_words: int, **params: Any) -> int:
