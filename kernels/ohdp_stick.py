@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 from ._base import StateValue, TopicModel, check_positive_int, state_array
 from ._batch import CSR
 from ._concentration import stick_log_rest
-from ._hdp_base import Minibatch, OnlineHDPBase
+from ._hdp_base import CorpusStat, Minibatch, OnlineHDPBase
 from ._special import digamma, lgamma
 
 __all__ = ["StickBreakingHDP"]
@@ -273,10 +273,9 @@ def _stick_batch(docs: CSR, ex: Expect, step: DocStep, T: int, out: Stats) -> tu
 
 
 @njit(cache=True, nogil=True)
-def _elog_rows(
-    M: NDArray[np.float64], rows: NDArray[np.int64], scale: float, msum: NDArray[np.float64], eta: float
-) -> NDArray[np.float64]:
-    """E_q[log φ_kw] = ψ(λ_kw) − ψ(Σ_w λ_kw) for the given words, with λ = η + s·M (below Eq. 21)."""
+def _elog_rows(G: CorpusStat, rows: NDArray[np.int64], eta: float) -> NDArray[np.float64]:
+    """E_q[log φ_kw] = ψ(λ_kw) − ψ(Σ_w λ_kw) for the given words, with λ = η + G = η + s·M (below Eq. 21)."""
+    M, msum, scale = G
     K = M.shape[1]
     W = M.shape[0]
     out = np.empty((rows.shape[0], K))
@@ -343,7 +342,7 @@ class StickBreakingHDP(OnlineHDPBase):
     def _documents(self, mb: Minibatch, update: bool) -> tuple[int, NDArray[np.float64], tuple[float, float]]:
         stat_c = np.zeros(int(self.n_topics))
         ex = Expect(
-            _elog_rows(self.topic_stat_, mb.rows, self.scale_, self.topic_total_, float(self.eta)),
+            _elog_rows(self._corpus_stat(), mb.rows, float(self.eta)),
             _expect_log_sticks(self.stick_u_, self.stick_v_),
         )
         step = DocStep(self._alpha(), float(self.tol), int(self.max_iter))

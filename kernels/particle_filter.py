@@ -339,7 +339,8 @@ class ParticleFilterLDA(TopicModel):
             return np.zeros((0, self.n_topics))
         cols, local = np.unique(batch.word_ids, return_inverse=True)
         phi = self._phi_columns(cols.astype(np.int64))
-        return fold_in_mean_field(batch.indptr, local.astype(np.int64), batch.counts, phi, float(self.alpha), 50)
+        docs = CSR(batch.indptr, local.astype(np.int64), batch.counts)
+        return fold_in_mean_field(docs, phi, float(self.alpha), 50)
 
     def topic_word(self) -> NDArray[np.float64]:
         phi = self._phi_columns(np.arange(self.n_words, dtype=np.int64))

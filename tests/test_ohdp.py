@@ -12,7 +12,7 @@ from scipy.special import digamma as sp_digamma
 
 import kernels
 from kernels import Batch
-from kernels._hdp_base import OnlineHDPBase
+from kernels._hdp_base import CorpusStat, OnlineHDPBase
 from kernels._special import digamma, digamma_array
 from kernels.ohdp import OnlineHDP, _cvb_doc
 from kernels.ohdp_stick import DocQ, DocStep, Expect, StickBreakingHDP, _elog_rows, _stick_doc
@@ -154,7 +154,7 @@ def test_elog_rows_matches_scipy() -> None:
     rng = np.random.default_rng(0)
     M = rng.gamma(1.0, 1.0, (20, 4))
     rows = np.array([3, 0, 19])
-    out = _elog_rows(M, rows, 0.7, M.sum(axis=0), 0.01)
+    out = _elog_rows(CorpusStat(M, M.sum(axis=0), 0.7), rows, 0.01)
     lam = 0.01 + 0.7 * M
     ref = sp_digamma(lam[rows]) - sp_digamma(lam.sum(axis=0))[None, :]
     np.testing.assert_allclose(out, ref, rtol=1e-12)
