@@ -56,7 +56,7 @@ from sklearn.metrics import normalized_mutual_info_score
 
 from kernels import SCVB0, Batch, ParticleFilterLDA
 from kernels import _pf_state as st
-from kernels._pf_gibbs import Tokens, fold_in_gibbs, gibbs_chain, new_chain
+from kernels._pf_gibbs import TokenDocs, Tokens, fold_in_gibbs, gibbs_chain, new_chain
 
 from ._pf_report import report
 from ._proc import reset_peak, vm_mb
@@ -131,7 +131,7 @@ class Corpus:
 def nmi(corpus: Corpus, phi: NDArray[np.float64], seed: int) -> float:
     """The seed's out-of-sample NMI (φ fixed, five Gibbs sweeps per test document, argmax of n_dk)."""
     rng = _prng(seed)
-    ndk = fold_in_gibbs(corpus.test_ptr, corpus.test_toks, np.ascontiguousarray(phi), 0.1, 5, rng)
+    ndk = fold_in_gibbs(TokenDocs(corpus.test_ptr, corpus.test_toks), np.ascontiguousarray(phi), 0.1, 5, rng)
     return float(normalized_mutual_info_score(corpus.y_test, ndk.argmax(axis=1)))
 
 

@@ -23,6 +23,8 @@ from ._pf_state import D_FREE, FILL, N_FREE, PEAK_ROWS, TOKENS, Prior, State
 
 __all__ = [
     "Chain",
+    "InitPlan",
+    "TokenDocs",
     "Tokens",
     "fold_in_gibbs",
     "gibbs_chain",
@@ -43,6 +45,22 @@ class Tokens(NamedTuple):
     words: NDArray[np.int64]
     doc_of: NDArray[np.int64]
     z: NDArray[np.int64]
+
+
+class TokenDocs(NamedTuple):
+    """Documents as token lists: document d's tokens (word ids, one per token) are ``words[ptr[d]:ptr[d+1]]``."""
+
+    ptr: NDArray[np.int64]
+    words: NDArray[np.int64]
+
+
+class InitPlan(NamedTuple):
+    """The Gibbs initialisation's settings: sweeps per chain, chains (the best of them is kept) and the share of
+    the sample's documents held out to choose it (:func:`gibbs_init`)."""
+
+    sweeps: int
+    restarts: int
+    holdout: float
 
 
 class Chain(NamedTuple):
@@ -121,15 +139,11 @@ def _gibbs_add_docs(toks: Tokens, start: int, chain: Chain, prior: Prior, rng: N
 
 @njit(cache=True, nogil=True)
 def fold_in_gibbs(
-    tok_ptr: NDArray[np.int64],
-    toks: NDArray[np.int64],
-    phi: NDArray[np.float64],
-    alpha: float,
-    sweeps: int,
-    rng: NDArray[np.uint64],
+    docs: TokenDocs, phi: NDArray[np.float64], alpha: float, sweeps: int, rng: NDArray[np.uint64]
 ) -> NDArray[np.int64]:
     """The seed's evaluation: with φ (K×V) fixed, run ``sweeps`` Gibbs sweeps on each document's tokens
     (P(z_i = k) ∝ φ_k,w (n_dk¬i + α), topics initialised uniformly at random) and return the final n_dk."""
+    tok_ptr, toks = docs
     K = phi.shape[0]
     n_docs = tok_ptr.shape[0] - 1
     ndk = np.zeros((n_docs, K), dtype=np.int64)
@@ -159,11 +173,10 @@ def fold_in_gibbs(
 
 
 @njit(cache=True, nogil=True)
-def _completion_loglik(
-    tok_ptr: NDArray[np.int64], toks: NDArray[np.int64], ndk: NDArray[np.int64], phi: NDArray[np.float64], alpha: float
-) -> float:
+def _completion_loglik(docs: TokenDocs, ndk: NDArray[np.int64], phi: NDArray[np.float64], alpha: float) -> float:
     """Σ over the odd-numbered tokens of every document of log Σ_k θ_dk φ_kw, θ_d = (n_dk + α)/(n + Kα) from
     the counts ``ndk`` of its n even-numbered tokens."""
+    tok_ptr, toks = docs
     K = phi.shape[0]
     ll = 0.0
     for d in range(tok_ptr.shape[0] - 1):
@@ -180,41 +193,36 @@ def _completion_loglik(
 
 
 def heldout_loglik(
-    tok_ptr: NDArray[np.int64], toks: NDArray[np.int64], phi: NDArray[np.float64], alpha: float, rng: NDArray[np.uint64]
+    docs: TokenDocs, phi: NDArray[np.float64], alpha: float, rng: NDArray[np.uint64]
 ) -> tuple[float, int]:
     """Document completion: infer θ_d from the even-numbered tokens of each document by Gibbs fold-in with φ
     fixed (:func:`fold_in_gibbs`, ``_COMPLETION_SWEEPS`` sweeps), then score the odd-numbered ones by
     log Σ_k θ_dk φ_kw. Returns (sum of log-likelihoods, tokens scored); the seed's best-of-N initialisation keeps
     the chain with the lowest perplexity exp(-sum/n)."""
+    tok_ptr, toks = docs
     lengths = np.diff(tok_ptr)
     position = np.arange(toks.size) - np.repeat(tok_ptr[:-1], lengths)
     even_ptr = np.zeros_like(tok_ptr)
     np.cumsum((lengths + 1) // 2, out=even_ptr[1:])
-    ndk = fold_in_gibbs(even_ptr, np.ascontiguousarray(toks[position % 2 == 0]), phi, alpha, _COMPLETION_SWEEPS, rng)
-    return _completion_loglik(tok_ptr, toks, ndk, phi, alpha), int(lengths.sum() - even_ptr[-1])
+    even = TokenDocs(even_ptr, np.ascontiguousarray(toks[position % 2 == 0]))
+    ndk = fold_in_gibbs(even, phi, alpha, _COMPLETION_SWEEPS, rng)
+    return _completion_loglik(docs, ndk, phi, alpha), int(lengths.sum() - even_ptr[-1])
 
 
 def gibbs_init(
-    words: NDArray[np.int64],
-    doc_ptr: NDArray[np.int64],
-    n_topics: int,
-    n_words: int,
-    alpha: float,
-    beta: float,
-    sweeps: int,
-    restarts: int,
-    holdout: float,
-    rng: NDArray[np.uint64],
+    sample: TokenDocs, n_topics: int, prior: Prior, plan: InitPlan, rng: NDArray[np.uint64]
 ) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
-    """The initial model: collapsed Gibbs on the sample ``words`` (documents delimited by ``doc_ptr``).
+    """The initial model: collapsed Gibbs on the ``sample``'s tokens, LDA's priors ``prior``.
 
-    With ``restarts`` = N > 1, N chains run on the first 1 − ``holdout`` of the documents, each is scored by
-    held-out perplexity on the rest, the best is kept, the held-out documents are added to it and max(5,
-    sweeps // 10) more sweeps run over all (the seed's label-free best-of-N). Returns the topic of every token
-    and the documents' mixtures (n_dk + α)/(n_d + Kα).
+    With ``plan.restarts`` = N > 1, N chains run on the first 1 − ``plan.holdout`` of the documents, each is
+    scored by held-out perplexity on the rest, the best is kept, the held-out documents are added to it and
+    max(5, sweeps // 10) more sweeps run over all (the seed's label-free best-of-N). Returns the topic of every
+    token and the documents' mixtures (n_dk + α)/(n_d + Kα).
     """
+    doc_ptr, words = sample
+    sweeps, restarts, holdout = plan
+    alpha, beta, _ = prior
     K = n_topics
-    prior = Prior(alpha, beta, n_words * beta)
     n_docs = doc_ptr.shape[0] - 1
     vocab, local = np.unique(words, return_inverse=True)
     local = local.astype(np.int64)
@@ -232,7 +240,7 @@ def gibbs_init(
             chain = new_chain(n_train_docs, V, K)
             gibbs_chain(Tokens(local[:cut], doc_of[:cut], zc), chain, prior, sweeps, True, rng)
             phi = (chain.nkw + beta) / (chain.nk[:, None] + prior.wbeta)
-            ll, n = heldout_loglik(hold_ptr, local[cut:], phi, alpha, rng)
+            ll, n = heldout_loglik(TokenDocs(hold_ptr, local[cut:]), phi, alpha, rng)
             score = ll / max(n, 1)
             if score > best_ll:
                 best_ll, best_z = score, zc
@@ -253,21 +261,16 @@ def gibbs_init(
 
 @njit(cache=True, nogil=True)
 def install_init(
-    tokens: NDArray[np.int64],
-    doc_ptr: NDArray[np.int64],
-    z: NDArray[np.int64],
-    alpha: float,
-    theta: NDArray[np.float64],
-    state: State,
+    sample: TokenDocs, z: NDArray[np.int64], alpha: float, theta: NDArray[np.float64], state: State
 ) -> int:
-    """Start every particle from one initial model: the assignments ``z`` of the initial sample's tokens
-    (``tokens`` in document order, documents delimited by ``doc_ptr``).
+    """Start every particle from one initial model: the assignments ``z`` of the initial ``sample``'s tokens.
 
     All particles share the resulting count rows and document-count rows (reference count P), so no word is
     divergent. The initial sample's tokens then enter the reservoir in order like any other tokens
     (``docs/particle-filter.md``, "Initialisation"), and θ_d of each initial document is (n_dk + α)/(n_d + Kα).
     Returns 0, or -1 if the pool is too small.
     """
+    doc_ptr, tokens = sample
     words, docs, res, parts = state
     ctr = parts.ctr
     nk = parts.nk
