@@ -56,7 +56,7 @@ from sklearn.metrics import normalized_mutual_info_score
 
 from kernels import SCVB0, Batch, ParticleFilterLDA
 from kernels import _pf_state as st
-from kernels._pf_gibbs import fold_in_gibbs, gibbs_chain
+from kernels._pf_gibbs import TokenDocs, Tokens, fold_in_gibbs, gibbs_chain, new_chain
 
 from ._pf_report import report
 from ._proc import reset_peak, vm_mb
@@ -131,7 +131,7 @@ class Corpus:
 def nmi(corpus: Corpus, phi: NDArray[np.float64], seed: int) -> float:
     """The seed's out-of-sample NMI (φ fixed, five Gibbs sweeps per test document, argmax of n_dk)."""
     rng = _prng(seed)
-    ndk = fold_in_gibbs(corpus.test_ptr, corpus.test_toks, np.ascontiguousarray(phi), 0.1, 5, rng)
+    ndk = fold_in_gibbs(TokenDocs(corpus.test_ptr, corpus.test_toks), np.ascontiguousarray(phi), 0.1, 5, rng)
     return float(normalized_mutual_info_score(corpus.y_test, ndk.argmax(axis=1)))
 
 
@@ -147,11 +147,10 @@ def gibbs(
     toks, doc_of = corpus.tokens(0, n_docs)
     z = np.zeros(toks.size, dtype=np.int64)
     beta = PF["beta"]
-    nkw, nk, ndk = gibbs_chain(
-        toks, doc_of, n_docs, corpus.W, K, PF["alpha"], beta, corpus.W * beta, sweeps, z, True, _prng(seed)
-    )
-    phi = (nkw + beta) / (nk[:, None] + corpus.W * beta)
-    return z, phi, ndk
+    chain = new_chain(n_docs, corpus.W, K)
+    gibbs_chain(Tokens(toks, doc_of, z), chain, st.Prior(PF["alpha"], beta, corpus.W * beta), sweeps, True, _prng(seed))
+    phi = (chain.nkw + beta) / (chain.nk[:, None] + corpus.W * beta)
+    return z, phi, chain.ndk
 
 
 def _checkpoints(start: int, n: int, m: int) -> list[int]:
@@ -318,13 +317,12 @@ def exp_ref(corpus: Corpus, runs: range, sizes: list[int]) -> dict[str, Any]:
     curves = []
     for r in runs:  # one chain per run, continued from checkpoint to checkpoint (same draws as ``batch``)
         rng, z, done, scores = _prng(r), np.zeros(toks.size, dtype=np.int64), 0, []
+        prior = st.Prior(PF["alpha"], beta, corpus.W * beta)
         for s in SWEEP_POINTS:
-            nkw, nk, _ = gibbs_chain(
-                toks, doc_of, len(corpus.train), corpus.W, K, PF["alpha"], beta, corpus.W * beta, s - done, z,
-                done == 0, rng,
-            )  # fmt: skip
+            chain = new_chain(len(corpus.train), corpus.W, K)
+            gibbs_chain(Tokens(toks, doc_of, z), chain, prior, s - done, done == 0, rng)
             done = s
-            scores.append(nmi(corpus, (nkw + beta) / (nk[:, None] + corpus.W * beta), r + 10_000))
+            scores.append(nmi(corpus, (chain.nkw + beta) / (chain.nk[:, None] + prior.wbeta), r + 10_000))
         curves.append({"sweeps": list(SWEEP_POINTS), "nmi": scores, "final": scores[-1]})
     _log(corpus, "ref/batch-curve", curves)
     subsample: dict[str, Any] = {}

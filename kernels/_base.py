@@ -94,11 +94,35 @@ class TopicModel(abc.ABC):
 
     # ------------------------------------------------------------------ settings
     @classmethod
+    def init_signature(cls) -> inspect.Signature:
+        """The settings ``__init__`` takes, ``self`` left out.
+
+        An ``__init__`` that ends in ``**settings`` passes them on to its base class's ``__init__`` (the two online
+        HDPs declare the settings they share once, in :class:`kernels._hdp_base.OnlineHDPBase`): its settings are
+        its own named ones followed by those of the next ``__init__`` up the MRO, and so on until one without
+        ``**``. Every reader of the settings (:meth:`params_with_defaults`, :meth:`get_params`, :meth:`_store`,
+        ``service.compat``) goes through here.
+        """
+        params: dict[str, inspect.Parameter] = {}
+        for klass in cls.__mro__[: cls.__mro__.index(TopicModel)]:
+            if "__init__" not in vars(klass):
+                continue
+            passes_on = False
+            for p in inspect.signature(vars(klass)["__init__"]).parameters.values():
+                if p.kind == p.VAR_KEYWORD:
+                    passes_on = True
+                elif p.name != "self":
+                    params.setdefault(p.name, p)
+            if not passes_on:
+                break
+        return inspect.Signature(sorted(params.values(), key=lambda p: p.kind))
+
+    @classmethod
     def params_with_defaults(cls, **params: Any) -> dict[str, Any]:
         """Every ``__init__`` setting: ``params`` over the defaults. ``TypeError`` for an unknown or missing name."""
-        bound = inspect.signature(cls.__init__).bind(None, **params)
+        bound = cls.init_signature().bind(**params)
         bound.apply_defaults()
-        return {name: value for name, value in list(bound.arguments.items())[1:]}
+        return dict(bound.arguments)
 
     @classmethod
     def _settings_only(cls: type[T], **params: Any) -> T:
@@ -146,8 +170,7 @@ class TopicModel(abc.ABC):
 
     @classmethod
     def _param_names(cls) -> list[str]:
-        sig = inspect.signature(cls.__init__)
-        return [p.name for p in sig.parameters.values() if p.name != "self" and p.kind != p.VAR_KEYWORD]
+        return list(cls.init_signature().parameters)
 
     def get_params(self) -> dict[str, Any]:
         """The settings given to ``__init__`` (JSON-serialisable)."""
@@ -163,11 +186,15 @@ class TopicModel(abc.ABC):
     def _validate_params(self) -> None:
         """Check every setting; raise ``ValueError`` naming the bad one."""
 
-    def _store(self, params: dict[str, Any]) -> None:
+    def _store(self, params: dict[str, Any], own: Mapping[str, Any] | None = None) -> None:
         """What every subclass ``__init__`` does, as ``self._store(locals())``: store its arguments untouched
-        (``params``: its ``locals()``), then :meth:`_setup`."""
+        (``params``: its ``locals()``), then :meth:`_setup`. A base class's ``__init__`` that takes its
+        subclasses' own settings as ``**own`` passes them here too (:meth:`init_signature`); ``TypeError`` for
+        a name that no ``__init__`` declares."""
+        given = {name: params[name] for name in self._param_names() if name in params}
+        bound = self.init_signature().bind(**given, **(own or {}))
         for name in self._param_names():
-            setattr(self, name, params[name])
+            setattr(self, name, bound.arguments[name])
         self._setup()
 
     def _setup(self, fresh: bool = True) -> None:

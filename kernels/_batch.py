@@ -8,11 +8,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-__all__ = ["Batch", "Docs", "as_batch", "recent_batch", "take_docs"]
+__all__ = ["CSR", "Batch", "Docs", "as_batch", "recent_batch", "take_docs"]
+
+
+class CSR(NamedTuple):
+    """Documents as the numba kernels take them: one typed bundle instead of three loose arrays.
+
+    Document ``d`` holds the entries ``indptr[d]:indptr[d+1]`` of ``ids`` (global word ids, or a minibatch's
+    local word slots) and ``counts`` (float64 expected counts, or the particle filter's int64 token counts).
+    numba compiles a function for the bundle's field types, so ``ids`` and ``counts`` cannot be swapped.
+    """
+
+    indptr: NDArray[np.int64]
+    ids: NDArray[np.int64]
+    counts: NDArray[Any]
 
 
 @dataclass(frozen=True)
@@ -33,6 +47,11 @@ class Batch:
     indptr: NDArray[np.int64]
     word_ids: NDArray[np.int64]
     counts: NDArray[np.float64]
+
+    @property
+    def csr(self) -> CSR:
+        """The same arrays (no copy) as the numba kernels' :class:`CSR` bundle."""
+        return CSR(self.indptr, self.word_ids, self.counts)
 
     @property
     def n_docs(self) -> int:

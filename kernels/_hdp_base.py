@@ -21,7 +21,7 @@ average over about S/ρ_min documents; the defaults make the two agree (256 / 0.
 from __future__ import annotations
 
 import abc
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from numba import njit
@@ -32,23 +32,26 @@ from ._batch import Batch
 from ._concentration import doc_log_aux
 from ._schedule import StepSize
 
-__all__ = ["Minibatch", "OnlineHDPBase", "local_slots", "sparse_step"]
+__all__ = ["CorpusStat", "Minibatch", "OnlineHDPBase", "local_slots", "sparse_step"]
 
 # G = s·M; when s falls below this, M is multiplied by s and s reset to 1 (an O(W·K) pass, rare).
 _RENORM_BELOW = 1e-30
 
 
+class CorpusStat(NamedTuple):
+    """The word–topic statistics G = ``scale``·``M`` (W×K), with ``msum[k]`` = Σ_w M_wk (K): the step scales G by
+    changing ``scale`` and writes only the minibatch's rows of ``M`` (:func:`sparse_step`)."""
+
+    M: NDArray[np.float64]
+    msum: NDArray[np.float64]
+    scale: float
+
+
 @njit(cache=True, nogil=True)
-def sparse_step(
-    M: NDArray[np.float64],
-    msum: NDArray[np.float64],
-    rows: NDArray[np.int64],
-    stat: NDArray[np.float64],
-    scale: float,
-    rho: float,
-    mult: float,
-) -> float:
-    """G := (1−ρ)G + ρ·mult·Ĝ on G = s·M, touching only ``rows`` (Eq. 25 / SCVB0 Eq. 7). Returns the new s."""
+def sparse_step(G: CorpusStat, rows: NDArray[np.int64], stat: NDArray[np.float64], rho: float, mult: float) -> float:
+    """G := (1−ρ)G + ρ·mult·Ĝ, Ĝ = ``stat`` on the words ``rows`` (one row each), touching only those rows of
+    ``G.M`` (Eq. 25 / SCVB0 Eq. 7; ``G.M`` and ``G.msum`` in place). Returns the new scale s."""
+    M, msum, scale = G
     K = M.shape[1]
     s = scale * (1.0 - rho)
     if s <= 0.0:
@@ -115,6 +118,9 @@ class OnlineHDPBase(TopicModel):
     ``learn_concentrations``, ``gamma_shape``, ``gamma_rate``, ``alpha_shape``, ``alpha_rate``.
     """
 
+    #: Both estimators' ``_set_state`` install every learned attribute (the shared ones by :meth:`_set_corpus_state`).
+    _set_state_installs_all = True
+
     gamma: float
     alpha: float
     eta: float
@@ -140,6 +146,33 @@ class OnlineHDPBase(TopicModel):
     alpha_q_: NDArray[np.float64]  # (shape, rate) of q(α0)
 
     # ------------------------------------------------------------------ settings
+    def __init__(
+        self,
+        n_topics: int,
+        n_words: int,
+        seed: int = 0,
+        *,
+        gamma: float = 1.0,
+        alpha: float = 1.0,
+        eta: float = 0.01,
+        kappa: float = 0.6,
+        tau0: float = 64.0,
+        rho_floor: float = 0.01,
+        batch_size: int = 256,
+        window: int = 25_000,
+        tol: float = 1e-4,
+        max_iter: int = 100,
+        learn_concentrations: bool = False,
+        gamma_shape: float = 1.0,
+        gamma_rate: float = 1.0,
+        alpha_shape: float = 1.0,
+        alpha_rate: float = 1.0,
+        **own: Any,
+    ) -> None:
+        """Store the settings both estimators take and the subclass's ``own`` ones (its ``__init__`` names them
+        and passes the shared ones on as ``**settings``: :meth:`TopicModel.init_signature`)."""
+        self._store(locals(), own)
+
     def _validate_params(self) -> None:
         if self.n_topics < 2:
             raise ValueError(f"n_topics must be at least 2 for the HDP truncation, got {self.n_topics!r}")
@@ -158,6 +191,10 @@ class OnlineHDPBase(TopicModel):
         for name in ("gamma_shape", "gamma_rate", "alpha_shape", "alpha_rate"):
             check_interval(name, getattr(self, name), 0.0, low_open=True, high_open=True)
         self._schedule = StepSize(scale=1.0, tau=float(self.tau0), kappa=float(self.kappa), floor=float(self.rho_floor))
+
+    def _corpus_stat(self) -> CorpusStat:
+        """G = ``scale_``·``topic_stat_`` and ``topic_total_`` (the arrays themselves, no copy)."""
+        return CorpusStat(self.topic_stat_, self.topic_total_, self.scale_)
 
     def _init_corpus_state(self, topic_stat: NDArray[np.float64]) -> None:
         """Start from the statistics G = ``topic_stat`` (W×K)."""
@@ -241,7 +278,7 @@ class OnlineHDPBase(TopicModel):
             return mb.theta
         rho = self._rho(self.n_updates_)
         mult = float(self.window) / docs.n_docs  # D/S
-        self.scale_ = sparse_step(self.topic_stat_, self.topic_total_, rows, mb.stat, self.scale_, rho, mult)
+        self.scale_ = sparse_step(self._corpus_stat(), rows, mb.stat, rho, mult)
         self._update_sticks(stick_stat, rho, mult)
         if self.learn_concentrations:
             self._learn_concentrations(alpha_stat, rho, mult)

@@ -15,6 +15,7 @@ import numpy as np
 from numba import njit
 from numpy.typing import NDArray
 
+from ._batch import CSR
 from ._pf_pools import close_slot, copy_pairs, mark_divergent_token, open_slot, own_drow, own_row
 from ._pf_rng import rng_below, sample_cat
 from ._pf_state import (
@@ -29,9 +30,9 @@ from ._pf_state import (
     TOKENS,
     Config,
     DocRows,
-    Particles,
+    Prior,
     Reservoir,
-    WordRows,
+    State,
 )
 
 __all__ = ["filter_docs", "proposal", "reservoir_position", "store_token"]
@@ -44,9 +45,7 @@ def proposal(
     nk_p: NDArray[np.int64],
     ndk_ps: NDArray[np.int32],
     nd: float,
-    alpha: float,
-    beta: float,
-    wbeta: float,
+    prior: Prior,
     q: NDArray[np.float64],
 ) -> float:
     """Step 1 for one particle: q_k = (n_kw + β)/(n_k + Wβ) · (n_dk + α)/(n_d + Kα), into ``q``.
@@ -54,6 +53,7 @@ def proposal(
     ``r`` is the pool row of the word, ``nk_p`` the particle's n_k, ``ndk_ps`` its n_d· for the document,
     ``nd`` the document's tokens so far (token i excluded). Returns Σ_k q_k, the incremental weight of step 2.
     """
+    alpha, beta, wbeta = prior
     K = q.shape[0]
     kalpha = K * alpha
     total = 0.0
@@ -113,28 +113,28 @@ def store_token(
     slot_refs[s] += 1
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _weight_total(weights: NDArray[np.float64]) -> float:
+    """Σ_p ω^(p), summed in particle order (step 4 draws particles with probability ω^(p) / Σ ω)."""
+    total = 0.0
+    for p in range(weights.shape[0]):
+        total += weights[p]
+    return total
+
+
 @njit(cache=True, nogil=True)
-def _resample(
-    offspring: NDArray[np.int64],
-    zcur: NDArray[np.int64],
-    words: WordRows,
-    docs: DocRows,
-    res: Reservoir,
-    parts: Particles,
-) -> None:
+def _resample(offspring: NDArray[np.int64], zcur: NDArray[np.int64], state: State) -> None:
     """Step 4: multinomial resampling, P draws with probability ∝ ω, then ω = 1/P (step 6).
 
     A particle drawn at least once stays in its own slot; only the slots of particles drawn zero times are
     overwritten with the extra copies, so a resampling copies P − (number of distinct survivors) particles.
     """
-    weights = parts.weights
+    weights = state.parts.weights
     P = weights.shape[0]
-    total = 0.0
-    for p in range(P):
-        total += weights[p]
-        offspring[p] = 0
+    total = _weight_total(weights)
+    offspring[:] = 0
     for _ in range(P):
-        offspring[sample_cat(weights, P, total, parts.prng)] += 1
+        offspring[sample_cat(weights, P, total, state.parts.prng)] += 1
     src = np.empty(P, dtype=np.int64)
     dst = np.empty(P, dtype=np.int64)
     n_pairs = 0
@@ -149,25 +149,23 @@ def _resample(
             zcur[dead] = zcur[a]
             offspring[dead] = -1  # filled
             offspring[a] -= 1
-    copy_pairs(src, dst, n_pairs, words, docs, res, parts)
+    copy_pairs(src, dst, n_pairs, state)
     for p in range(P):
         weights[p] = 1.0 / P
 
 
 @njit(cache=True, nogil=True)
-def _collapse(zcur: NDArray[np.int64], words: WordRows, docs: DocRows, res: Reservoir, parts: Particles) -> None:
+def _collapse(zcur: NDArray[np.int64], state: State) -> None:
     """Pool-full fallback: draw one particle a with probability ω_a and make every particle a copy of it.
 
     This is a valid (if maximally degenerate) resampling — every particle's expected number of copies is P·ω_a
     — so the filter stays consistent and its evidence estimate unbiased. Afterwards the pool holds one
     particle's rows only (≤ W), which the validated pool size always leaves room for.
     """
+    parts = state.parts
     weights = parts.weights
     P = weights.shape[0]
-    total = 0.0
-    for p in range(P):
-        total += weights[p]
-    a = sample_cat(weights, P, total, parts.prng)
+    a = sample_cat(weights, P, _weight_total(weights), parts.prng)
     src = np.full(P - 1, a, dtype=np.int64)
     dst = np.empty(P - 1, dtype=np.int64)
     n_pairs = 0
@@ -176,25 +174,18 @@ def _collapse(zcur: NDArray[np.int64], words: WordRows, docs: DocRows, res: Rese
             dst[n_pairs] = b
             n_pairs += 1
             zcur[b] = zcur[a]
-    copy_pairs(src, dst, n_pairs, words, docs, res, parts)
+    copy_pairs(src, dst, n_pairs, state)
     for p in range(P):
         weights[p] = 1.0 / P
     parts.ctr[COLLAPSES] += 1
 
 
 @njit(cache=True, nogil=True)
-def _rejuvenate(
-    cfg: Config,
-    idx: NDArray[np.int64],
-    q: NDArray[np.float64],
-    words: WordRows,
-    docs: DocRows,
-    res: Reservoir,
-    parts: Particles,
-) -> None:
+def _rejuvenate(cfg: Config, idx: NDArray[np.int64], q: NDArray[np.float64], state: State) -> None:
     """Step 5: draw r reservoir tokens uniformly (with replacement); for every particle and every drawn token
     j, remove z_j from the counts and redraw it from P(z_j = k | rest) ∝ (n_kw¬j + β)/(n_k¬j + Wβ)·(n_dk¬j +
     α) (one collapsed Gibbs step), then add it back. Needs up to r free pool rows per particle."""
+    words, docs, res, parts = state
     n_rejuv = cfg.n_rejuv
     alpha = cfg.alpha
     beta = cfg.beta
@@ -239,16 +230,13 @@ def _rejuvenate(
 
 
 @njit(cache=True, nogil=True)
-def _shuffled_tokens(
-    lo: int,
-    hi: int,
-    word_ids: NDArray[np.int64],
-    counts: NDArray[np.int64],
-    tok: NDArray[np.int64],
-    rng: NDArray[np.uint64],
-) -> int:
-    """Write the document's tokens (``counts[j]`` copies of ``word_ids[j]``, j in lo..hi) into ``tok`` in a
-    random order (Fisher–Yates); returns their number."""
+def _shuffled_tokens(batch: CSR, d: int, tok: NDArray[np.int64], rng: NDArray[np.uint64]) -> int:
+    """Write document d's tokens (``counts[j]`` copies of ``ids[j]`` for its entries j; int64 counts) into
+    ``tok`` in a random order (Fisher–Yates); returns their number."""
+    word_ids = batch.ids
+    counts = batch.counts
+    lo = batch.indptr[d]
+    hi = batch.indptr[d + 1]
     n = 0
     for j in range(lo, hi):
         for _ in range(counts[j]):
@@ -265,25 +253,15 @@ def _shuffled_tokens(
 
 
 @njit(cache=True, nogil=True)
-def filter_docs(
-    indptr: NDArray[np.int64],
-    word_ids: NDArray[np.int64],
-    counts: NDArray[np.int64],
-    tok: NDArray[np.int64],
-    cfg: Config,
-    words: WordRows,
-    docs: DocRows,
-    res: Reservoir,
-    parts: Particles,
-    theta: NDArray[np.float64],
-) -> int:
+def filter_docs(batch: CSR, tok: NDArray[np.int64], cfg: Config, state: State, theta: NDArray[np.float64]) -> int:
     """Run the particle filter over the documents of a batch, token by token (steps 1–6 for each token).
 
-    The tokens of a document (``counts`` copies of each word) are visited in a random order. After the last
+    The tokens of a document (``batch.counts`` copies of each word, int64) are visited in a random order. After the last
     token of document d, θ_d = Σ_p ω^(p) (n_d·^(p) + α)/(n_d + Kα) is written to ``theta[d]`` (the prior mean
     for an empty document). Returns 0, or -1 if the pool ran out of rows even after a collapse (cannot happen
     with the validated pool size).
     """
+    words, docs, res, parts = state
     alpha = cfg.alpha
     beta = cfg.beta
     n_rejuv = cfg.n_rejuv
@@ -301,15 +279,15 @@ def filter_docs(
     K = nk.shape[1]
     R = res.res_w.shape[0]
     scratch = dptr.shape[0] - 1
-    wbeta = W * beta
+    prior = Prior(alpha, beta, W * beta)
     kalpha = K * alpha
     q = np.empty(K, dtype=np.float64)
     zcur = np.zeros(P, dtype=np.int64)
     offspring = np.zeros(P, dtype=np.int64)
     idx = np.zeros(max(n_rejuv, 1), dtype=np.int64)
-    n_docs = indptr.shape[0] - 1
+    n_docs = batch.indptr.shape[0] - 1
     for d in range(n_docs):
-        n = _shuffled_tokens(indptr[d], indptr[d + 1], word_ids, counts, tok, rng)
+        n = _shuffled_tokens(batch, d, tok, rng)
         if n == 0:
             for k in range(K):
                 theta[d, k] = 1.0 / K
@@ -318,13 +296,13 @@ def filter_docs(
         for t in range(n):
             w = tok[t]
             if ctr[N_FREE] < P:
-                _collapse(zcur, words, docs, res, parts)
+                _collapse(zcur, state)
                 if ctr[N_FREE] < P:
                     return -1
             nd = float(slot_len[s])
             total = 0.0
             for p in range(P):
-                inc = proposal(rows, ptr[w, p], nk[p], drows[dptr[s, p]], nd, alpha, beta, wbeta, q)  # step 1
+                inc = proposal(rows, ptr[w, p], nk[p], drows[dptr[s, p]], nd, prior, q)  # step 1
                 k = sample_cat(q, K, inc, rng)  # step 3
                 zcur[p] = k
                 r = own_row(words, ctr, p, w)
@@ -348,14 +326,14 @@ def filter_docs(
                 if pos >= 0:
                     store_token(pos, w, s, zcur, res, docs, ctr)
             if ess < cfg.ess_threshold * P:
-                _resample(offspring, zcur, words, docs, res, parts)
+                _resample(offspring, zcur, state)
                 ctr[RESAMPLES] += 1
                 if n_rejuv > 0 and ctr[FILL] > 0:
                     if ctr[N_FREE] < n_rejuv * P:
-                        _collapse(zcur, words, docs, res, parts)
+                        _collapse(zcur, state)
                         if ctr[N_FREE] < n_rejuv * P:
                             return -1
-                    _rejuvenate(cfg, idx, q, words, docs, res, parts)
+                    _rejuvenate(cfg, idx, q, state)
         nd_final = float(slot_len[s])
         for k in range(K):
             acc = 0.0

@@ -10,6 +10,7 @@ the topics fixed), used by the experiments in ``benchmarks/pf_experiment.py``.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
@@ -18,38 +19,78 @@ from numpy.typing import NDArray
 from ._pf_filter import reservoir_position, store_token
 from ._pf_pools import close_slot, open_slot
 from ._pf_rng import rng_below, sample_cat
-from ._pf_state import D_FREE, FILL, N_FREE, PEAK_ROWS, TOKENS, DocRows, Particles, Reservoir, WordRows
+from ._pf_state import D_FREE, FILL, N_FREE, PEAK_ROWS, TOKENS, Prior, State
 
-__all__ = ["fold_in_gibbs", "gibbs_chain", "gibbs_init", "heldout_loglik", "install_init"]
+__all__ = [
+    "Chain",
+    "InitPlan",
+    "TokenDocs",
+    "Tokens",
+    "fold_in_gibbs",
+    "gibbs_chain",
+    "gibbs_init",
+    "heldout_loglik",
+    "install_init",
+    "new_chain",
+]
 
 # Gibbs sweeps of the fold-in that scores an initial chain on the held-out documents (the seed's evaluation).
 _COMPLETION_SWEEPS = 5
 
 
+class Tokens(NamedTuple):
+    """A Gibbs chain's tokens: local word id (< V) ``words[i]``, document ``doc_of[i]``, topic ``z[i]`` (updated
+    in place by the chain)."""
+
+    words: NDArray[np.int64]
+    doc_of: NDArray[np.int64]
+    z: NDArray[np.int64]
+
+
+class TokenDocs(NamedTuple):
+    """Documents as token lists: document d's tokens (word ids, one per token) are ``words[ptr[d]:ptr[d+1]]``."""
+
+    ptr: NDArray[np.int64]
+    words: NDArray[np.int64]
+
+
+class InitPlan(NamedTuple):
+    """The Gibbs initialisation's settings: sweeps per chain, chains (the best of them is kept) and the share of
+    the sample's documents held out to choose it (:func:`gibbs_init`)."""
+
+    sweeps: int
+    restarts: int
+    holdout: float
+
+
+class Chain(NamedTuple):
+    """A Gibbs chain's counts n_kw (K×V), n_k, n_dk (n_docs×K), and its K-long scratch ``q``."""
+
+    nkw: NDArray[np.int64]
+    nk: NDArray[np.int64]
+    ndk: NDArray[np.int64]
+    q: NDArray[np.float64]
+
+
+def new_chain(n_docs: int, V: int, K: int) -> Chain:
+    """Zero counts for a chain over V local words, K topics and ``n_docs`` documents."""
+    zeros = np.zeros
+    return Chain(zeros((K, V), np.int64), zeros(K, np.int64), zeros((n_docs, K), np.int64), np.empty(K))
+
+
 @njit(cache=True, nogil=True, inline="always")
-def _count_token(
-    nkw: NDArray[np.int64], nk: NDArray[np.int64], ndk: NDArray[np.int64], w: int, d: int, k: int, delta: int
-) -> None:
+def _count_token(chain: Chain, w: int, d: int, k: int, delta: int) -> None:
     """Add ``delta`` (+1 or −1) to the counts n_kw, n_k, n_dk of one token: word w of document d in topic k."""
-    nkw[k, w] += delta
-    nk[k] += delta
-    ndk[d, k] += delta
+    chain.nkw[k, w] += delta
+    chain.nk[k] += delta
+    chain.ndk[d, k] += delta
 
 
 @njit(cache=True, nogil=True)
-def _conditional_draw(
-    nkw: NDArray[np.int64],
-    nk: NDArray[np.int64],
-    ndk: NDArray[np.int64],
-    w: int,
-    d: int,
-    alpha: float,
-    beta: float,
-    wbeta: float,
-    q: NDArray[np.float64],
-    rng: NDArray[np.uint64],
-) -> int:
+def _conditional_draw(chain: Chain, w: int, d: int, prior: Prior, rng: NDArray[np.uint64]) -> int:
     """Draw z_i from P(z_i = k | rest) ∝ (n_kw + β)/(n_k + Wβ) · (n_dk + α), token i's counts removed."""
+    nkw, nk, ndk, q = chain
+    alpha, beta, wbeta = prior
     K = nk.shape[0]
     total = 0.0
     for kk in range(K):
@@ -61,78 +102,48 @@ def _conditional_draw(
 
 @njit(cache=True, nogil=True)
 def gibbs_chain(
-    words: NDArray[np.int64],
-    doc_of: NDArray[np.int64],
-    n_docs: int,
-    V: int,
-    K: int,
-    alpha: float,
-    beta: float,
-    wbeta: float,
-    sweeps: int,
-    z: NDArray[np.int64],
-    init_random: bool,
-    rng: NDArray[np.uint64],
-) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
-    """Collapsed Gibbs sampling for LDA (Griffiths & Steyvers 2004) on tokens ``words`` (local ids < V) of
-    documents ``doc_of``: the initialisation of the seed. P(z_i = k | rest) ∝ (n_kw¬i + β)/(n_k¬i + Wβ)
-    · (n_dk¬i + α), with ``wbeta`` = Wβ of the full vocabulary. If ``init_random`` the chain starts from
-    uniform topics, else from ``z``. ``z`` is updated in place; returns (n_kw as K×V, n_k, n_dk as
-    n_docs×K)."""
+    toks: Tokens, chain: Chain, prior: Prior, sweeps: int, init_random: bool, rng: NDArray[np.uint64]
+) -> None:
+    """Collapsed Gibbs sampling for LDA (Griffiths & Steyvers 2004) on ``toks``: the initialisation of the
+    seed. P(z_i = k | rest) ∝ (n_kw¬i + β)/(n_k¬i + Wβ) · (n_dk¬i + α), with ``prior.wbeta`` = Wβ of the full
+    vocabulary. If ``init_random`` the chain starts from uniform topics, else from ``toks.z``. The tokens are
+    added to ``chain``'s counts (zero for a new chain, :func:`new_chain`), ``toks.z`` and ``chain`` are
+    updated in place."""
+    words, doc_of, z = toks
+    K = chain.nk.shape[0]
     N = words.shape[0]
-    nkw = np.zeros((K, V), dtype=np.int64)
-    nk = np.zeros(K, dtype=np.int64)
-    ndk = np.zeros((n_docs, K), dtype=np.int64)
-    q = np.empty(K, dtype=np.float64)
     for i in range(N):
         if init_random:
             z[i] = rng_below(rng, K)
-        _count_token(nkw, nk, ndk, words[i], doc_of[i], z[i], 1)
+        _count_token(chain, words[i], doc_of[i], z[i], 1)
     for _ in range(sweeps):
         for i in range(N):
             w = words[i]
             d = doc_of[i]
-            _count_token(nkw, nk, ndk, w, d, z[i], -1)
-            z[i] = _conditional_draw(nkw, nk, ndk, w, d, alpha, beta, wbeta, q, rng)
-            _count_token(nkw, nk, ndk, w, d, z[i], 1)
-    return nkw, nk, ndk
+            _count_token(chain, w, d, z[i], -1)
+            z[i] = _conditional_draw(chain, w, d, prior, rng)
+            _count_token(chain, w, d, z[i], 1)
 
 
 @njit(cache=True, nogil=True)
-def _gibbs_add_docs(
-    words: NDArray[np.int64],
-    doc_of: NDArray[np.int64],
-    z: NDArray[np.int64],
-    start: int,
-    nkw: NDArray[np.int64],
-    nk: NDArray[np.int64],
-    ndk: NDArray[np.int64],
-    alpha: float,
-    beta: float,
-    wbeta: float,
-    rng: NDArray[np.uint64],
-) -> None:
+def _gibbs_add_docs(toks: Tokens, start: int, chain: Chain, prior: Prior, rng: NDArray[np.uint64]) -> None:
     """Add tokens ``start:`` to a Gibbs state one at a time, each drawn from its conditional given everything
     added before it (used to fold the held-out part of the initial sample into the chosen chain)."""
-    q = np.empty(nk.shape[0], dtype=np.float64)
+    words, doc_of, z = toks
     for i in range(start, words.shape[0]):
         w = words[i]
         d = doc_of[i]
-        z[i] = _conditional_draw(nkw, nk, ndk, w, d, alpha, beta, wbeta, q, rng)
-        _count_token(nkw, nk, ndk, w, d, z[i], 1)
+        z[i] = _conditional_draw(chain, w, d, prior, rng)
+        _count_token(chain, w, d, z[i], 1)
 
 
 @njit(cache=True, nogil=True)
 def fold_in_gibbs(
-    tok_ptr: NDArray[np.int64],
-    toks: NDArray[np.int64],
-    phi: NDArray[np.float64],
-    alpha: float,
-    sweeps: int,
-    rng: NDArray[np.uint64],
+    docs: TokenDocs, phi: NDArray[np.float64], alpha: float, sweeps: int, rng: NDArray[np.uint64]
 ) -> NDArray[np.int64]:
     """The seed's evaluation: with φ (K×V) fixed, run ``sweeps`` Gibbs sweeps on each document's tokens
     (P(z_i = k) ∝ φ_k,w (n_dk¬i + α), topics initialised uniformly at random) and return the final n_dk."""
+    tok_ptr, toks = docs
     K = phi.shape[0]
     n_docs = tok_ptr.shape[0] - 1
     ndk = np.zeros((n_docs, K), dtype=np.int64)
@@ -162,11 +173,10 @@ def fold_in_gibbs(
 
 
 @njit(cache=True, nogil=True)
-def _completion_loglik(
-    tok_ptr: NDArray[np.int64], toks: NDArray[np.int64], ndk: NDArray[np.int64], phi: NDArray[np.float64], alpha: float
-) -> float:
+def _completion_loglik(docs: TokenDocs, ndk: NDArray[np.int64], phi: NDArray[np.float64], alpha: float) -> float:
     """Σ over the odd-numbered tokens of every document of log Σ_k θ_dk φ_kw, θ_d = (n_dk + α)/(n + Kα) from
     the counts ``ndk`` of its n even-numbered tokens."""
+    tok_ptr, toks = docs
     K = phi.shape[0]
     ll = 0.0
     for d in range(tok_ptr.shape[0] - 1):
@@ -183,41 +193,36 @@ def _completion_loglik(
 
 
 def heldout_loglik(
-    tok_ptr: NDArray[np.int64], toks: NDArray[np.int64], phi: NDArray[np.float64], alpha: float, rng: NDArray[np.uint64]
+    docs: TokenDocs, phi: NDArray[np.float64], alpha: float, rng: NDArray[np.uint64]
 ) -> tuple[float, int]:
     """Document completion: infer θ_d from the even-numbered tokens of each document by Gibbs fold-in with φ
     fixed (:func:`fold_in_gibbs`, ``_COMPLETION_SWEEPS`` sweeps), then score the odd-numbered ones by
     log Σ_k θ_dk φ_kw. Returns (sum of log-likelihoods, tokens scored); the seed's best-of-N initialisation keeps
     the chain with the lowest perplexity exp(-sum/n)."""
+    tok_ptr, toks = docs
     lengths = np.diff(tok_ptr)
     position = np.arange(toks.size) - np.repeat(tok_ptr[:-1], lengths)
     even_ptr = np.zeros_like(tok_ptr)
     np.cumsum((lengths + 1) // 2, out=even_ptr[1:])
-    ndk = fold_in_gibbs(even_ptr, np.ascontiguousarray(toks[position % 2 == 0]), phi, alpha, _COMPLETION_SWEEPS, rng)
-    return _completion_loglik(tok_ptr, toks, ndk, phi, alpha), int(lengths.sum() - even_ptr[-1])
+    even = TokenDocs(even_ptr, np.ascontiguousarray(toks[position % 2 == 0]))
+    ndk = fold_in_gibbs(even, phi, alpha, _COMPLETION_SWEEPS, rng)
+    return _completion_loglik(docs, ndk, phi, alpha), int(lengths.sum() - even_ptr[-1])
 
 
 def gibbs_init(
-    words: NDArray[np.int64],
-    doc_ptr: NDArray[np.int64],
-    n_topics: int,
-    n_words: int,
-    alpha: float,
-    beta: float,
-    sweeps: int,
-    restarts: int,
-    holdout: float,
-    rng: NDArray[np.uint64],
+    sample: TokenDocs, n_topics: int, prior: Prior, plan: InitPlan, rng: NDArray[np.uint64]
 ) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
-    """The initial model: collapsed Gibbs on the sample ``words`` (documents delimited by ``doc_ptr``).
+    """The initial model: collapsed Gibbs on the ``sample``'s tokens, LDA's priors ``prior``.
 
-    With ``restarts`` = N > 1, N chains run on the first 1 − ``holdout`` of the documents, each is scored by
-    held-out perplexity on the rest, the best is kept, the held-out documents are added to it and max(5,
-    sweeps // 10) more sweeps run over all (the seed's label-free best-of-N). Returns the topic of every token
-    and the documents' mixtures (n_dk + α)/(n_d + Kα).
+    With ``plan.restarts`` = N > 1, N chains run on the first 1 − ``plan.holdout`` of the documents, each is
+    scored by held-out perplexity on the rest, the best is kept, the held-out documents are added to it and
+    max(5, sweeps // 10) more sweeps run over all (the seed's label-free best-of-N). Returns the topic of every
+    token and the documents' mixtures (n_dk + α)/(n_d + Kα).
     """
+    doc_ptr, words = sample
+    sweeps, restarts, holdout = plan
+    alpha, beta, _ = prior
     K = n_topics
-    wbeta = n_words * beta
     n_docs = doc_ptr.shape[0] - 1
     vocab, local = np.unique(words, return_inverse=True)
     local = local.astype(np.int64)
@@ -232,47 +237,41 @@ def gibbs_init(
         best_ll, best_z = -np.inf, z[:cut].copy()
         for _ in range(restarts):
             zc = np.zeros(cut, dtype=np.int64)
-            nkw, nk, _ = gibbs_chain(
-                local[:cut], doc_of[:cut], n_train_docs, V, K, alpha, beta, wbeta, sweeps, zc, True, rng
-            )
-            phi = (nkw + beta) / (nk[:, None] + wbeta)
-            ll, n = heldout_loglik(hold_ptr, local[cut:], phi, alpha, rng)
+            chain = new_chain(n_train_docs, V, K)
+            gibbs_chain(Tokens(local[:cut], doc_of[:cut], zc), chain, prior, sweeps, True, rng)
+            phi = (chain.nkw + beta) / (chain.nk[:, None] + prior.wbeta)
+            ll, n = heldout_loglik(TokenDocs(hold_ptr, local[cut:]), phi, alpha, rng)
             score = ll / max(n, 1)
             if score > best_ll:
                 best_ll, best_z = score, zc
         z[:cut] = best_z
         # Fold the held-out documents into the chosen chain, then a few sweeps over the whole sample.
-        nkw, nk, ndk = gibbs_chain(local[:cut], doc_of[:cut], n_docs, V, K, alpha, beta, wbeta, 0, z[:cut], False, rng)
-        _gibbs_add_docs(local, doc_of, z, cut, nkw, nk, ndk, alpha, beta, wbeta, rng)
-        more = max(5, sweeps // 10)
-        nkw, nk, ndk = gibbs_chain(local, doc_of, n_docs, V, K, alpha, beta, wbeta, more, z, False, rng)
+        chain = new_chain(n_docs, V, K)
+        gibbs_chain(Tokens(local[:cut], doc_of[:cut], z[:cut]), chain, prior, 0, False, rng)
+        _gibbs_add_docs(Tokens(local, doc_of, z), cut, chain, prior, rng)
+        chain = new_chain(n_docs, V, K)
+        gibbs_chain(Tokens(local, doc_of, z), chain, prior, max(5, sweeps // 10), False, rng)
     else:
-        nkw, nk, ndk = gibbs_chain(local, doc_of, n_docs, V, K, alpha, beta, wbeta, sweeps, z, True, rng)
+        chain = new_chain(n_docs, V, K)
+        gibbs_chain(Tokens(local, doc_of, z), chain, prior, sweeps, True, rng)
     nd = np.diff(doc_ptr).astype(np.float64)
-    theta = (ndk + alpha) / (nd[:, None] + K * alpha)
+    theta = (chain.ndk + alpha) / (nd[:, None] + K * alpha)
     return z, theta
 
 
 @njit(cache=True, nogil=True)
 def install_init(
-    tokens: NDArray[np.int64],
-    doc_ptr: NDArray[np.int64],
-    z: NDArray[np.int64],
-    alpha: float,
-    theta: NDArray[np.float64],
-    words: WordRows,
-    docs: DocRows,
-    res: Reservoir,
-    parts: Particles,
+    sample: TokenDocs, z: NDArray[np.int64], alpha: float, theta: NDArray[np.float64], state: State
 ) -> int:
-    """Start every particle from one initial model: the assignments ``z`` of the initial sample's tokens
-    (``tokens`` in document order, documents delimited by ``doc_ptr``).
+    """Start every particle from one initial model: the assignments ``z`` of the initial ``sample``'s tokens.
 
     All particles share the resulting count rows and document-count rows (reference count P), so no word is
     divergent. The initial sample's tokens then enter the reservoir in order like any other tokens
     (``docs/particle-filter.md``, "Initialisation"), and θ_d of each initial document is (n_dk + α)/(n_d + Kα).
     Returns 0, or -1 if the pool is too small.
     """
+    doc_ptr, tokens = sample
+    words, docs, res, parts = state
     ctr = parts.ctr
     nk = parts.nk
     rows = words.rows

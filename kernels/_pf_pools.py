@@ -10,7 +10,7 @@ tokens on the divergent-token list. :func:`forget_words` serves ``reset_words``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from numba import njit
@@ -27,12 +27,35 @@ from ._pf_state import (
     PEAK_ROWS,
     SLOT_TOP,
     DocRows,
-    Particles,
     Reservoir,
+    State,
     WordRows,
 )
 
 __all__ = ["close_slot", "copy_pairs", "forget_words", "mark_divergent_token", "open_slot", "own_drow", "own_row"]
+
+
+class Pool(NamedTuple):
+    """One pool of count rows shared copy on write, as :class:`kernels._pf_state.WordRows` and
+    :class:`kernels._pf_state.DocRows` each hold one: the rows (row 0 the zero row), their reference counts
+    ``ref``, the free stack ``free[:ctr[top]]``, and the pointers ``ptr[i, p]`` of entry i (a word, a document
+    slot) and particle p into the rows."""
+
+    rows: NDArray[np.int32]
+    ref: NDArray[np.int64]
+    free: NDArray[np.int64]
+    ptr: NDArray[np.int32]
+    top: int
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _word_pool(words: WordRows) -> Pool:
+    return Pool(words.rows, words.refcnt, words.free, words.ptr, N_FREE)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _doc_pool(docs: DocRows) -> Pool:
+    return Pool(docs.drows, docs.dref, docs.dfree, docs.dptr, D_FREE)
 
 
 @njit(cache=True, nogil=True)
@@ -49,9 +72,9 @@ def _fill_private(rows: NDArray[np.int32], new: int, r: int) -> None:
 
 
 @njit(cache=True, nogil=True)
-def _unref(refcnt: NDArray[np.int64], free: NDArray[np.int64], ctr: NDArray[np.int64], top: int, r: int) -> None:
-    """Drop one reference to pool row ``r``; a row nobody uses any more goes back on the free stack ``free``
-    (``ctr[top]`` entries long)."""
+def _unref(pool: Pool, ctr: NDArray[np.int64], r: int) -> None:
+    """Drop one reference to pool row ``r``; a row nobody uses any more goes back on the pool's free stack."""
+    refcnt, free, top = pool.ref, pool.free, pool.top
     refcnt[r] -= 1
     if refcnt[r] == 0:
         free[ctr[top]] = r
@@ -61,27 +84,20 @@ def _unref(refcnt: NDArray[np.int64], free: NDArray[np.int64], ctr: NDArray[np.i
 # Inlined by numba: called once per divergent word and document slot in every resampling, as a call it made the
 # filter about 20% slower (benchmark of partial_fit on synthetic data).
 @njit(cache=True, nogil=True, inline="always")
-def _copy_pointers(
-    ptrs: NDArray[np.int32],
-    src: NDArray[np.int64],
-    dst: NDArray[np.int64],
-    n_pairs: int,
-    refcnt: NDArray[np.int64],
-    free: NDArray[np.int64],
-    ctr: NDArray[np.int64],
-    top: int,
-) -> int:
-    """``ptrs[dst[i]] := ptrs[src[i]]`` for every pair (one pool pointer per particle), reference counts kept
-    (the zero row 0 is not counted) and unused rows freed (:func:`_unref`). Returns the pointers rewritten."""
+def _copy_pointers(pool: Pool, ctr: NDArray[np.int64], e: int, src: NDArray[np.int64], dst: NDArray[np.int64]) -> int:
+    """``ptrs[dst[i]] := ptrs[src[i]]`` for every pair i, ``ptrs`` = entry e's pointers (one per particle),
+    reference counts kept (the zero row 0 is not counted) and unused rows freed (:func:`_unref`). Returns the
+    pointers rewritten."""
+    ptrs = pool.ptr[e]
     copied = 0
-    for i in range(n_pairs):
+    for i in range(src.shape[0]):
         rs = ptrs[src[i]]
         rd = ptrs[dst[i]]
         if rs != rd:
             if rd != 0:
-                _unref(refcnt, free, ctr, top, rd)
+                _unref(pool, ctr, rd)
             if rs != 0:
-                refcnt[rs] += 1
+                pool.ref[rs] += 1
             ptrs[dst[i]] = rs
             copied += 1
     return copied
@@ -123,19 +139,10 @@ def mark_divergent_token(res: Reservoir, ctr: NDArray[np.int64], j: int) -> None
 
 # Inlined: both callers run once per token and particle in the filter and the rejuvenation.
 @njit(cache=True, nogil=True, inline="always")
-def _copy_on_write(
-    rows: NDArray[np.int32],
-    ref: NDArray[np.int64],
-    free: NDArray[np.int64],
-    ptr: NDArray[np.int32],
-    ctr: NDArray[np.int64],
-    top: int,
-    i: int,
-    p: int,
-    r: int,
-) -> int:
+def _copy_on_write(pool: Pool, ctr: NDArray[np.int64], i: int, p: int, r: int) -> int:
     """Copy on write in one pool: particle p's row ``r = ptr[i, p]``, shared or the zero row 0, becomes a private
     copy taken from the free stack ``free[:ctr[top]]`` (the caller guarantees one); returns its index."""
+    rows, ref, free, ptr, top = pool
     ctr[top] -= 1
     new = free[ctr[top]]
     _fill_private(rows, new, r)
@@ -159,7 +166,7 @@ def own_row(words: WordRows, ctr: NDArray[np.int64], p: int, w: int) -> int:
     _list_add(words.div, words.div_mark, ctr, N_DIV, w)
     if r != 0:
         ctr[COW_ROWS] += 1
-    new = _copy_on_write(words.rows, words.refcnt, words.free, words.ptr, ctr, N_FREE, w, p, r)
+    new = _copy_on_write(_word_pool(words), ctr, w, p, r)
     used = words.rows.shape[0] - 1 - ctr[N_FREE]
     if used > ctr[PEAK_ROWS]:
         ctr[PEAK_ROWS] = used
@@ -173,19 +180,19 @@ def own_drow(docs: DocRows, ctr: NDArray[np.int64], s: int, p: int) -> int:
     r = docs.dptr[s, p]
     if r != 0 and docs.dref[r] == 1:
         return r
-    return _copy_on_write(docs.drows, docs.dref, docs.dfree, docs.dptr, ctr, D_FREE, s, p, r)
+    return _copy_on_write(_doc_pool(docs), ctr, s, p, r)
 
 
 @njit(cache=True, nogil=True)
 def _release_slot(docs: DocRows, ctr: NDArray[np.int64], s: int) -> None:
     """Point every particle's document counts of slot s at the zero row (rows nobody uses go back)."""
     dptr = docs.dptr
-    dref = docs.dref
+    pool = _doc_pool(docs)
     P = dptr.shape[1]
     for p in range(P):
         r = dptr[s, p]
         if r != 0:
-            _unref(dref, docs.dfree, ctr, D_FREE, r)
+            _unref(pool, ctr, r)
             dptr[s, p] = 0
 
 
@@ -219,15 +226,7 @@ def close_slot(docs: DocRows, ctr: NDArray[np.int64], s: int) -> None:
 
 
 @njit(cache=True, nogil=True)
-def copy_pairs(
-    src: NDArray[np.int64],
-    dst: NDArray[np.int64],
-    n_pairs: int,
-    words: WordRows,
-    docs: DocRows,
-    res: Reservoir,
-    parts: Particles,
-) -> None:
+def copy_pairs(src: NDArray[np.int64], dst: NDArray[np.int64], n_pairs: int, state: State) -> None:
     """Make particle ``dst[i]`` a copy of ``src[i]`` for every pair i (step 4), copying only what differs.
 
     Topic–word counts: only the words on the divergent-word list are visited (every other word has one row
@@ -237,16 +236,21 @@ def copy_pairs(
     in use; the reservoir's z only for the slots on the divergent-token list (dropped from it once all
     particles agree). No source is a destination.
     """
+    words, docs, res, parts = state
     ctr = parts.ctr
     nk = parts.nk
     div = words.div
     K = nk.shape[1]
+    wpool = _word_pool(words)
+    dpool = _doc_pool(docs)
+    pairs_src = src[:n_pairs]
+    pairs_dst = dst[:n_pairs]
     copied = 0
     a = 0
     while a < ctr[N_DIV]:
         w = div[a]
         pw = words.ptr[w]
-        copied += _copy_pointers(pw, src, dst, n_pairs, words.refcnt, words.free, ctr, N_FREE)
+        copied += _copy_pointers(wpool, ctr, w, pairs_src, pairs_dst)
         if _all_agree(pw):  # leaves the list (the last entry takes its place and is visited next)
             _list_drop(div, words.div_mark, ctr, N_DIV, a)
         else:
@@ -258,7 +262,7 @@ def copy_pairs(
     dptr = docs.dptr
     for s in range(dptr.shape[0]):
         if docs.slot_refs[s] > 0:
-            copied += _copy_pointers(dptr[s], src, dst, n_pairs, docs.dref, docs.dfree, ctr, D_FREE)
+            copied += _copy_pointers(dpool, ctr, s, pairs_src, pairs_dst)
     rdiv = res.rdiv
     a = 0
     while a < ctr[N_RDIV]:
@@ -275,20 +279,15 @@ def copy_pairs(
 
 
 @njit(cache=True, nogil=True)
-def forget_words(
-    ids: NDArray[np.int64],
-    mask: NDArray[np.bool_],
-    words: WordRows,
-    docs: DocRows,
-    res: Reservoir,
-    parts: Particles,
-) -> None:
+def forget_words(ids: NDArray[np.int64], mask: NDArray[np.bool_], state: State) -> None:
     """reset_words: point every particle's rows of these words at the zero row (n_k reduced accordingly, rows
     nobody uses go back to the pool) and drop the words' tokens from the reservoir (compacted)."""
+    words, docs, res, parts = state
     ctr = parts.ctr
     nk = parts.nk
     rows = words.rows
     ptr = words.ptr
+    wpool = _word_pool(words)
     P = ptr.shape[1]
     K = nk.shape[1]
     slot_refs = docs.slot_refs
@@ -300,7 +299,7 @@ def forget_words(
             if r != 0:
                 for k in range(K):
                     nk[p, k] -= rows[r, k]
-                _unref(words.refcnt, words.free, ctr, N_FREE, r)
+                _unref(wpool, ctr, r)
                 ptr[w, p] = 0
     res_w = res.res_w
     res_slot = res.res_slot

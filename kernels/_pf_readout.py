@@ -7,6 +7,7 @@ import numpy as np
 from numba import njit
 from numpy.typing import NDArray
 
+from ._batch import CSR
 from ._pf_state import WordRows
 
 __all__ = ["fold_in_mean_field", "mean_phi_columns"]
@@ -38,17 +39,11 @@ def mean_phi_columns(
 
 
 @njit(cache=True, nogil=True)
-def fold_in_mean_field(
-    indptr: NDArray[np.int64],
-    local: NDArray[np.int64],
-    counts: NDArray[np.float64],
-    phi: NDArray[np.float64],
-    alpha: float,
-    iters: int,
-) -> NDArray[np.float64]:
+def fold_in_mean_field(docs: CSR, phi: NDArray[np.float64], alpha: float, iters: int) -> NDArray[np.float64]:
     """Deterministic fold-in for ``transform``: with φ fixed, iterate
     θ_dk ∝ α + Σ_w c_w θ_dk φ_kw / Σ_k' θ_dk' φ_k'w (the EM fixed point of the document's posterior mean).
-    Rows sum to 1; an empty document gets the prior mean."""
+    ``docs.ids`` index the columns of ``phi``. Rows sum to 1; an empty document gets the prior mean."""
+    indptr, local, counts = docs
     K = phi.shape[0]
     n_docs = indptr.shape[0] - 1
     theta = np.empty((n_docs, K), dtype=np.float64)

@@ -36,7 +36,9 @@ __all__ = [
     "Config",
     "DocRows",
     "Particles",
+    "Prior",
     "Reservoir",
+    "State",
     "WordRows",
     "allocate",
     "arrays",
@@ -124,6 +126,23 @@ class Particles(NamedTuple):
     ctr: NDArray[np.int64]  # (N_CTR,), indexed by the constants above
     fst: NDArray[np.float64]  # (N_FST,)
     prng: NDArray[np.uint64]  # (4,) xoshiro256** state (kernels._pf_rng)
+
+
+class State(NamedTuple):
+    """The four bundles together: what the filter's steps read and write (numba unpacks the nested bundles)."""
+
+    words: WordRows
+    docs: DocRows
+    res: Reservoir
+    parts: Particles
+
+
+class Prior(NamedTuple):
+    """LDA's symmetric Dirichlet priors α (document–topic) and β (topic–word), and Wβ for W words."""
+
+    alpha: float
+    beta: float
+    wbeta: float
 
 
 class Config(NamedTuple):

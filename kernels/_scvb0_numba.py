@@ -12,6 +12,7 @@ from numba import njit
 from numpy.typing import NDArray
 
 from ._base import EXACT_FASTMATH
+from ._batch import CSR
 
 # N^Φ is stored as s·M. When s falls below this, M is multiplied by s and s reset to 1 (an O(W·K) pass that
 # happens once every log(1e-30)/log(1-ρ_min) minibatches, i.e. every ~6,900 minibatches at ρ_min = 0.01).
@@ -29,6 +30,66 @@ class ThetaSteps(NamedTuple):
     scale: float
     tau: float
     kappa: float
+
+
+class Topics(NamedTuple):
+    """The learned topics: N^Φ = s·``M`` (W×K; the scale s is a float beside the bundle, the fit returns its
+    new value) and N^Z (``nz``, K). The numba functions update both in place."""
+
+    M: NDArray[np.float64]
+    nz: NDArray[np.float64]
+
+
+class Config(NamedTuple):
+    """The settings SCVB0's numba code reads: the symmetric α, the background weight (:func:`doc_alpha`), η, the
+    document step sizes, the burn-in passes of the fit and the sweeps of inference."""
+
+    alpha: float
+    background: float
+    eta: float
+    steps: ThetaSteps
+    burn_in: int
+    passes: int
+
+
+class Plan(NamedTuple):
+    """What the Python side prepares for one ``partial_fit``: the initial N^Θ of each document (``theta0``), the
+    minibatches' document bounds ``mb_docs``, and their ρ^Φ (``rhos``) and corpus sizes C (``corpus``)."""
+
+    theta0: NDArray[np.float64]
+    mb_docs: NDArray[np.int64]
+    rhos: NDArray[np.float64]
+    corpus: NDArray[np.float64]
+
+
+class Terms(NamedTuple):
+    """Eq. 5's topic side for one minibatch: ``M``, ``sinv_k = s/(N^Z_k + Wη)``, ``einv_k = η/(N^Z_k + Wη)``, and
+    the scratch γ (K)."""
+
+    M: NDArray[np.float64]
+    sinv: NDArray[np.float64]
+    einv: NDArray[np.float64]
+    gam: NDArray[np.float64]
+
+
+class Doc(NamedTuple):
+    """One document in a pass: its distinct words ``ids`` with counts ``cnts`` (C_j = ``c_doc`` in all), its
+    N^Θ_j (``nt``, updated in place) and its prior α_k (``alpha``, :func:`doc_alpha`)."""
+
+    ids: NDArray[np.int64]
+    cnts: NDArray[np.float64]
+    c_doc: float
+    nt: NDArray[np.float64]
+    alpha: NDArray[np.float64]
+
+
+class Ghat(NamedTuple):
+    """Where a pass accumulates Ĝ (one row per distinct word of the minibatch, ``slot[w]``), and whether it does
+    (``on``: the last pass only)."""
+
+    ghat: NDArray[np.float64]
+    slot: NDArray[np.int64]
+    on: bool
 
 
 # -------------------------------------------------------------------------------------------- numba kernels
@@ -89,35 +150,23 @@ def _add_normalised(gam: NDArray[np.float64], a: int, norm: float, m: float, nt:
 
 
 @njit(cache=True, nogil=True, fastmath=EXACT_FASTMATH)
-def _doc_pass(
-    ids: NDArray[np.int64],
-    cnts: NDArray[np.float64],
-    M: NDArray[np.float64],
-    sinv: NDArray[np.float64],
-    einv: NDArray[np.float64],
-    nt: NDArray[np.float64],
-    alpha: NDArray[np.float64],
-    c_doc: float,
-    t0: float,
-    steps: ThetaSteps,
-    ghat: NDArray[np.float64],
-    slot: NDArray[np.int64],
-    accumulate: bool,
-    gam: NDArray[np.float64],
-) -> float:
+def _doc_pass(doc: Doc, terms: Terms, steps: ThetaSteps, t0: float, acc: Ghat) -> float:
     """One pass over the distinct words of a document (Algorithm 2, inner loop), clumped.
 
     For each distinct word ``w`` with count ``m``:
 
-    * Eq. 5:  γ_k ∝ (N^Φ_wk + η) / (N^Z_k + Wη) · (N^Θ_jk + α_k) (``alpha``: the document's α_k, :func:`doc_alpha`),
-      with N^Φ_wk = s·M_wk and the per-minibatch constants ``sinv_k = s/(N^Z_k + Wη)``, ``einv_k = η/(N^Z_k + Wη)``;
+    * Eq. 5:  γ_k ∝ (N^Φ_wk + η) / (N^Z_k + Wη) · (N^Θ_jk + α_k) (``doc.alpha``: the document's α_k,
+      :func:`doc_alpha`), with N^Φ_wk = s·M_wk and the per-minibatch constants of :class:`Terms`;
     * Eq. 9 (Eq. 6 applied ``m`` times with γ fixed):
       N^Θ_j := (1-ρ^Θ_t)^m N^Θ_j + C_j γ (1 - (1-ρ^Θ_t)^m), with ρ^Θ_t from ``steps`` (:class:`ThetaSteps`) and
       ``t`` the token iteration within the document (advanced by ``m``);
-    * if ``accumulate`` (the last pass): Ĝ_w += m·γ (the C/|M| factor of Eqs. 7–8 is applied once, later).
+    * if ``acc.on`` (the last pass): Ĝ_w += m·γ (the C/|M| factor of Eqs. 7–8 is applied once, later).
 
-    ``nt`` holds N^Θ_j and is updated in place. Returns the token iteration after the pass.
+    ``doc.nt`` holds N^Θ_j and is updated in place. Returns the token iteration after the pass.
     """
+    ids, cnts, c_doc, nt, alpha = doc
+    M, sinv, einv, gam = terms
+    ghat, slot, accumulate = acc
     K = nt.shape[0]
     t = t0
     for a in range(ids.shape[0]):
@@ -155,28 +204,11 @@ def _doc_pass(
 
 
 @njit(cache=True, nogil=True)
-def _fit(
-    indptr: NDArray[np.int64],
-    word_ids: NDArray[np.int64],
-    counts: NDArray[np.float64],
-    M: NDArray[np.float64],
-    nz: NDArray[np.float64],
-    scale: float,
-    theta0: NDArray[np.float64],
-    mb_docs: NDArray[np.int64],
-    rhos: NDArray[np.float64],
-    corpus: NDArray[np.float64],
-    alpha: float,
-    background: float,
-    eta: float,
-    steps: ThetaSteps,
-    burn_in: int,
-    slot: NDArray[np.int64],
-    theta_out: NDArray[np.float64],
-) -> float:
-    """Algorithm 2 over consecutive minibatches, documents ``mb_docs[b]:mb_docs[b+1]``. Returns the new scale ``s``.
+def _fit(docs: CSR, topics: Topics, scale: float, plan: Plan, cfg: Config) -> tuple[float, NDArray[np.float64]]:
+    """Algorithm 2 over consecutive minibatches, documents ``plan.mb_docs[b]:plan.mb_docs[b+1]``. Returns the new
+    scale ``s`` and the documents' mixtures.
 
-    For minibatch ``b``: every document runs ``burn_in`` passes of Eqs. 5/9, then one more pass that also
+    For minibatch ``b``: every document runs ``cfg.burn_in`` passes of Eqs. 5/9, then one more pass that also
     accumulates Ĝ. Then (Eqs. 7–8), with ρ = ``rhos[b]``, C = ``corpus[b]`` and |M| the minibatch's tokens,
     Ĝ^Φ = (C/|M|) Σ γ and Ĝ^Z = Σ_w Ĝ^Φ_w:
 
@@ -184,11 +216,14 @@ def _fit(
 
     done sparsely on N^Φ = s·M: ``s *= 1-ρ`` and only the minibatch's rows of M get ρĜ^Φ_w / s. Cost
     O(tokens·K + touched rows·K). Minibatches without tokens leave the model untouched (their ``rhos``
-    entry is unused). ``theta0`` holds the initial N^Θ of each document; ``theta_out`` receives normalised
-    N^Θ + α. With ``background`` > 0, topic 0's prior in each document is α_0 = ``background``·C_j
-    (:func:`doc_alpha`); the other topics keep ``alpha``.
-    ``M``, ``nz`` and ``slot`` (all −1, length W) are updated in place; ``slot`` is all −1 again on return.
+    entry is unused). ``plan.theta0`` holds the initial N^Θ of each document; the mixtures returned are
+    normalised N^Θ + α. With ``background`` > 0, topic 0's prior in each document is α_0 = ``background``·C_j
+    (:func:`doc_alpha`); the other topics keep ``alpha``. ``topics`` is updated in place.
     """
+    indptr, word_ids, counts = docs
+    M, nz = topics
+    theta0, mb_docs, rhos, corpus = plan
+    alpha, background, eta, steps, burn_in, _ = cfg
     K = M.shape[1]
     W = M.shape[0]
     s = scale
@@ -197,6 +232,9 @@ def _fit(
     gam = np.empty(K)
     nt = np.empty(K)
     av = np.full(K, alpha)
+    slot = np.full(W, -1, dtype=np.int64)  # word -> row of ghat, for the minibatch's words
+    theta_out = np.empty((indptr.shape[0] - 1, K))
+    terms = Terms(M, sinv, einv, gam)
     n_mb = mb_docs.shape[0] - 1
     for b in range(n_mb):
         d0 = mb_docs[b]
@@ -228,23 +266,9 @@ def _fit(
             for k in range(K):
                 nt[k] = theta0[d, k]
             t = 0.0
+            doc = Doc(ids, cnts, c_doc, nt, av)
             for sweep in range(burn_in + 1):  # burn-in passes, then the pass that accumulates into N^Φ
-                t = _doc_pass(
-                    ids,
-                    cnts,
-                    M,
-                    sinv,
-                    einv,
-                    nt,
-                    av,
-                    c_doc,
-                    t,
-                    steps,
-                    ghat,
-                    slot,
-                    sweep == burn_in,
-                    gam,
-                )
+                t = _doc_pass(doc, terms, steps, t, Ghat(ghat, slot, sweep == burn_in))
             _write_theta(theta_out, d, nt, av)
         if mb_tokens > 0.0:
             rho = rhos[b]
@@ -270,7 +294,7 @@ def _fit(
                 s = _renormalise(M, nz, s)
         for u in range(n_u):
             slot[uwords[u]] = -1
-    return s
+    return s, theta_out
 
 
 @njit(cache=True, nogil=True)
@@ -287,26 +311,18 @@ def _renormalise(M: NDArray[np.float64], nz: NDArray[np.float64], s: float) -> f
 
 
 @njit(cache=True, nogil=True, fastmath=EXACT_FASTMATH)
-def _infer(
-    indptr: NDArray[np.int64],
-    word_ids: NDArray[np.int64],
-    counts: NDArray[np.float64],
-    M: NDArray[np.float64],
-    scale: float,
-    nz: NDArray[np.float64],
-    alpha: float,
-    background: float,
-    eta: float,
-    passes: int,
-    theta_out: NDArray[np.float64],
-) -> None:
+def _infer(docs: CSR, topics: Topics, scale: float, cfg: Config) -> NDArray[np.float64]:
     """Fold-in with the topics fixed: CVB0 (seed Eq. 3, restricted to N^Θ) for each document.
 
     φ_wk = (s·M_wk + η)/(N^Z_k + Wη) is held fixed. γ_a starts at φ_w normalised (uniform θ),
     N^Θ_j = Σ m_a γ_a; then ``passes`` sweeps of γ_a ∝ φ_wa (N^Θ_j^{¬a} + α) with the word's own m_a γ_a
     taken out of N^Θ_j first
-    (clumped CVB0). ``theta_out[d]`` = normalised N^Θ_j + α (α_0 = ``background``·C_j as in :func:`_fit`).
+    (clumped CVB0); ``passes`` is ``cfg.passes``. Returns the mixtures: normalised N^Θ_j + α (α_0 = ``background``·C_j
+    as in :func:`_fit`).
     """
+    indptr, word_ids, counts = docs
+    M, nz = topics
+    alpha, background, eta, _, _, passes = cfg
     n_docs = indptr.shape[0] - 1
     K = M.shape[1]
     W = M.shape[0]
@@ -319,6 +335,7 @@ def _infer(
     for d in range(n_docs):
         max_len = max(max_len, indptr[d + 1] - indptr[d])
     gam = np.empty((max_len, K))
+    theta_out = np.empty((n_docs, K))
     for d in range(n_docs):
         a0 = indptr[d]
         a1 = indptr[d + 1]
@@ -349,3 +366,4 @@ def _infer(
                     norm += g
                 _add_normalised(gam, a, norm, m, nt)
         _write_theta(theta_out, d, nt, av)
+    return theta_out

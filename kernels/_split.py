@@ -53,21 +53,17 @@ class SplitProposal:
 
 
 def propose_split(
-    x: NDArray[np.float64],
-    doc_of: NDArray[np.int64],
-    word_ids: NDArray[np.int64],
-    phi_k: NDArray[np.float64],
-    n_docs: int,
-    iterations: int,
+    x: NDArray[np.float64], doc_of: NDArray[np.int64], docs: Batch, phi_k: NDArray[np.float64], iterations: int
 ) -> SplitProposal | None:
-    """Fit two halves to topic k's tokens ``x`` (one per entry: document ``doc_of``, word ``word_ids``) by EM.
+    """Fit two halves to topic k's tokens ``x`` (one per entry of ``docs``: document ``doc_of``) by EM.
 
     ``phi_k``: topic k's word distribution over the whole vocabulary (the halves' prior). ``None`` when topic k
     holds too few tokens in these documents to split (fewer than two documents).
     """
+    n_docs = docs.n_docs
     keep = x > _MIN_ENTRY
     x, doc_of = x[keep], doc_of[keep]
-    words, w_of = np.unique(word_ids[keep], return_inverse=True)
+    words, w_of = np.unique(docs.word_ids[keep], return_inverse=True)
     n_d = np.bincount(doc_of, weights=x, minlength=n_docs)
     if np.count_nonzero(n_d > 0.5) < 2:
         return None
@@ -123,7 +119,7 @@ def muddled_topics(
         x = c_over_p * theta[doc_of, k] * phi[k, docs.word_ids]  # topic k's expected tokens per entry
         if not x.sum() >= min_tokens:
             continue
-        prop = propose_split(x, doc_of, docs.word_ids, phi[k], docs.n_docs, iterations)
+        prop = propose_split(x, doc_of, docs, phi[k], iterations)
         if prop is not None and prop.distance > threshold and prop.share >= min_share:
             found.append((k, prop))
     found.sort(key=lambda kp: -kp[1].distance)

@@ -301,30 +301,9 @@ class OnlineHDP(OnlineHDPBase):
     tables_: NDArray[np.float64]
     topic_rank_: NDArray[np.int64]
 
-    def __init__(
-        self,
-        n_topics: int,
-        n_words: int,
-        seed: int = 0,
-        *,
-        gamma: float = 1.0,
-        alpha: float = 1.0,
-        eta: float = 0.01,
-        kappa: float = 0.6,
-        tau0: float = 64.0,
-        rho_floor: float = 0.01,
-        batch_size: int = 256,
-        window: int = 25_000,
-        tol: float = 1e-4,
-        max_iter: int = 100,
-        sequential: bool = True,
-        learn_concentrations: bool = False,
-        gamma_shape: float = 1.0,
-        gamma_rate: float = 1.0,
-        alpha_shape: float = 1.0,
-        alpha_rate: float = 1.0,
-    ) -> None:
-        self._store(locals())
+    def __init__(self, n_topics: int, n_words: int, seed: int = 0, *, sequential: bool = True, **settings: Any) -> None:
+        """``settings``: those both online HDPs take (:class:`kernels._hdp_base.OnlineHDPBase`)."""
+        super().__init__(n_topics, n_words, seed, sequential=sequential, **settings)
 
     def _validate_params(self) -> None:
         super()._validate_params()

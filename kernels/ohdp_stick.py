@@ -10,18 +10,55 @@ nothing of it is tuned. Not registered in :data:`kernels.ALGORITHMS`: the servic
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 from numba import njit
 from numpy.typing import NDArray
 
 from ._base import StateValue, TopicModel, check_positive_int, state_array
+from ._batch import CSR
 from ._concentration import stick_log_rest
-from ._hdp_base import Minibatch, OnlineHDPBase
+from ._hdp_base import CorpusStat, Minibatch, OnlineHDPBase
 from ._special import digamma, lgamma
 
 __all__ = ["StickBreakingHDP"]
+
+
+class DocStep(NamedTuple):
+    """The settings of the document step: the prior α0 of the document sticks and its stop test (``tol`` on the
+    relative change of the document's objective, at most ``max_iter`` iterations)."""
+
+    alpha: float
+    tol: float
+    max_iter: int
+
+
+class Expect(NamedTuple):
+    """What the document step reads of the corpus level: ``elog[n, k]`` = E_q[log p(w_n | φ_k)] (one row per
+    distinct word) and ``elogbeta[k]`` = E_q[log β_k]."""
+
+    elog: NDArray[np.float64]
+    elogbeta: NDArray[np.float64]
+
+
+class DocQ(NamedTuple):
+    """One document's variational parameters, written in place: ζ (U×T), φ (T×K) and the sticks (a, b)
+    (T−1 each)."""
+
+    zeta: NDArray[np.float64]
+    phi: NDArray[np.float64]
+    a: NDArray[np.float64]
+    b: NDArray[np.float64]
+
+
+class Stats(NamedTuple):
+    """What the document step of a minibatch adds up: ``stat[u, k] += Σ_t φ_tk ζ_nt c_n`` (Eq. 22, one row per
+    distinct word), ``stat_c[k] += Σ_t φ_tk`` (Eqs. 23–24), and writes: each document's mixture ``theta``."""
+
+    stat: NDArray[np.float64]
+    stat_c: NDArray[np.float64]
+    theta: NDArray[np.float64]
 
 
 @njit(cache=True, nogil=True)
@@ -57,34 +94,45 @@ def _stick_means(a: NDArray[np.float64], b: NDArray[np.float64]) -> NDArray[np.f
 
 
 @njit(cache=True, nogil=True)
-def _stick_doc(
-    cnts: NDArray[np.float64],
-    elog: NDArray[np.float64],
-    elogbeta: NDArray[np.float64],
-    alpha: float,
-    tol: float,
-    max_iter: int,
-    zeta: NDArray[np.float64],
-    phi: NDArray[np.float64],
-    a: NDArray[np.float64],
-    b: NDArray[np.float64],
-    trace: NDArray[np.float64],
-) -> int:
+def _softmax(row: NDArray[np.float64], out: NDArray[np.float64]) -> float:
+    """``out`` := exp(``row``) normalised over the first ``len(out)`` entries (shifted by their maximum, so that
+    nothing overflows), the update of φ (Eq. 17) and of ζ (Eq. 18). Returns log Σ exp(``row``), the block's
+    contribution to the document's objective."""
+    n = out.shape[0]
+    mx = -np.inf
+    for i in range(n):
+        if row[i] > mx:
+            mx = row[i]
+    tot = 0.0
+    for i in range(n):
+        e = np.exp(row[i] - mx)
+        out[i] = e
+        tot += e
+    for i in range(n):
+        out[i] /= tot
+    return mx + np.log(tot)
+
+
+@njit(cache=True, nogil=True)
+def _stick_doc(cnts: NDArray[np.float64], ex: Expect, step: DocStep, q: DocQ, trace: NDArray[np.float64]) -> int:
     """Document-level coordinate ascent of the seed, Eqs. 15–18, for one document (clumped: one ζ row per
     distinct word, weighted by its count, which is exact because equal tokens get equal ζ).
 
-    ``elog[n, k]`` = E_q[log p(w_n | φ_k)] = ψ(λ_kw) − ψ(Σ_w λ_kw); ``elogbeta`` = E_q[log β_k].
-    Start: ζ uniform, (a, b) = (1, α0) (the prior). Each iteration, in this order:
+    ``ex.elog[n, k]`` = E_q[log p(w_n | φ_k)] = ψ(λ_kw) − ψ(Σ_w λ_kw); ``ex.elogbeta`` = E_q[log β_k].
+    Start: ζ uniform, (a, b) = (1, α0) (the prior, α0 = ``step.alpha``). Each iteration, in this order:
 
     * Eq. 17: φ_tk ∝ exp(Σ_n c_n ζ_nt E[log p(w_n|φ_k)] + E[log β_k]);
     * Eq. 18: ζ_nt ∝ exp(Σ_k φ_tk E[log p(w_n|φ_k)] + E[log π_t]);
     * Eqs. 15–16: a_t = 1 + Σ_n c_n ζ_nt, b_t = α0 + Σ_n c_n Σ_{s>t} ζ_ns (t < T);
 
     then the document's objective L_j (Eq. 14 without the corpus terms) is evaluated; the loop stops when its
-    relative change is below ``tol`` or after ``max_iter`` iterations. Every step maximises L_j exactly in its
-    block, so L_j never decreases. ``trace[i]`` receives L_j after iteration i (if long enough). Outputs
-    ζ (U×T), φ (T×K), a, b (T−1) in place; returns the number of iterations.
+    relative change is below ``step.tol`` or after ``step.max_iter`` iterations. Every step maximises L_j exactly
+    in its block, so L_j never decreases. ``trace[i]`` receives L_j after iteration i (if long enough). Outputs
+    ``q`` (ζ, φ, a, b) in place; returns the number of iterations.
     """
+    elog, elogbeta = ex
+    alpha, tol, max_iter = step
+    zeta, phi, a, b = q
     U = elog.shape[0]
     K = elog.shape[1]
     T = zeta.shape[1]
@@ -104,22 +152,12 @@ def _stick_doc(
         # Eq. 17
         l_c = 0.0
         for t in range(T):
-            mx = -np.inf
             for k in range(K):
                 s = elogbeta[k]
                 for n in range(U):
                     s += cnts[n] * zeta[n, t] * elog[n, k]
                 row[k] = s
-                if s > mx:
-                    mx = s
-            tot = 0.0
-            for k in range(K):
-                e = np.exp(row[k] - mx)
-                phi[t, k] = e
-                tot += e
-            lz = mx + np.log(tot)
-            for k in range(K):
-                phi[t, k] /= tot
+            lz = _softmax(row, phi[t])
             # E[log p(c_t|β)] + H(q(c_t)) = Σ_k φ_tk (E log β_k − log φ_tk)
             #                            = lz − Σ_k φ_tk (row_k − E log β_k)
             acc = 0.0
@@ -135,21 +173,10 @@ def _stick_doc(
                 B[n, t] = s
         l_wz = 0.0
         for n in range(U):
-            mx = -np.inf
             for t in range(T):
-                s = B[n, t] + elogpi[t]
-                row[t] = s
-                if s > mx:
-                    mx = s
-            tot = 0.0
-            for t in range(T):
-                e = np.exp(row[t] - mx)
-                zeta[n, t] = e
-                tot += e
-            for t in range(T):
-                zeta[n, t] /= tot
+                row[t] = B[n, t] + elogpi[t]
             # Σ_t ζ (B + E log π − log ζ) = log Σ_t exp(B + E log π) at the optimum
-            l_wz += cnts[n] * (mx + np.log(tot))
+            l_wz += cnts[n] * _softmax(row, zeta[n])
         # Eqs. 15–16
         for t in range(T - 1):
             a[t] = 1.0
@@ -185,29 +212,19 @@ def _stick_doc(
 
 
 @njit(cache=True, nogil=True)
-def _stick_batch(
-    indptr: NDArray[np.int64],
-    slots: NDArray[np.int64],
-    counts: NDArray[np.float64],
-    elog_local: NDArray[np.float64],
-    elogbeta: NDArray[np.float64],
-    T: int,
-    alpha: float,
-    tol: float,
-    max_iter: int,
-    stat: NDArray[np.float64],
-    stat_c: NDArray[np.float64],
-    theta: NDArray[np.float64],
-) -> tuple[int, float]:
+def _stick_batch(docs: CSR, ex: Expect, step: DocStep, T: int, out: Stats) -> tuple[int, float]:
     """Eqs. 15–18 for each document of a minibatch, accumulating the sufficient statistics of Eqs. 22–24.
 
-    ``slots`` maps each entry to its row of ``elog_local`` / ``stat`` (the minibatch's distinct words).
-    ``stat[u, k] += Σ_t φ_tk ζ_nt c_n`` (Eq. 22) and ``stat_c[k] += Σ_t φ_tk`` (Eqs. 23–24; the tail sums of
-    Eq. 24 are taken later). ``theta[d, k] = Σ_t E[π_t] φ_tk`` (the document's mixture over corpus topics);
-    an empty document gets φ ∝ exp(E log β). Returns the total number of coordinate-ascent iterations and
-    −Σ_j Σ_t E[log(1 − π'_jt)] over the non-empty documents (the rate term of q(α0), Eq. C3 of
-    :mod:`kernels._concentration`).
+    ``docs.ids`` are the entries' slots: their rows of ``ex.elog`` / ``out.stat`` (the minibatch's distinct
+    words). ``stat[u, k] += Σ_t φ_tk ζ_nt c_n`` (Eq. 22) and ``stat_c[k] += Σ_t φ_tk`` (Eqs. 23–24; the tail
+    sums of Eq. 24 are taken later). ``theta[d, k] = Σ_t E[π_t] φ_tk`` (the document's mixture over corpus
+    topics, T = the document truncation); an empty document gets φ ∝ exp(E log β). Returns the total number of
+    coordinate-ascent iterations and −Σ_j Σ_t E[log(1 − π'_jt)] over the non-empty documents (the rate term of
+    q(α0), Eq. C3 of :mod:`kernels._concentration`).
     """
+    indptr, slots, counts = docs
+    elog_local, elogbeta = ex
+    stat, stat_c, theta = out
     K = elog_local.shape[1]
     n_docs = indptr.shape[0] - 1
     phi = np.empty((T, K))
@@ -234,7 +251,7 @@ def _stick_batch(
             elog[n, :] = elog_local[slots[lo + n]]
         zeta = np.empty((U, T))
         cnts = counts[lo:hi]
-        total_it += _stick_doc(cnts, elog, elogbeta, alpha, tol, max_iter, zeta, phi, a, b, trace)
+        total_it += _stick_doc(cnts, Expect(elog, elogbeta), step, DocQ(zeta, phi, a, b), trace)
         rest += stick_log_rest(a, b)
         for n in range(U):
             u = slots[lo + n]
@@ -256,10 +273,9 @@ def _stick_batch(
 
 
 @njit(cache=True, nogil=True)
-def _elog_rows(
-    M: NDArray[np.float64], rows: NDArray[np.int64], scale: float, msum: NDArray[np.float64], eta: float
-) -> NDArray[np.float64]:
-    """E_q[log φ_kw] = ψ(λ_kw) − ψ(Σ_w λ_kw) for the given words, with λ = η + s·M (below Eq. 21)."""
+def _elog_rows(G: CorpusStat, rows: NDArray[np.int64], eta: float) -> NDArray[np.float64]:
+    """E_q[log φ_kw] = ψ(λ_kw) − ψ(Σ_w λ_kw) for the given words, with λ = η + G = η + s·M (below Eq. 21)."""
+    M, msum, scale = G
     K = M.shape[1]
     W = M.shape[0]
     out = np.empty((rows.shape[0], K))
@@ -293,7 +309,6 @@ class StickBreakingHDP(OnlineHDPBase):
     #: ``doc_topics``, ``tol``, ``max_iter``, ``batch_size`` and ``window`` shape only the document step and
     #: future updates.
     restore_fixed: ClassVar[frozenset[str]] = TopicModel.restore_fixed
-    _set_state_installs_all = True
 
     @classmethod
     def state_bytes(cls, n_topics: int, n_words: int, **params: Any) -> int:
@@ -306,30 +321,9 @@ class StickBreakingHDP(OnlineHDPBase):
     stick_u_: NDArray[np.float64]
     stick_v_: NDArray[np.float64]
 
-    def __init__(
-        self,
-        n_topics: int,
-        n_words: int,
-        seed: int = 0,
-        *,
-        doc_topics: int = 15,
-        gamma: float = 1.0,
-        alpha: float = 1.0,
-        eta: float = 0.01,
-        kappa: float = 0.6,
-        tau0: float = 64.0,
-        rho_floor: float = 0.01,
-        batch_size: int = 256,
-        window: int = 25_000,
-        tol: float = 1e-4,
-        max_iter: int = 100,
-        learn_concentrations: bool = False,
-        gamma_shape: float = 1.0,
-        gamma_rate: float = 1.0,
-        alpha_shape: float = 1.0,
-        alpha_rate: float = 1.0,
-    ) -> None:
-        self._store(locals())
+    def __init__(self, n_topics: int, n_words: int, seed: int = 0, *, doc_topics: int = 15, **settings: Any) -> None:
+        """``settings``: those both online HDPs take (:class:`kernels._hdp_base.OnlineHDPBase`)."""
+        super().__init__(n_topics, n_words, seed, doc_topics=doc_topics, **settings)
 
     def _validate_params(self) -> None:
         check_positive_int("doc_topics", self.doc_topics)
@@ -347,20 +341,13 @@ class StickBreakingHDP(OnlineHDPBase):
 
     def _documents(self, mb: Minibatch, update: bool) -> tuple[int, NDArray[np.float64], tuple[float, float]]:
         stat_c = np.zeros(int(self.n_topics))
-        iters, rest = _stick_batch(
-            mb.docs.indptr,
-            mb.slots,
-            mb.docs.counts,
-            _elog_rows(self.topic_stat_, mb.rows, self.scale_, self.topic_total_, float(self.eta)),
+        ex = Expect(
+            _elog_rows(self._corpus_stat(), mb.rows, float(self.eta)),
             _expect_log_sticks(self.stick_u_, self.stick_v_),
-            int(self.doc_topics),
-            self._alpha(),
-            float(self.tol),
-            int(self.max_iter),
-            mb.stat,
-            stat_c,
-            mb.theta,
         )
+        step = DocStep(self._alpha(), float(self.tol), int(self.max_iter))
+        docs = CSR(mb.docs.indptr, mb.slots, mb.docs.counts)
+        iters, rest = _stick_batch(docs, ex, step, int(self.doc_topics), Stats(mb.stat, stat_c, mb.theta))
         n_docs = int(np.count_nonzero(np.diff(mb.docs.indptr)))
         return iters, stat_c, (float(n_docs * (int(self.doc_topics) - 1)), rest)  # (C3)
 

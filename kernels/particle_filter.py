@@ -33,9 +33,9 @@ from numpy.typing import ArrayLike, NDArray
 
 from . import _pf_state as st
 from ._base import StateValue, TopicModel, check_interval, check_positive_int
-from ._batch import Batch
+from ._batch import CSR, Batch
 from ._pf_filter import filter_docs
-from ._pf_gibbs import gibbs_init, install_init
+from ._pf_gibbs import InitPlan, TokenDocs, gibbs_init, install_init
 from ._pf_pools import forget_words
 from ._pf_readout import fold_in_mean_field, mean_phi_columns
 
@@ -195,8 +195,8 @@ class ParticleFilterLDA(TopicModel):
             R, D = 0, 2
         return C, R, D
 
-    def _bundles(self) -> tuple[st.WordRows, st.DocRows, st.Reservoir, st.Particles]:
-        return self.words_, self.doc_rows_, self.reservoir_, self.particles_
+    def _bundles(self) -> st.State:
+        return st.State(self.words_, self.doc_rows_, self.reservoir_, self.particles_)
 
     def _config(self) -> st.Config:
         return st.Config(float(self.alpha), float(self.beta), float(self.ess_threshold), int(self.n_rejuvenate))
@@ -237,7 +237,7 @@ class ParticleFilterLDA(TopicModel):
             max_len = max(1, int(per_doc.max())) if per_doc.size else 1
             tok = np.zeros(max_len, dtype=np.int64)
             out = np.empty((rest.n_docs, K), dtype=np.float64)
-            rc = filter_docs(rest.indptr, rest.word_ids, counts, tok, self._config(), *self._bundles(), out)
+            rc = filter_docs(CSR(rest.indptr, rest.word_ids, counts), tok, self._config(), self._bundles(), out)
             if rc != 0:  # pragma: no cover - excluded by the validated pool size
                 raise RuntimeError("particle filter: count-row pool exhausted")
             theta[start:] = out
@@ -273,32 +273,18 @@ class ParticleFilterLDA(TopicModel):
         n_docs = self.buf_docs_
         doc_ptr = self.buf_doc_ptr_[: n_docs + 1].copy()
         words = self.buf_words_[: doc_ptr[-1]].astype(np.int64)
-        z, theta = gibbs_init(
-            words,
-            doc_ptr,
-            self.n_topics,
-            self.n_words,
-            float(self.alpha),
-            float(self.beta),
-            self.init_sweeps,
-            self.init_restarts,
-            self.init_holdout,
-            self.particles_.prng,
-        )
-        self._install(words, doc_ptr, z, theta)
+        sample = TokenDocs(doc_ptr, words)
+        prior = st.Prior(float(self.alpha), float(self.beta), self.n_words * float(self.beta))
+        plan = InitPlan(self.init_sweeps, self.init_restarts, self.init_holdout)
+        z, theta = gibbs_init(sample, self.n_topics, prior, plan, self.particles_.prng)
+        self._install(sample, z, theta)
         self.buf_words_[:] = 0
         self.buf_doc_ptr_[:] = 0
         self.buf_docs_ = 0
         return theta
 
-    def _install(
-        self,
-        words: NDArray[np.int64],
-        doc_ptr: NDArray[np.int64],
-        z: NDArray[np.int64],
-        theta: NDArray[np.float64],
-    ) -> None:
-        rc = install_init(words, doc_ptr, z, float(self.alpha), theta, *self._bundles())
+    def _install(self, sample: TokenDocs, z: NDArray[np.int64], theta: NDArray[np.float64]) -> None:
+        rc = install_init(sample, z, float(self.alpha), theta, self._bundles())
         if rc != 0:  # pragma: no cover - excluded by the validated pool size
             raise RuntimeError("particle filter: count-row pool exhausted during initialisation")
         self.initialized_ = True
@@ -324,7 +310,7 @@ class ParticleFilterLDA(TopicModel):
         ndk = np.zeros((docs.n_docs, self.n_topics))
         np.add.at(ndk, (np.repeat(np.arange(docs.n_docs), tok_len), zz), 1.0)
         theta = (ndk + self.alpha) / (tok_len[:, None] + self.n_topics * self.alpha)
-        self._install(words, doc_ptr, zz, theta)
+        self._install(TokenDocs(doc_ptr, words), zz, theta)
         self.n_docs_seen_ += docs.n_docs
         self.n_tokens_seen_ += float(words.size)
         return theta
@@ -339,7 +325,8 @@ class ParticleFilterLDA(TopicModel):
             return np.zeros((0, self.n_topics))
         cols, local = np.unique(batch.word_ids, return_inverse=True)
         phi = self._phi_columns(cols.astype(np.int64))
-        return fold_in_mean_field(batch.indptr, local.astype(np.int64), batch.counts, phi, float(self.alpha), 50)
+        docs = CSR(batch.indptr, local.astype(np.int64), batch.counts)
+        return fold_in_mean_field(docs, phi, float(self.alpha), 50)
 
     def topic_word(self) -> NDArray[np.float64]:
         phi = self._phi_columns(np.arange(self.n_words, dtype=np.int64))
@@ -359,7 +346,7 @@ class ParticleFilterLDA(TopicModel):
             return
         mask = np.zeros(self.n_words, dtype=np.bool_)
         mask[ids] = True
-        forget_words(ids, mask, *self._bundles())
+        forget_words(ids, mask, self._bundles())
         if self.buf_docs_:  # drop the words from the initialisation buffer too
             ptr = self.buf_doc_ptr_[: self.buf_docs_ + 1]
             words = self.buf_words_[: ptr[-1]]

@@ -23,7 +23,7 @@ from ._base import StateValue, TopicModel, check_interval, check_positive_int, s
 from ._batch import Batch
 from ._moves import birth_column, birth_counts, delete_column, merge_columns, split_column
 from ._schedule import StepSize
-from ._scvb0_numba import _RHO_THETA_TABLE, ThetaSteps, _fit, _infer
+from ._scvb0_numba import _RHO_THETA_TABLE, Config, Plan, ThetaSteps, Topics, _fit, _infer
 from ._special import digamma_array
 from .background import background_topic
 
@@ -268,36 +268,30 @@ class SCVB0(TopicModel):
         ``set_params`` may change on a restored model)."""
         return float(self.alpha_) if self.learn_alpha else float(self.alpha)
 
+    def _topics(self) -> Topics:
+        return Topics(self.phi_, self.nz_)
+
+    def _config(self) -> Config:
+        """The settings the numba code reads (α as in use now, :meth:`_alpha_now`)."""
+        return Config(
+            self._alpha_now(),
+            float(self.background),
+            float(self.eta),
+            self._theta_steps,
+            int(self.burn_in),
+            int(self.transform_passes),
+        )
+
     def _partial_fit(self, batch: Batch) -> NDArray[np.float64]:
         K = int(self.n_topics)
-        theta = np.empty((batch.n_docs, K))
         if batch.n_docs == 0:
-            return theta
+            return np.empty((0, K))
         theta0 = self._theta_init(batch)
         mb_docs = self._minibatches(batch.n_docs)
         rhos, corpus = self._schedule(batch, mb_docs)
-        slot = np.full(int(self.n_words), -1, dtype=np.int64)
-        self.scale_ = float(
-            _fit(
-                batch.indptr,
-                batch.word_ids,
-                batch.counts,
-                self.phi_,
-                self.nz_,
-                float(self.scale_),
-                theta0,
-                mb_docs,
-                rhos,
-                corpus,
-                self._alpha_now(),
-                float(self.background),
-                float(self.eta),
-                self._theta_steps,
-                int(self.burn_in),
-                slot,
-                theta,
-            )
-        )
+        plan = Plan(theta0, mb_docs, rhos, corpus)
+        scale, theta = _fit(batch.csr, self._topics(), float(self.scale_), plan, self._config())
+        self.scale_ = float(scale)
         self.n_updates_ += int(np.count_nonzero(corpus))
         if self.learn_alpha and np.any(corpus > 0):
             doc_len = batch.doc_tokens()
@@ -312,22 +306,9 @@ class SCVB0(TopicModel):
         return theta
 
     def _transform(self, batch: Batch) -> NDArray[np.float64]:
-        theta = np.empty((batch.n_docs, int(self.n_topics)))
-        if batch.n_docs:
-            _infer(
-                batch.indptr,
-                batch.word_ids,
-                batch.counts,
-                self.phi_,
-                float(self.scale_),
-                self.nz_,
-                self._alpha_now(),
-                float(self.background),
-                float(self.eta),
-                int(self.transform_passes),
-                theta,
-            )
-        return theta
+        if batch.n_docs == 0:
+            return np.empty((0, int(self.n_topics)))
+        return _infer(batch.csr, self._topics(), float(self.scale_), self._config())
 
     def topic_word(self) -> NDArray[np.float64]:
         """φ_k = (N^Φ_·k + η) / Σ_w (N^Φ_wk + η), shape (K, W); rows normalised exactly."""

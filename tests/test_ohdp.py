@@ -12,10 +12,10 @@ from scipy.special import digamma as sp_digamma
 
 import kernels
 from kernels import Batch
-from kernels._hdp_base import OnlineHDPBase
+from kernels._hdp_base import CorpusStat, OnlineHDPBase
 from kernels._special import digamma, digamma_array
 from kernels.ohdp import OnlineHDP, _cvb_doc
-from kernels.ohdp_stick import StickBreakingHDP, _elog_rows, _stick_doc
+from kernels.ohdp_stick import DocQ, DocStep, Expect, StickBreakingHDP, _elog_rows, _stick_doc
 from tests.naive import ohdp as naive
 from tests.synthetic import block_topics_corpus
 
@@ -52,7 +52,8 @@ def _run_kernel_doc(
     zeta, phi = np.empty((U, T)), np.empty((T, K))
     a, b = np.empty(T - 1), np.empty(T - 1)
     trace = np.full(n_iter, np.nan)
-    it = _stick_doc(cnts, np.ascontiguousarray(elog[:, ids].T), elogbeta, alpha, 0.0, n_iter, zeta, phi, a, b, trace)
+    ex = Expect(np.ascontiguousarray(elog[:, ids].T), elogbeta)
+    it = _stick_doc(cnts, ex, DocStep(alpha, 0.0, n_iter), DocQ(zeta, phi, a, b), trace)
     return zeta, phi, a, b, trace, it
 
 
@@ -88,7 +89,8 @@ def test_document_converges_with_tolerance() -> None:
     elog, elogbeta, ids, cnts, _ = _tiny_case()
     U, K, T = ids.size, elog.shape[0], 4
     zeta, phi, a, b = np.empty((U, T)), np.empty((T, K)), np.empty(T - 1), np.empty(T - 1)
-    it = _stick_doc(cnts, np.ascontiguousarray(elog[:, ids].T), elogbeta, 1.0, 1e-6, 500, zeta, phi, a, b, np.empty(0))
+    ex = Expect(np.ascontiguousarray(elog[:, ids].T), elogbeta)
+    it = _stick_doc(cnts, ex, DocStep(1.0, 1e-6, 500), DocQ(zeta, phi, a, b), np.empty(0))
     assert 2 <= it < 500
 
 
@@ -152,7 +154,7 @@ def test_elog_rows_matches_scipy() -> None:
     rng = np.random.default_rng(0)
     M = rng.gamma(1.0, 1.0, (20, 4))
     rows = np.array([3, 0, 19])
-    out = _elog_rows(M, rows, 0.7, M.sum(axis=0), 0.01)
+    out = _elog_rows(CorpusStat(M, M.sum(axis=0), 0.7), rows, 0.01)
     lam = 0.01 + 0.7 * M
     ref = sp_digamma(lam[rows]) - sp_digamma(lam.sum(axis=0))[None, :]
     np.testing.assert_allclose(out, ref, rtol=1e-12)

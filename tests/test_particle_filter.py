@@ -152,9 +152,7 @@ def test_proposal_and_counts_match_brute_force(seed: int) -> None:
                     m.particles_.nk[p],
                     ndk,
                     nd,
-                    alpha,
-                    beta,
-                    W * beta,
+                    st.Prior(alpha, beta, W * beta),
                     q,
                 )
                 ref_q, ref_w = naive.proposal(words, slots, z, w_new, s, K, W, alpha, beta)

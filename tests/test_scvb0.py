@@ -10,7 +10,7 @@ import pytest
 from scipy.optimize import linear_sum_assignment
 
 from kernels import SCVB0, Batch, StepSize, as_batch
-from kernels._scvb0_numba import ThetaSteps, _doc_pass
+from kernels._scvb0_numba import Doc, Ghat, Terms, ThetaSteps, _doc_pass
 from tests.naive import scvb0 as naive
 
 K, W = 4, 12
@@ -76,7 +76,9 @@ def test_doc_pass_is_eq5_and_eq9(burn_in: int, table_len: int) -> None:
     t = 0.0
     steps, av, c_doc = ThetaSteps(table, *sched), np.full(K, alpha), cnts.sum()
     for p in range(burn_in + 1):
-        t = _doc_pass(ids, cnts, M, sinv, einv, nt, av, c_doc, t, steps, ghat, slot, p == burn_in, gam)
+        t = _doc_pass(
+            Doc(ids, cnts, c_doc, nt, av), Terms(M, sinv, einv, gam), steps, t, Ghat(ghat, slot, p == burn_in)
+        )
     want_nt, want_contrib = naive.doc_passes(n_phi, n_z, (ids, cnts), nt0, alpha, eta, sched, burn_in)
     np.testing.assert_allclose(nt, want_nt, rtol=1e-10)
     np.testing.assert_allclose(ghat, want_contrib[ids], rtol=1e-10)
