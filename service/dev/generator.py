@@ -32,6 +32,7 @@ import math
 import sys
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
+from importlib.resources import files
 from typing import Any
 
 import numpy as np
@@ -40,180 +41,18 @@ __all__ = ["BACKGROUND_WORDS", "DEFAULT_START", "PLANTED_TOPICS", "TITLE_TEMPLAT
 
 # ------------------------------------------------------------------------------------------------ the words
 # Every word is lower-case letters only, at least 3 letters long and not an English stop word, so that the
-# tokenizer (service.text.Tokenizer) keeps all of them. Words shared by several desks are deliberate.
-# fmt: off
-PLANTED_TOPICS: dict[str, list[str]] = {
-    "markets": [
-        "stocks", "shares", "investors", "index", "earnings", "traders", "bonds", "equities", "rally",
-        "selloff", "futures", "nasdaq", "dividend", "portfolio", "valuation", "hedge", "fund", "volatility",
-        "trading", "exchange", "quarter", "profit", "revenue", "analysts", "sector", "gains", "losses",
-        "benchmark", "treasury", "commodities", "currency", "dollar", "brokers", "merger", "acquisition",
-        "wall", "street", "billion", "percent", "yields",
-    ],
-    "central_banks": [
-        "inflation", "rates", "fed", "ecb", "monetary", "policy", "hike", "cut", "governor", "basis",
-        "points", "tightening", "easing", "liquidity", "reserve", "lending", "mortgage", "borrowing", "wages",
-        "unemployment", "recession", "economy", "growth", "gdp", "prices", "consumer", "credit", "banks",
-        "deposit", "committee", "decision", "outlook", "economists", "stimulus", "powell", "lagarde", "bank",
-        "percent", "yields", "dollar",
-    ],
-    "elections": [
-        "election", "vote", "voters", "ballot", "polls", "candidate", "campaign", "primary", "parliament",
-        "senate", "congress", "democrats", "republicans", "party", "coalition", "opposition", "turnout",
-        "constituency", "debate", "incumbent", "president", "referendum", "majority", "seats", "lawmakers",
-        "mandate", "polling", "electoral", "recount", "manifesto", "leader", "conservatives", "liberals",
-        "runoff", "endorsement", "swing", "districts", "government", "minister", "officials",
-    ],
-    "football": [
-        "football", "goal", "striker", "midfielder", "defender", "goalkeeper", "league", "premier", "club",
-        "manager", "transfer", "penalty", "referee", "stadium", "derby", "relegation", "promotion", "cup",
-        "kickoff", "header", "equaliser", "tactics", "squad", "scored", "minute", "pitch", "arsenal",
-        "liverpool", "madrid", "barcelona", "winger", "loan", "supporters", "champions", "fans", "season",
-        "match", "coach", "injury", "win",
-    ],
-    "tennis": [
-        "tennis", "wimbledon", "serve", "ace", "racket", "backhand", "forehand", "volley", "tiebreak",
-        "grand", "slam", "seed", "quarterfinal", "semifinal", "djokovic", "alcaraz", "sinner", "swiatek",
-        "sabalenka", "atp", "wta", "clay", "grass", "hardcourt", "deuce", "umpire", "ranking", "tournament",
-        "roland", "garros", "melbourne", "baseline", "doubles", "singles", "title", "champion", "match",
-        "season", "coach", "injury",
-    ],
-    "climate": [
-        "climate", "warming", "greenhouse", "temperature", "heatwave", "drought", "flooding", "wildfire",
-        "glacier", "sea", "ice", "arctic", "summit", "pledge", "net", "zero", "biodiversity", "deforestation",
-        "rainforest", "ocean", "coral", "species", "extinction", "methane", "adaptation", "resilience",
-        "hurricane", "storm", "rainfall", "celsius", "degrees", "ecosystems", "conservation", "pollution",
-        "activists", "record", "scientists", "emissions", "carbon", "weather",
-    ],
-    "space": [
-        "nasa", "rocket", "launch", "spacex", "orbit", "satellite", "astronaut", "moon", "lunar", "mars",
-        "rover", "mission", "telescope", "webb", "galaxy", "asteroid", "spacecraft", "capsule", "booster",
-        "landing", "station", "artemis", "starship", "payload", "crew", "planet", "exoplanet", "cosmic",
-        "probe", "gravity", "astronomers", "comet", "nebula", "liftoff", "countdown", "esa", "jupiter",
-        "solar", "scientists", "universe",
-    ],
-    "ai_tech": [
-        "artificial", "intelligence", "chatbot", "model", "openai", "google", "microsoft", "apple", "startup",
-        "software", "chips", "nvidia", "semiconductor", "algorithm", "data", "cloud", "computing",
-        "smartphone", "app", "users", "privacy", "machine", "learning", "neural", "training", "developers",
-        "silicon", "valley", "cybersecurity", "hackers", "breach", "encryption", "robot", "automation",
-        "generative", "platform", "tech", "gpu", "regulation", "billion",
-    ],
-    "health": [
-        "health", "hospital", "patients", "doctors", "nurses", "vaccine", "virus", "outbreak", "pandemic",
-        "infection", "disease", "cancer", "treatment", "drug", "clinical", "therapy", "diagnosis", "symptoms",
-        "medicine", "pharmaceutical", "fda", "approval", "surgery", "mental", "obesity", "diabetes", "heart",
-        "researchers", "care", "insurance", "medicare", "nhs", "immunity", "antibiotics", "dose", "epidemic",
-        "study", "trial", "public", "scientists",
-    ],
-    "film": [
-        "film", "movie", "box", "office", "director", "actor", "actress", "oscar", "academy", "award",
-        "premiere", "cannes", "hollywood", "studio", "sequel", "franchise", "blockbuster", "streaming",
-        "netflix", "trailer", "cast", "screenplay", "cinema", "audiences", "critics", "review", "documentary",
-        "animation", "superhero", "marvel", "disney", "release", "weekend", "grossed", "starring", "biopic",
-        "series", "festival", "producer", "fans",
-    ],
-    "energy": [
-        "oil", "gas", "opec", "barrel", "crude", "brent", "pipeline", "refinery", "lng", "energy", "power",
-        "electricity", "grid", "wind", "turbines", "renewables", "nuclear", "reactor", "coal", "utility",
-        "utilities", "supply", "demand", "production", "drilling", "shale", "storage", "hydrogen", "fuel",
-        "petrol", "diesel", "transition", "output", "exports", "solar", "battery", "emissions", "carbon",
-        "prices", "sanctions",
-    ],
-    "crime_courts": [
-        "police", "court", "judge", "jury", "verdict", "sentence", "prison", "charged", "arrested", "suspect",
-        "prosecutors", "defendant", "lawyer", "attorney", "murder", "fraud", "investigation", "evidence",
-        "testimony", "witness", "guilty", "appeal", "supreme", "ruling", "lawsuit", "indictment", "bail",
-        "custody", "detectives", "robbery", "shooting", "homicide", "convicted", "acquitted", "plea",
-        "hearing", "justice", "crime", "victims", "trial",
-    ],
-    "conflict": [
-        "war", "troops", "military", "ceasefire", "missile", "strikes", "army", "soldiers", "invasion",
-        "offensive", "drone", "border", "refugees", "humanitarian", "aid", "diplomats", "talks",
-        "negotiations", "nato", "alliance", "defence", "weapons", "artillery", "frontline", "casualties",
-        "civilians", "shelling", "peace", "treaty", "embassy", "envoy", "foreign", "security", "council",
-        "hostages", "militants", "occupation", "sanctions", "minister", "government",
-    ],
-    "autos": [
-        "car", "cars", "carmaker", "automakers", "vehicle", "vehicles", "electric", "tesla", "toyota",
-        "volkswagen", "ford", "batteries", "charging", "range", "sedan", "suv", "hybrid", "engine", "recall",
-        "factory", "plant", "assembly", "dealers", "sales", "tariffs", "autonomous", "driverless", "robotaxi",
-        "lithium", "chain", "unions", "strike", "motor", "drivers", "models", "battery", "emissions", "fuel",
-        "supply", "billion",
-    ],
-    "music": [
-        "album", "song", "singer", "tour", "concert", "band", "grammy", "chart", "billboard", "rapper", "pop",
-        "rock", "hip", "hop", "jazz", "guitar", "vocals", "lyrics", "spotify", "streams", "label", "single",
-        "debut", "headline", "stage", "tickets", "swift", "beyonce", "orchestra", "symphony", "musician",
-        "remix", "playlist", "songwriter", "arena", "encore", "festival", "record", "fans", "producer",
-    ],
-}
-
-# General news vocabulary plus function words; function words make the text read like text and are dropped
-# by the tokenizer (stop words), the content words here are the background a topic model has to absorb.
-BACKGROUND_WORDS: list[str] = [
-    "the", "the", "the", "of", "and", "and", "to", "in", "in", "a", "a", "on", "for", "with", "as", "at",
-    "by", "from", "that", "was", "is", "has", "have", "will", "said", "said", "said", "says", "year", "week",
-    "day", "today", "people", "new", "told", "according", "report", "reported", "statement", "including",
-    "early", "later", "expected", "announced", "local", "national", "country", "world", "month", "million",
-    "time", "number", "major", "likely", "recent", "issue", "plans", "despite",
-]
-
-# Headline templates: {a}, {b}, {c} are drawn from the dominant topic's words ({A} etc. capitalised).
-_GENERIC_TITLES = [
-    "{A} and {b}: what we know so far", "Why {a} matters for {b}", "{A} {b} draws scrutiny as {c} looms",
-    "Live updates: {a}, {b} and {c}", "Analysis: the {a} behind the {b}", "{A} in focus after {b} surprise",
-]
-TITLE_TEMPLATES: dict[str, list[str]] = {
-    "markets": [
-        "Stocks slide as {a} weighs on {b}", "{A} rally lifts {b} to record",
-        "Investors eye {a} ahead of {b}",
-    ],
-    "central_banks": [
-        "Central bank holds rates as {a} cools", "{A} signals {b} ahead of meeting",
-        "Economists split on {a} and {b}",
-    ],
-    "elections": [
-        "Polls tighten in {a} race", "{A} campaign bets on {b}", "Voters weigh {a} as {b} nears",
-    ],
-    "football": [
-        "{A} late {b} seals derby win", "Manager defends {a} after {b} loss", "{A} transfer talks stall",
-    ],
-    "tennis": [
-        "{A} reaches final after {b} thriller", "{A} saves {b} in five-set epic", "Seed falls to {a} in {b}",
-    ],
-    "climate": [
-        "{A} hits record as {b} spreads", "Summit ends with {a} pledge on {b}", "Scientists warn on {a}",
-    ],
-    "space": [
-        "{A} launch delayed by {b}", "{A} captures first images of {b}", "Crew returns after {a} mission",
-    ],
-    "ai_tech": [
-        "{A} unveils new {b} model", "Regulators probe {a} over {b}", "{A} startup raises billions for {b}",
-    ],
-    "health": [
-        "New {a} study links {b} to {c}", "Hospitals strained as {a} spreads", "{A} trial shows {b} promise",
-    ],
-    "film": [
-        "{A} tops weekend box office", "{A} premiere stuns {b} critics", "Studio greenlights {a} sequel",
-    ],
-    "energy": [
-        "Oil jumps as {a} tightens {b}", "{A} output cut lifts prices", "Grid strains under {a} demand",
-    ],
-    "crime_courts": [
-        "Jury finds {a} guilty of {b}", "Judge rejects {a} appeal", "Police arrest suspect in {a} case",
-    ],
-    "conflict": [
-        "Ceasefire talks resume amid {a}", "{A} strikes hit {b} overnight", "Envoy warns of {a} escalation",
-    ],
-    "autos": [
-        "{A} recalls vehicles over {b}", "Carmakers bet on {a} as {b} slows", "{A} tariffs hit {b} sales",
-    ],
-    "music": [
-        "{A} announces world tour", "{A} album tops the chart", "Fans queue for {a} tickets",
-    ],
-}
-# fmt: on
+# tokenizer (service.text.Tokenizer) keeps all of them. Words shared by several desks are deliberate. They are
+# data, in newsroom.json beside this module.
+_NEWSROOM = json.loads(files(__package__).joinpath("newsroom.json").read_text(encoding="utf-8"))
+#: Desk → its words, most frequent first (Zipf weights ``_ZIPF_S``): the planted topics.
+PLANTED_TOPICS: dict[str, list[str]] = _NEWSROOM["planted_topics"]
+#: General news vocabulary plus function words (repeated to weigh more): function words make the text read like
+#: text and are dropped by the tokenizer (stop words); the content words are the background a topic model has to
+#: absorb.
+BACKGROUND_WORDS: list[str] = _NEWSROOM["background_words"]
+#: Headline templates per desk: {a}, {b}, {c} are drawn from the dominant desk's words ({A} etc. capitalised).
+TITLE_TEMPLATES: dict[str, list[str]] = _NEWSROOM["title_templates"]
+_GENERIC_TITLES: list[str] = _NEWSROOM["generic_titles"]
 
 DEFAULT_START = datetime(2025, 1, 1, tzinfo=timezone.utc)
 """First ``published_at`` when ``start`` is not given (fixed, so that a seed fully determines the output)."""
