@@ -14,15 +14,27 @@ They run at snapshot time, off the batch loop, in NumPy (each is a few O(W·K) v
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ._batch import Batch
 
-__all__ = ["birth_column", "birth_counts", "delete_column", "merge_columns", "split_column"]
+__all__ = ["Columns", "birth_column", "birth_counts", "delete_column", "merge_columns", "split_column"]
 
 _BLOCK = 8192  # rows per vectorised block (bounds the temporaries to _BLOCK×K doubles)
+
+
+class Columns(NamedTuple):
+    """A kernel's word–topic statistic as the moves take it: G = ``scale``·``M`` (W×K, edited in place) and its
+    column totals ``total`` (K, edited in place) in units of ``total_unit``·M — SCVB0 keeps N^Z in count units
+    (``total_unit`` = ``scale``), the HDP keeps Σ_w M_wk (``total_unit`` = 1)."""
+
+    M: NDArray[np.float64]
+    total: NDArray[np.float64]
+    total_unit: float
+    scale: float
 
 
 def _check_topic(k: int, n_topics: int, what: str) -> int:
@@ -31,13 +43,14 @@ def _check_topic(k: int, n_topics: int, what: str) -> int:
     return int(k)
 
 
-def merge_columns(M: NDArray[np.float64], total: NDArray[np.float64], into: int, src: int) -> None:
+def merge_columns(cols: Columns, into: int, src: int) -> None:
     """Merge topic ``src`` into topic ``into``: G_·into += G_·src, G_·src = 0 (and the totals alike).
 
     Bryant & Sudderth (NIPS 2012, "Truly nonparametric online variational inference for hierarchical Dirichlet
     processes") merge two topics by adding their expected counts; in a collapsed model the counts are the
     whole topic, so the merged topic is exactly the union of the two.
     """
+    M, total = cols.M, cols.total
     K = M.shape[1]
     into = _check_topic(into, K, "into")
     src = _check_topic(src, K, "src")
@@ -49,15 +62,7 @@ def merge_columns(M: NDArray[np.float64], total: NDArray[np.float64], into: int,
     total[src] = 0.0
 
 
-def delete_column(
-    M: NDArray[np.float64],
-    total: NDArray[np.float64],
-    total_unit: float,
-    scale: float,
-    eta: float,
-    prior: NDArray[np.float64],
-    k: int,
-) -> NDArray[np.float64]:
+def delete_column(cols: Columns, eta: float, prior: NDArray[np.float64], k: int) -> NDArray[np.float64]:
     """Delete topic ``k``: reassign each word's expected count in ``k`` to the other topics.
 
     The bnpy delete move (Hughes & Sudderth): the tokens of a deleted topic go to the remaining topics in
@@ -65,6 +70,7 @@ def delete_column(
     φ̂_jw = (s·M_wj + η)/(N^Z_j + Wη). Returns the mass (in units of M) each topic received, shape (K,), so a
     caller can move other per-topic statistics (the HDP's tables) in the same proportion.
     """
+    M, total, total_unit, scale = cols
     W, K = M.shape
     k = _check_topic(k, K, "topic")
     denom = total * (scale / total_unit) + W * eta  # N^Z_j + Wη in count units
@@ -91,13 +97,7 @@ def delete_column(
 
 
 def birth_column(
-    M: NDArray[np.float64],
-    total: NDArray[np.float64],
-    total_unit: float,
-    scale: float,
-    k: int,
-    word_ids: NDArray[np.int64],
-    counts: NDArray[np.float64],
+    cols: Columns, k: int, word_ids: NDArray[np.int64], counts: NDArray[np.float64]
 ) -> tuple[float, Callable[[], None]]:
     """Give topic ``k`` up to ``counts[i]`` expected tokens of word ``word_ids[i]``, taken from the other topics.
 
@@ -108,6 +108,7 @@ def birth_column(
     the current topics explain worst to a new topic. Returns the moved count (count units) and a function
     that undoes the move exactly (for a rejected proposal).
     """
+    M, total, total_unit, scale = cols
     K = M.shape[1]
     k = _check_topic(k, K, "topic")
     ids = np.asarray(word_ids, dtype=np.int64)
@@ -156,13 +157,7 @@ def birth_counts(
 
 
 def split_column(
-    M: NDArray[np.float64],
-    total: NDArray[np.float64],
-    k: int,
-    j: int,
-    word_ids: ArrayLike,
-    fractions: ArrayLike,
-    rest: float,
+    cols: Columns, k: int, j: int, word_ids: ArrayLike, fractions: ArrayLike, rest: float
 ) -> tuple[float, Callable[[], None]]:
     """Split topic ``k`` in two: the fraction ``fractions[i]`` of its expected count of word ``word_ids[i]``
     (``rest`` for every other word) moves to the empty topic ``j``; the rest stays in ``k``.
@@ -174,6 +169,7 @@ def split_column(
     calls the returned function to undo the move exactly. Returns the moved mass in units of M (so a caller can
     move other per-topic statistics, the HDP's tables, in the same proportion) and the undo function.
     """
+    M, total = cols.M, cols.total
     W, K = M.shape
     k = _check_topic(k, K, "topic")
     j = _check_topic(j, K, "new topic")

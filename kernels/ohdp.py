@@ -27,7 +27,7 @@ from numpy.typing import ArrayLike, NDArray
 from ._base import EXACT_FASTMATH, StateValue, TopicModel, state_array
 from ._concentration import gamma_fixed_point
 from ._hdp_base import Minibatch, OnlineHDPBase
-from ._moves import birth_column, birth_counts, delete_column, merge_columns, split_column
+from ._moves import Columns, birth_column, birth_counts, delete_column, merge_columns, split_column
 from ._special import digamma
 
 __all__ = ["OnlineHDP"]
@@ -391,19 +391,21 @@ class OnlineHDP(OnlineHDPBase):
         return {"batch_size": 8, "window": 200, "max_iter": 20}
 
     # ------------------------------------------------------------------ topic moves (kernels.hygiene)
+    def _columns(self) -> Columns:
+        """N^Φ = s·M with Σ_w M_wk as its totals, as the moves of ``kernels._moves`` take them."""
+        return Columns(self.topic_stat_, self.topic_total_, 1.0, self.scale_)
+
     def merge_topics(self, into: int, src: int) -> None:
         """Merge topic ``src`` into ``into``: N^Φ columns, N^Z and expected tables added (the tables of the
         merged topic are an upper bound: two tables in one document now serve one topic)."""
-        merge_columns(self.topic_stat_, self.topic_total_, into, src)
+        merge_columns(self._columns(), into, src)
         self.tables_[into] += self.tables_[src]
         self.tables_[src] = 0.0
 
     def delete_topic(self, k: int) -> None:
         """Empty topic ``k``: its tokens go to the others by responsibility (``kernels._moves.delete_column``),
         its expected tables in the same proportion, so β's total table count is unchanged."""
-        got = delete_column(
-            self.topic_stat_, self.topic_total_, 1.0, self.scale_, float(self.eta), self.topic_weights(), k
-        )
+        got = delete_column(self._columns(), float(self.eta), self.topic_weights(), k)
         if got.sum() > 0:
             self.tables_ += self.tables_[k] * got / got.sum()
         self.tables_[k] = 0.0
@@ -418,7 +420,7 @@ class OnlineHDP(OnlineHDPBase):
         """
         total = float(self.topic_total_.sum() * self.scale_)
         ids, counts = birth_counts(word_ids, word_probs, share, total)
-        moved, undo_stat = birth_column(self.topic_stat_, self.topic_total_, 1.0, self.scale_, k, ids, counts)
+        moved, undo_stat = birth_column(self._columns(), k, ids, counts)
         saved = self.tables_.copy()
         got = moved / total if total > 0 else 0.0
         self.tables_ *= 1.0 - got
@@ -440,7 +442,7 @@ class OnlineHDP(OnlineHDPBase):
         Returns the tokens moved and a function that undoes the move.
         """
         before = float(self.topic_stat_[:, k].sum())
-        moved, undo_stat = split_column(self.topic_stat_, self.topic_total_, k, j, word_ids, fractions, rest)
+        moved, undo_stat = split_column(self._columns(), k, j, word_ids, fractions, rest)
         saved = self.tables_.copy()
         got = moved / before if before > 0 else 0.0
         self.tables_[j] += got * saved[k]

@@ -21,7 +21,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ._base import StateValue, TopicModel, check_interval, check_positive_int, state_array
 from ._batch import Batch
-from ._moves import birth_column, birth_counts, delete_column, merge_columns, split_column
+from ._moves import Columns, birth_column, birth_counts, delete_column, merge_columns, split_column
 from ._schedule import StepSize
 from ._scvb0_numba import _RHO_THETA_TABLE, Config, Plan, ThetaSteps, Topics, _fit, _infer
 from ._special import digamma_array
@@ -377,13 +377,17 @@ class SCVB0(TopicModel):
         return {"batch_size": 4, "window": 2000.0, "transform_passes": 5}
 
     # ------------------------------------------------------------------ topic moves (kernels.hygiene)
+    def _columns(self) -> Columns:
+        """N^Φ = s·M and N^Z (count units) as the moves of ``kernels._moves`` take them."""
+        return Columns(self.phi_, self.nz_, self.scale_, self.scale_)
+
     def merge_topics(self, into: int, src: int) -> None:
         """Merge topic ``src`` into ``into`` (N^Φ columns and N^Z added); ``src`` is left empty (φ uniform)."""
-        merge_columns(self.phi_, self.nz_, into, src)
+        merge_columns(self._columns(), into, src)
 
     def delete_topic(self, k: int) -> None:
         """Empty topic ``k``, reassigning its expected tokens to the others (``kernels._moves.delete_column``)."""
-        delete_column(self.phi_, self.nz_, self.scale_, self.scale_, float(self.eta), self.topic_weights(), k)
+        delete_column(self._columns(), float(self.eta), self.topic_weights(), k)
 
     def birth_topic(
         self, k: int, word_ids: ArrayLike, word_probs: ArrayLike, share: float
@@ -394,7 +398,7 @@ class SCVB0(TopicModel):
         Returns the tokens moved and a function that undoes the move.
         """
         ids, counts = birth_counts(word_ids, word_probs, share, float(self.nz_.sum()))
-        return birth_column(self.phi_, self.nz_, self.scale_, self.scale_, k, ids, counts)
+        return birth_column(self._columns(), k, ids, counts)
 
     def split_topic(
         self, k: int, j: int, word_ids: ArrayLike, fractions: ArrayLike, rest: float
@@ -404,5 +408,5 @@ class SCVB0(TopicModel):
 
         Returns the tokens moved and a function that undoes the move.
         """
-        moved, undo = split_column(self.phi_, self.nz_, k, j, word_ids, fractions, rest)
+        moved, undo = split_column(self._columns(), k, j, word_ids, fractions, rest)
         return moved * self.scale_, undo
