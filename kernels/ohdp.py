@@ -84,6 +84,85 @@ def _cvb_doc(
     ``phat[n, k]`` = φ̂_kw_n.
     Writes γ (U×K) and N_j (K); returns the number of sweeps.
     """
+    K = phat.shape[1]
+    g = np.empty(K)
+    change = np.empty(K)
+    ntot = _doc_init(cnts, phat, prior, gam, nj)
+    it = 0
+    while it < max_iter:
+        it += 1
+        if _sweep(cnts, phat, prior, gam, nj, g, change, gam, False) <= tol * ntot:
+            break
+    return it
+
+
+@njit(cache=True, nogil=True, fastmath=EXACT_FASTMATH)
+def _cvb_doc_extrapolated(
+    cnts: NDArray[np.float64],
+    phat: NDArray[np.float64],
+    prior: NDArray[np.float64],
+    tol: float,
+    max_iter: int,
+    gam: NDArray[np.float64],
+    nj: NDArray[np.float64],
+    dg: NDArray[np.float64],
+) -> int:
+    """:func:`_cvb_doc` with the sweeps' slow geometric tail cut short (Aitken-type extrapolation).
+
+    The sweeps converge linearly: late in a document the changes Δ_t = Σ_n c_n |Δγ_n|₁ of successive sweeps
+    shrink by a nearly constant ratio r (≈ 0.88 on BBC), so reaching the tolerance takes ~40 sweeps. When the
+    ratio has been steady for three sweeps (|r_t − r_{t−1}| < 0.02, 0.3 < r < 0.995), γ jumps to the limit of
+    that geometric sequence, γ + Δγ · r/(1 − r) (Δγ of the last sweep; clipped at 0, each word renormalised,
+    N_j recomputed), and the sweeps go on. An approximation of the path only: the equations and the stopping
+    test are :func:`_cvb_doc`'s, and the document stops only after a plain sweep meets the test, so the
+    result is a fixed point to the same tolerance (measured closer to the exact one than :func:`_cvb_doc`'s,
+    in about half the sweeps: ``docs/ohdp.md``, "Cost"). ``dg`` (U×K) is scratch. Returns the sweeps.
+    """
+    U = phat.shape[0]
+    K = phat.shape[1]
+    g = np.empty(K)
+    change = np.empty(K)
+    ntot = _doc_init(cnts, phat, prior, gam, nj)
+    it = 0
+    since = 0
+    d_prev = 0.0
+    r_prev = 0.0
+    while it < max_iter:
+        it += 1
+        delta = _sweep(cnts, phat, prior, gam, nj, g, change, dg, True)
+        if delta <= tol * ntot:
+            break
+        since += 1
+        r = delta / d_prev if d_prev > 0.0 else 0.0
+        d_prev = delta
+        if since >= 3 and 0.3 < r < 0.995 and abs(r - r_prev) < 0.02:
+            step = r / (1.0 - r)
+            nj[:] = 0.0
+            for n in range(U):
+                for k in range(K):
+                    x = gam[n, k] + step * dg[n, k]
+                    gam[n, k] = x if x > 0.0 else 0.0
+                tot = _sum4(gam[n])
+                c = cnts[n]
+                for k in range(K):
+                    gam[n, k] /= tot
+                    nj[k] += c * gam[n, k]
+            since = 0
+            d_prev = 0.0
+            r = 0.0
+        r_prev = r
+    return it
+
+
+@njit(cache=True, nogil=True, fastmath=EXACT_FASTMATH)
+def _doc_init(
+    cnts: NDArray[np.float64],
+    phat: NDArray[np.float64],
+    prior: NDArray[np.float64],
+    gam: NDArray[np.float64],
+    nj: NDArray[np.float64],
+) -> float:  # pragma: no cover (compiled)
+    """γ_n ∝ φ̂_n α0β, N_j = Σ_n c_n γ_n; returns the document's tokens Σ_n c_n."""
     U = phat.shape[0]
     K = phat.shape[1]
     nj[:] = 0.0
@@ -97,31 +176,45 @@ def _cvb_doc(
         for k in range(K):
             gam[n, k] /= tot
             nj[k] += c * gam[n, k]
-    g = np.empty(K)
-    change = np.empty(K)
-    it = 0
-    while it < max_iter:
-        it += 1
-        delta = 0.0
-        for n in range(U):
-            c = cnts[n]
-            own = min(c, 1.0)
-            for k in range(K):
-                v = nj[k] - own * gam[n, k]
-                if v < 0.0:
-                    v = 0.0
-                g[k] = phat[n, k] * (v + prior[k])
-            tot = _sum4(g)
-            for k in range(K):
-                x = g[k] / tot
-                dx = x - gam[n, k]
-                change[k] = abs(dx)
-                nj[k] += c * dx
-                gam[n, k] = x
-            delta += c * _sum4(change)
-        if delta <= tol * ntot:
-            break
-    return it
+    return ntot
+
+
+@njit(cache=True, nogil=True, fastmath=EXACT_FASTMATH)
+def _sweep(
+    cnts: NDArray[np.float64],
+    phat: NDArray[np.float64],
+    prior: NDArray[np.float64],
+    gam: NDArray[np.float64],
+    nj: NDArray[np.float64],
+    g: NDArray[np.float64],
+    change: NDArray[np.float64],
+    dg: NDArray[np.float64],
+    record: bool,
+) -> float:  # pragma: no cover (compiled)
+    """One Gauss–Seidel sweep of γ_nk ∝ φ̂_kn (N_jk^{¬n} + α0 β_k) over the words, N_j kept equal to
+    Σ_n c_n γ_n; writes each Δγ to ``dg`` if ``record``. Returns Σ_n c_n |Δγ_n|₁."""
+    U = phat.shape[0]
+    K = phat.shape[1]
+    delta = 0.0
+    for n in range(U):
+        c = cnts[n]
+        own = min(c, 1.0)
+        for k in range(K):
+            v = nj[k] - own * gam[n, k]
+            if v < 0.0:
+                v = 0.0
+            g[k] = phat[n, k] * (v + prior[k])
+        tot = _sum4(g)
+        for k in range(K):
+            x = g[k] / tot
+            dx = x - gam[n, k]
+            change[k] = abs(dx)
+            nj[k] += c * dx
+            gam[n, k] = x
+            if record:
+                dg[n, k] = dx
+        delta += c * _sum4(change)
+    return delta
 
 
 @njit(cache=True, nogil=True, fastmath=EXACT_FASTMATH)
@@ -234,6 +327,7 @@ def _cvb_batch(
     gamma: float,
     tol: float,
     max_iter: int,
+    extrapolate: bool,
     sequential: bool,
     stat: NDArray[np.float64],
     tables: NDArray[np.float64],
@@ -268,6 +362,7 @@ def _cvb_batch(
         u_max = max(u_max, indptr[d + 1] - indptr[d])
     phat_all = np.empty((u_max, K))  # one buffer for every document (U_j ≤ u_max rows used)
     gam_all = np.empty((u_max, K))
+    dg_all = np.empty((u_max if extrapolate else 0, K))
     ptot = 0.0
     total_it = 0
     for d in range(n_docs):
@@ -301,7 +396,10 @@ def _cvb_batch(
                     prow[k] = (brow[k] + eta) * inv[k]
         gam = gam_all[:U]
         cnts = counts[lo:hi]
-        total_it += _cvb_doc(cnts, phat, prior, tol, max_iter, gam, nj)
+        if extrapolate:
+            total_it += _cvb_doc_extrapolated(cnts, phat, prior, tol, max_iter, gam, nj, dg_all[:U])
+        else:
+            total_it += _cvb_doc(cnts, phat, prior, tol, max_iter, gam, nj)
         # Ĝ += c·γ, and the expected tables, Sato et al. (2012): E[m_jk] ≈ P(n_jk > 0) · α0β_k (ψ(α0β_k +
         # E[n_jk | n_jk > 0]) − ψ(α0β_k)), with P(n_jk = 0) = Π_n (1 − γ_nk)^{c_n}. (Plugging E[n_jk] straight
         # into the Antoniak mean counts a whole table for any sliver of mass, which flattens β over the whole
@@ -350,6 +448,12 @@ class OnlineHDP(OnlineHDPBase):
         Document convergence tolerance: L1 change of the responsibilities per token.
     max_iter : int
         Cap on document-level sweeps.
+    extrapolate : bool
+        Cut the document sweeps' geometric tail short (``_cvb_doc_extrapolated``: Aitken-type jumps, same
+        equations and stopping test). Off by default: about half the sweeps per document (BBC: 21 instead of
+        38 at ``tol`` = 1e-4) and a result measured closer to the exact fixed point, but it changes which
+        fixed point some documents reach, and on the planted-topics test (``tests/test_ohdp.py``) that was
+        enough to leave one planted topic split at ``tol`` = 1e-4 (``docs/ohdp.md``, "Cost").
     sequential : bool
         Later documents of a minibatch see the raw counts of earlier ones (topic births at the data's scale).
     learn_concentrations : bool
@@ -362,8 +466,9 @@ class OnlineHDP(OnlineHDPBase):
     algorithm: ClassVar[str] = "ohdp"
     #: Only K, W and the seed are fixed on a restored model: they size the state and draw ``topic_rank``. Every
     #: other setting can change: γ, α0, η enter each update and read-out afresh (learned γ, α0 are state), the
-    #: schedule (κ, τ0, ρ_min) is evaluated at the stored update count, and ``tol``, ``max_iter``, ``sequential``,
-    #: ``batch_size``, ``window`` and the concentrations' priors shape only the document step and future updates.
+    #: schedule (κ, τ0, ρ_min) is evaluated at the stored update count, and ``tol``, ``max_iter``, ``extrapolate``,
+    #: ``sequential``, ``batch_size``, ``window`` and the concentrations' priors shape only the document step and
+    #: future updates.
     restore_fixed: ClassVar[frozenset[str]] = TopicModel.restore_fixed
     _set_state_installs_all = True
 
@@ -375,6 +480,7 @@ class OnlineHDP(OnlineHDPBase):
         return 8 * (W * K + 3 * K + 4)
 
     sequential: bool
+    extrapolate: bool
     tables_: NDArray[np.float64]
     topic_rank_: NDArray[np.int64]
 
@@ -394,6 +500,7 @@ class OnlineHDP(OnlineHDPBase):
         window: int = 25_000,
         tol: float = 1e-4,
         max_iter: int = 100,
+        extrapolate: bool = False,
         sequential: bool = True,
         learn_concentrations: bool = False,
         gamma_shape: float = 1.0,
@@ -405,8 +512,9 @@ class OnlineHDP(OnlineHDPBase):
 
     def _validate_params(self) -> None:
         super()._validate_params()
-        if not isinstance(self.sequential, bool | np.bool_):
-            raise ValueError(f"sequential must be a bool, got {self.sequential!r}")
+        for name in ("sequential", "extrapolate"):
+            if not isinstance(getattr(self, name), bool | np.bool_):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
 
     def _init_state(self) -> None:
         K, W = int(self.n_topics), int(self.n_words)
@@ -432,6 +540,7 @@ class OnlineHDP(OnlineHDPBase):
             self._gamma(),
             float(self.tol),
             int(self.max_iter),
+            bool(self.extrapolate),
             bool(self.sequential) and update,
             mb.stat,
             tables,

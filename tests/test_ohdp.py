@@ -14,7 +14,15 @@ import kernels
 from kernels import Batch
 from kernels._hdp_base import OnlineHDPBase
 from kernels._special import digamma, digamma_array
-from kernels.ohdp import _SERIES_BELOW, OnlineHDP, _beta_from_tables, _cvb_batch, _cvb_doc, _log1m_series
+from kernels.ohdp import (
+    _SERIES_BELOW,
+    OnlineHDP,
+    _beta_from_tables,
+    _cvb_batch,
+    _cvb_doc,
+    _cvb_doc_extrapolated,
+    _log1m_series,
+)
 from kernels.ohdp_stick import StickBreakingHDP, _elog_rows, _stick_doc
 from tests.naive import ohdp as naive
 from tests.synthetic import block_topics_corpus
@@ -107,6 +115,26 @@ def test_collapsed_document_update_matches_naive() -> None:
     np.testing.assert_allclose(nj.sum(), cnts.sum(), rtol=1e-12)
 
 
+def test_extrapolated_document_update_reaches_the_same_fixed_point_in_fewer_sweeps() -> None:
+    rng = np.random.default_rng(11)
+    U, K = 80, 40
+    phat = rng.dirichlet(np.full(300, 0.05), K).T[:U].copy()
+    prior = rng.dirichlet(np.ones(K)) * 1.5
+    cnts = rng.integers(1, 4, U).astype(np.float64)
+    runs = {}
+    for name, tol in (("exact", 1e-13), ("plain", 1e-8), ("extrapolated", 1e-8)):
+        gam, nj = np.empty((U, K)), np.empty(K)
+        if name == "extrapolated":
+            it = _cvb_doc_extrapolated(cnts, phat, prior, tol, 100_000, gam, nj, np.empty((U, K)))
+        else:
+            it = _cvb_doc(cnts, phat, prior, tol, 100_000, gam, nj)
+        runs[name] = (it, gam, nj)
+    assert runs["extrapolated"][0] < 0.8 * runs["plain"][0], (runs["extrapolated"][0], runs["plain"][0])
+    np.testing.assert_allclose(runs["extrapolated"][2].sum(), cnts.sum(), rtol=1e-12)
+    np.testing.assert_allclose(runs["extrapolated"][2], runs["exact"][2], atol=1e-5 * cnts.sum())
+    np.testing.assert_allclose(runs["extrapolated"][1].sum(axis=1), 1.0, rtol=1e-12)
+
+
 def test_log1m_series_matches_log1p_below_its_threshold() -> None:
     x = np.concatenate([np.geomspace(1e-300, _SERIES_BELOW, 2000, endpoint=False), [0.0]])
     got = np.array([_log1m_series(v) for v in x])
@@ -127,7 +155,7 @@ def test_collapsed_batch_tables_match_naive() -> None:
     stat, tables, theta = np.zeros((U, K)), np.zeros(K), np.empty((1, K))
     indptr = np.array([0, U], dtype=np.int64)
     slots = np.arange(U, dtype=np.int64)
-    args = (base, base_tot, 0.01, W, base_tables, rank, 1.3, 1.0, 0.0, 5, False, stat, tables, theta)
+    args = (base, base_tot, 0.01, W, base_tables, rank, 1.3, 1.0, 0.0, 5, False, False, stat, tables, theta)
     it = _cvb_batch(indptr, slots, cnts, *args)
     assert it == 5
     gam = stat / cnts[:, None]
