@@ -14,7 +14,7 @@ import kernels
 from kernels import Batch
 from kernels._hdp_base import CorpusStat, OnlineHDPBase
 from kernels._special import digamma, digamma_array
-from kernels.ohdp import OnlineHDP, _cvb_doc
+from kernels.ohdp import _SERIES_BELOW, OnlineHDP, _beta_from_tables, _cvb_batch, _cvb_doc, _log1m_series
 from kernels.ohdp_stick import DocQ, DocStep, Expect, StickBreakingHDP, _elog_rows, _stick_doc
 from tests.naive import ohdp as naive
 from tests.synthetic import block_topics_corpus
@@ -107,6 +107,39 @@ def test_collapsed_document_update_matches_naive() -> None:
     np.testing.assert_allclose(gam, g_ref, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(nj, nj_ref, rtol=1e-9)
     np.testing.assert_allclose(nj.sum(), cnts.sum(), rtol=1e-12)
+
+
+def test_log1m_series_matches_log1p_below_its_threshold() -> None:
+    x = np.concatenate([np.geomspace(1e-300, _SERIES_BELOW, 2000, endpoint=False), [0.0]])
+    got = np.array([_log1m_series(v) for v in x])
+    np.testing.assert_allclose(got, np.log1p(-x), rtol=4e-16, atol=0.0)
+
+
+def test_collapsed_batch_tables_match_naive() -> None:
+    """One document, topics fixed: Ĝ = c·γ, and the expected tables equal the formula with log1p on every entry
+    (the kernel sums log(1 − γ) by a series for the small entries, log1p for the rest: both kinds occur here)."""
+    rng = np.random.default_rng(8)
+    U, K, W = 30, 40, 500
+    base = rng.dirichlet(np.full(W, 0.05), K).T[:U] * 300.0
+    base_tot = base.sum(axis=0) + 50.0
+    cnts = rng.integers(1, 5, U).astype(np.float64)
+    cnts[3] = 0.5
+    base_tables = rng.gamma(0.5, 4.0, K)
+    rank = rng.permutation(K).astype(np.int64)
+    stat, tables, theta = np.zeros((U, K)), np.zeros(K), np.empty((1, K))
+    indptr = np.array([0, U], dtype=np.int64)
+    slots = np.arange(U, dtype=np.int64)
+    args = (base, base_tot, 0.01, W, base_tables, rank, 1.3, 1.0, 0.0, 5, False, stat, tables, theta)
+    it = _cvb_batch(indptr, slots, cnts, *args)
+    assert it == 5
+    gam = stat / cnts[:, None]
+    assert ((gam > 0) & (gam < _SERIES_BELOW)).any() and (gam >= _SERIES_BELOW).any()
+    prior = np.maximum(1.3 * _beta_from_tables(base_tables, rank, 1.0), 1e-100)
+    phat = (base + 0.01) / (base_tot + W * 0.01)
+    g_ref, nj_ref = naive.cvb0_doc_step(cnts, phat, prior, 5)
+    np.testing.assert_allclose(gam, g_ref, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(tables, naive.expected_tables(cnts, g_ref, prior), rtol=1e-9)
+    np.testing.assert_allclose(theta[0], (nj_ref + prior) / (nj_ref + prior).sum(), rtol=1e-9)
 
 
 # ----------------------------------------------------------------------------------------- corpus level

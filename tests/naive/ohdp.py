@@ -130,6 +130,16 @@ def cvb0_doc_step(
     return gam, nj
 
 
+def expected_tables(
+    cnts: NDArray[np.float64], gam: NDArray[np.float64], prior: NDArray[np.float64]
+) -> NDArray[np.float64]:
+    """E[m_jk] ≈ P(n_jk > 0) · α0β_k (ψ(α0β_k + E[n_jk | n_jk > 0]) − ψ(α0β_k)), P(n_jk = 0) = Π_n (1 − γ_nk)^{c_n}
+    (Sato et al. 2012), with SciPy's digamma and NumPy's log1p/expm1 on every entry."""
+    nj = cnts @ gam
+    p_pos = -np.expm1(cnts @ np.log1p(-gam))
+    return p_pos * prior * (digamma(prior + nj / p_pos) - digamma(prior))
+
+
 # ------------------------------------------------------------- learned concentrations (kernels._concentration)
 def expect_log_rest(u: float, v: float) -> float:
     """E[log(1 − x)] for x ~ Beta(u, v), by numerical integration of the density (no digamma identity)."""

@@ -1,0 +1,89 @@
+"""Online HDP speed and quality A/B (issue 11): ``ohdp`` and gensim's ``HdpModel`` in one process, one pass.
+
+    nice -n 19 .venv/bin/python -m benchmarks.ohdp_speed                          # defaults, + gensim
+    nice -n 19 .venv/bin/python -m benchmarks.ohdp_speed --no-gensim --set '{"tol": 2e-3}' --corpus-seed 1
+    nice -n 19 .venv/bin/python -m benchmarks.ohdp_speed --planted --set '{"tol": 2e-3}'
+
+Each run is one ``benchmarks.peers.run`` (the measurement of ``benchmarks/run_all.py``: minibatches of 100,
+truncation 150, CPU seconds of the updates only, held-out log-likelihood, NPMI and topics used as
+``evaluation.score_model`` scores them) on the corpora ``run_all`` prepares (vocabulary 10,000, 20NG capped at
+6,000 training documents, 2,000 test documents); ``--corpus-seed`` changes the shuffle and the split.
+``--planted`` instead fits the planted-topics corpus of ``tests/test_ohdp.py`` for corpus seeds 0–4 and says
+whether each fit meets that test's criteria.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import numpy as np
+
+_THREADS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
+
+
+def planted(params: dict) -> None:
+    """The criteria of ``tests/test_ohdp.py::test_planted_topics_are_recovered`` on five planted corpora."""
+    from scipy.optimize import linear_sum_assignment
+
+    from kernels.ohdp import OnlineHDP
+    from tests.synthetic import block_topics_corpus
+
+    for seed in range(5):
+        phi_true, docs = block_topics_corpus(seed=seed)
+        m = OnlineHDP(50, 240, seed=0, window=len(docs), batch_size=100, **{"eta": 0.1, **params})
+        for d0 in range(0, len(docs), 100):
+            m.partial_fit(docs[d0 : d0 + 100])
+        w = m.topic_weights()
+        top8 = np.argsort(-w)[:8]
+        est = m.topic_word()[top8]
+        unit = phi_true / np.linalg.norm(phi_true, axis=1, keepdims=True)
+        sim = (est / np.linalg.norm(est, axis=1, keepdims=True)) @ unit.T
+        r, c = linear_sum_assignment(-sim)
+        ok = (
+            8 <= m.topics_used() <= 14
+            and w[top8].sum() > 0.75
+            and w[top8].min() > 2 * np.sort(w)[-9]
+            and sim[r, c].min() > 0.95
+        )
+        print(f"planted seed {seed}: {'pass' if ok else 'FAIL'}  topics used {m.topics_used()}  "
+              f"min matched cosine {sim[r, c].min():.3f}", flush=True)  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpora", default="bbc,20ng,reuters")
+    ap.add_argument("--corpus-seed", type=int, default=0)
+    ap.add_argument("--set", default="{}", help="ohdp settings as JSON")
+    ap.add_argument("--no-gensim", action="store_true")
+    ap.add_argument("--planted", action="store_true")
+    args = ap.parse_args()
+    params = json.loads(args.set)
+    if args.planted:
+        planted(params)
+        return
+    for name in _THREADS:
+        os.environ[name] = "1"
+    from benchmarks.peers import run
+    from benchmarks.run_all import prepare, shared_data_dir
+
+    caps = {"20ng": 6000}
+    for corpus in args.corpora.split(","):
+        path, _ = prepare(
+            corpus, shared_data_dir(), vocab_size=10_000, seed=args.corpus_seed, max_train=caps.get(corpus),
+            max_test=2000,
+        )  # fmt: skip
+        for method in ["ohdp"] + ([] if args.no_gensim else ["gensim-hdp"]):
+            spec = {"corpus": corpus, "corpus_path": str(path), "batch_size": 100, "seed": 0, "method": method,
+                    "topics": 150, "mode": "single", "curve_docs": 0, "checkpoints": 1}  # fmt: skip
+            if method == "ohdp":
+                spec["params"] = params
+            r = run(spec)
+            print(f"{corpus:8s} {method:11s} tokens/s {r['tokens_per_second']:>10,.0f}  "
+                  f"held-out ll {r['heldout_loglik_per_word']:.4f}  NPMI {r['npmi_coherence']:.4f}  "
+                  f"topics used {r['topics_used']}", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
