@@ -47,6 +47,12 @@ def check_positive_int(name: str, value: Any) -> None:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
+def check_non_negative_int(name: str, value: Any) -> None:
+    """Raise ``ValueError`` unless ``value`` is an integer ≥ 0."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+
+
 def check_interval(
     name: str, value: Any, low: float, high: float = np.inf, *, low_open: bool = False, high_open: bool = False
 ) -> None:
@@ -179,8 +185,7 @@ class TopicModel(abc.ABC):
     def _validate_base_params(self) -> None:
         check_positive_int("n_topics", self.n_topics)
         check_positive_int("n_words", self.n_words)
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int | np.integer) or self.seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+        check_non_negative_int("seed", self.seed)
 
     @abc.abstractmethod
     def _validate_params(self) -> None:

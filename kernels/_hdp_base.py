@@ -101,13 +101,14 @@ def local_slots(word_ids: NDArray[np.int64], slot: NDArray[np.int64]) -> tuple[N
 class Minibatch(NamedTuple):
     """One minibatch as the document step sees it: the documents, their distinct words ``rows`` (first-seen
     order), each entry's index into them ``slots``; and what the step writes: Ĝ (``stat``, one row per distinct
-    word) and the mixtures ``theta``."""
+    word) and the mixtures ``theta``; ``seen``: the documents the model had learned from before this one."""
 
     docs: Batch
     rows: NDArray[np.int64]
     slots: NDArray[np.int64]
     stat: NDArray[np.float64]
     theta: NDArray[np.float64]
+    seen: int
 
 
 class OnlineHDPBase(TopicModel):
@@ -263,13 +264,14 @@ class OnlineHDPBase(TopicModel):
         slot = np.full(self.n_words, -1, dtype=np.int64)
         for d0 in range(0, batch.n_docs, S):
             d1 = min(batch.n_docs, d0 + S)
-            theta[d0:d1] = self._minibatch(batch.slice(d0, d1), slot, update=update)
+            seen = int(self.n_docs_seen_) + (d0 if update else 0)
+            theta[d0:d1] = self._minibatch(batch.slice(d0, d1), slot, seen, update=update)
         return theta
 
-    def _minibatch(self, docs: Batch, slot: NDArray[np.int64], *, update: bool) -> NDArray[np.float64]:
+    def _minibatch(self, docs: Batch, slot: NDArray[np.int64], seen: int, *, update: bool) -> NDArray[np.float64]:
         K = int(self.n_topics)
         rows, slots = local_slots(docs.word_ids, slot)
-        mb = Minibatch(docs, rows, slots, np.zeros((rows.shape[0], K)), np.empty((docs.n_docs, K)))
+        mb = Minibatch(docs, rows, slots, np.zeros((rows.shape[0], K)), np.empty((docs.n_docs, K)), seen)
         iters, stick_stat, alpha_stat = self._documents(mb, update)
         if not update:
             return mb.theta

@@ -74,7 +74,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._base import check_interval, check_positive_int
+from ._base import check_interval, check_non_negative_int, check_positive_int
 from ._batch import Batch, as_batch, recent_batch, take_docs
 from ._delete import heldout_deletes
 from ._events import Event, SupportsTopicMoves
@@ -187,10 +187,8 @@ class TopicHygiene:
             raise ValueError(f"warmup_docs must be a non-negative integer or None, got {warmup_docs!r}")
         if max_merges is not None:
             check_positive_int("max_merges", max_merges)
-        if isinstance(max_births, bool) or not isinstance(max_births, int) or max_births < 0:
-            raise ValueError(f"max_births must be a non-negative integer, got {max_births!r}")
-        if isinstance(max_splits, bool) or not isinstance(max_splits, int) or max_splits < 0:
-            raise ValueError(f"max_splits must be a non-negative integer, got {max_splits!r}")
+        check_non_negative_int("max_births", max_births)
+        check_non_negative_int("max_splits", max_splits)
         check_interval("split_threshold", split_threshold, 0.0, 1.0, low_open=True)
         check_interval("split_min_share", split_min_share, 0.0, 0.5, low_open=True)
         check_interval("split_min_tokens", split_min_tokens, 0.0)
@@ -212,8 +210,7 @@ class TopicHygiene:
         self.birth_quantile = float(birth_quantile)
         self.birth_min_gain = float(birth_min_gain)
         self.em_iterations = int(em_iterations)
-        if isinstance(delete_tries, bool) or not isinstance(delete_tries, int) or delete_tries < 0:
-            raise ValueError(f"delete_tries must be a non-negative integer, got {delete_tries!r}")
+        check_non_negative_int("delete_tries", delete_tries)
         check_interval("delete_below", delete_below, 0.0, 1.0)
         check_interval("delete_tolerance", delete_tolerance, 0.0)
         self.delete_tries, self.delete_below, self.delete_tolerance = delete_tries, delete_below, delete_tolerance

@@ -32,7 +32,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from . import _pf_state as st
-from ._base import StateValue, TopicModel, check_interval, check_positive_int
+from ._base import StateValue, TopicModel, check_interval, check_non_negative_int, check_positive_int
 from ._batch import CSR, Batch
 from ._pf_filter import filter_docs
 from ._pf_gibbs import InitPlan, TokenDocs, gibbs_init, install_init
@@ -172,9 +172,7 @@ class ParticleFilterLDA(TopicModel):
         if self.rejuvenation not in _MODES:
             raise ValueError(f"rejuvenation must be one of {_MODES}, got {self.rejuvenation!r}")
         for name in ("n_rejuvenate", "init_docs", "init_sweeps"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 0:
-                raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
+            check_non_negative_int(name, getattr(self, name))
         for name in ("reservoir_size", "history_tokens", "history_docs", "init_max_tokens", "init_restarts"):
             check_positive_int(name, getattr(self, name))
         check_interval("alpha", self.alpha, 0.0, low_open=True, high_open=True)

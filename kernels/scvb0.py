@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._base import StateValue, TopicModel, check_interval, check_positive_int, state_array
+from ._base import StateValue, TopicModel, check_interval, check_non_negative_int, check_positive_int, state_array
 from ._batch import Batch
 from ._moves import Columns, birth_column, birth_counts, delete_column, merge_columns, split_column
 from ._schedule import StepSize
@@ -199,9 +199,7 @@ class SCVB0(TopicModel):
         check_interval("theta_kappa", self.theta_kappa, 0.0, 1.0, low_open=True)
         check_interval("phi_floor", self.phi_floor, 0.0, 1.0, high_open=True)
         check_positive_int("batch_size", self.batch_size)
-        b = self.burn_in
-        if isinstance(b, bool) or not isinstance(b, int | np.integer) or b < 0:
-            raise ValueError(f"burn_in must be a non-negative integer, got {self.burn_in!r}")
+        check_non_negative_int("burn_in", self.burn_in)
         check_interval("window", self.window, 0.0, low_open=True, high_open=True)
         check_positive_int("transform_passes", self.transform_passes)
         check_interval("background", self.background, 0.0, high_open=True)

@@ -12,9 +12,20 @@ from scipy.special import digamma as sp_digamma
 
 import kernels
 from kernels import Batch
+from kernels._batch import CSR
 from kernels._hdp_base import CorpusStat, OnlineHDPBase
+from kernels._ohdp_numba import (
+    _SERIES_BELOW,
+    Fixed,
+    Step,
+    Written,
+    _cvb_doc,
+    _log1m_series,
+    beta_from_tables,
+    cvb_batch,
+)
 from kernels._special import digamma, digamma_array
-from kernels.ohdp import _SERIES_BELOW, OnlineHDP, _beta_from_tables, _cvb_batch, _cvb_doc, _log1m_series
+from kernels.ohdp import OnlineHDP
 from kernels.ohdp_stick import DocQ, DocStep, Expect, StickBreakingHDP, _elog_rows, _stick_doc
 from tests.naive import ohdp as naive
 from tests.synthetic import block_topics_corpus
@@ -129,12 +140,14 @@ def test_collapsed_batch_tables_match_naive() -> None:
     stat, tables, theta = np.zeros((U, K)), np.zeros(K), np.empty((1, K))
     indptr = np.array([0, U], dtype=np.int64)
     slots = np.arange(U, dtype=np.int64)
-    args = (base, base_tot, 0.01, W, base_tables, rank, 1.3, 1.0, 0.0, 5, False, stat, tables, theta)
-    it = _cvb_batch(indptr, slots, cnts, *args)
+    step = Step(0.01, W, 1.3, 1.0, 0.0, 5, False)
+    it = cvb_batch(
+        CSR(indptr, slots, cnts), Fixed(base, base_tot, base_tables, rank), step, Written(stat, tables, theta)
+    )
     assert it == 5
     gam = stat / cnts[:, None]
     assert ((gam > 0) & (gam < _SERIES_BELOW)).any() and (gam >= _SERIES_BELOW).any()
-    prior = np.maximum(1.3 * _beta_from_tables(base_tables, rank, 1.0), 1e-100)
+    prior = np.maximum(1.3 * beta_from_tables(base_tables, rank, 1.0), 1e-100)
     phat = (base + 0.01) / (base_tot + W * 0.01)
     g_ref, nj_ref = naive.cvb0_doc_step(cnts, phat, prior, 5)
     np.testing.assert_allclose(gam, g_ref, rtol=1e-9, atol=1e-12)

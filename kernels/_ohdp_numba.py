@@ -1,0 +1,319 @@
+"""The collapsed online HDP's numba code (:class:`kernels.ohdp.OnlineHDP`): the document step of a minibatch
+(zero-order collapsed responsibilities, Sato, Kurihara & Nakagawa, KDD 2012; SCVB0's Eq. 5), the expected tables
+that feed the corpus stick, and the stick's mean E[β] from them."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+from numpy.typing import NDArray
+
+from ._base import EXACT_FASTMATH
+from ._batch import CSR
+from ._special import digamma
+
+__all__ = ["Fixed", "Step", "Written", "beta_from_tables", "cvb_batch"]
+
+
+class Fixed(NamedTuple):
+    """What a minibatch's document step holds fixed: ``stat`` = N^Φ's rows of the minibatch's distinct words
+    (count units, one row per local slot), ``total`` = N^Z (K), the corpus-level expected tables (``tables``,
+    K) and ``rank``, the order in which free ids are handed to new topics."""
+
+    stat: NDArray[np.float64]
+    total: NDArray[np.float64]
+    tables: NDArray[np.float64]
+    rank: NDArray[np.int64]
+
+
+class Step(NamedTuple):
+    """The settings the document step reads: η, W, α0, γ, the sweeps' tolerance and cap, and ``sequential``
+    (later documents see the earlier ones' raw counts)."""
+
+    eta: float
+    n_words: int
+    alpha: float
+    gamma: float
+    tol: float
+    max_iter: int
+    sequential: bool
+
+
+class Written(NamedTuple):
+    """What the document step writes: Ĝ (``stat``, raw c·γ per local slot), the minibatch's expected tables
+    (``tables``, K) and the documents' mixtures (``theta``, D×K)."""
+
+    stat: NDArray[np.float64]
+    tables: NDArray[np.float64]
+    theta: NDArray[np.float64]
+
+
+@njit(cache=True, nogil=True)
+def beta_from_tables(m: NDArray[np.float64], rank: NDArray[np.int64], gamma: float) -> NDArray[np.float64]:
+    """E[β] given expected table counts m_k: sticks taken in decreasing m_k, ties (empty topics) in the order
+    ``rank`` (a permutation of the ids drawn at start: which free id the next new topic takes),
+    β'_(i) = (1 + m_(i)) / (1 + γ + m_(i) + Σ_{l>i} m_(l)) (the posterior mean of Beta(1 + m_(i), γ + Σ_{l>i}
+    m_(l)): Eqs. 19–20 with tables counted instead of document atoms; Sato et al. 2012), last break 1."""
+    K = m.shape[0]
+    by_rank = np.empty(K, dtype=np.int64)
+    for k in range(K):
+        by_rank[rank[k]] = k
+    neg = np.empty(K)
+    for i in range(K):
+        neg[i] = -m[by_rank[i]]
+    order = by_rank[np.argsort(neg, kind="mergesort")]
+    beta = np.empty(K)
+    tail = 0.0
+    for i in range(K):
+        tail += m[order[i]]
+    rest = 1.0
+    for i in range(K):
+        mk = m[order[i]]
+        tail -= mk
+        br = 1.0 if i == K - 1 else (1.0 + mk) / (1.0 + gamma + mk + max(tail, 0.0))
+        beta[order[i]] = rest * br
+        rest *= 1.0 - br
+    return beta
+
+
+@njit(cache=True, nogil=True, fastmath=EXACT_FASTMATH)
+def _cvb_doc(
+    cnts: NDArray[np.float64],
+    phat: NDArray[np.float64],
+    prior: NDArray[np.float64],
+    tol: float,
+    max_iter: int,
+    gam: NDArray[np.float64],
+    nj: NDArray[np.float64],
+) -> int:
+    """Zero-order collapsed update of one document with the topics fixed (Sato et al. 2012; SCVB0 Eq. 5):
+
+    γ_nk ∝ φ̂_kn (N_jk^{¬n} + α0 β_k),   N_jk = Σ_n c_n γ_nk,
+
+    swept over the distinct words (Gauss–Seidel), where N^{¬n} takes one token of word n out. Starts from
+    γ_n ∝ φ̂_n α0β; stops when Σ_n c_n |Δγ_n|₁ ≤ tol · N_j or after ``max_iter`` sweeps.
+    ``phat[n, k]`` = φ̂_kw_n.
+    Writes γ (U×K) and N_j (K); returns the number of sweeps.
+    """
+    U = phat.shape[0]
+    K = phat.shape[1]
+    nj[:] = 0.0
+    ntot = 0.0
+    for n in range(U):
+        for k in range(K):
+            gam[n, k] = phat[n, k] * prior[k]
+        tot = _sum4(gam[n])
+        c = cnts[n]
+        ntot += c
+        for k in range(K):
+            gam[n, k] /= tot
+            nj[k] += c * gam[n, k]
+    g = np.empty(K)
+    change = np.empty(K)
+    it = 0
+    while it < max_iter:
+        it += 1
+        delta = 0.0
+        for n in range(U):
+            c = cnts[n]
+            own = min(c, 1.0)
+            for k in range(K):
+                v = nj[k] - own * gam[n, k]
+                if v < 0.0:
+                    v = 0.0
+                g[k] = phat[n, k] * (v + prior[k])
+            tot = _sum4(g)
+            for k in range(K):
+                x = g[k] / tot
+                dx = x - gam[n, k]
+                change[k] = abs(dx)
+                nj[k] += c * dx
+                gam[n, k] = x
+            delta += c * _sum4(change)
+        if delta <= tol * ntot:
+            break
+    return it
+
+
+@njit(cache=True, nogil=True, fastmath=EXACT_FASTMATH)
+def _sum4(x: NDArray[np.float64]) -> float:  # pragma: no cover (compiled)
+    """Σ x in four interleaved partial sums: in a fixed order (bit-for-bit reproducible, which a sum that fast-math
+    may reassociate is not; see ``EXACT_FASTMATH``) and without one long chain of dependent additions."""
+    n = x.shape[0]
+    s0 = s1 = s2 = s3 = 0.0
+    k = 0
+    while k + 4 <= n:
+        s0 += x[k]
+        s1 += x[k + 1]
+        s2 += x[k + 2]
+        s3 += x[k + 3]
+        k += 4
+    while k < n:
+        s0 += x[k]
+        k += 1
+    return (s0 + s1) + (s2 + s3)
+
+
+# log(1 − x) by its series below this x (see :func:`cvb_batch`): through x⁸, the first term left out is below
+# x⁹/9 ≤ 2⁻⁶³/9, i.e. < 1e-18 relative to |log(1 − x)| ≥ x, under the rounding of ``np.log1p`` itself.
+_SERIES_BELOW = 1.0 / 128.0
+
+
+@njit(cache=True, nogil=True, fastmath=EXACT_FASTMATH)
+def _log1m_series(x: float) -> float:  # pragma: no cover (compiled)
+    """log(1 − x) = −x (1 + x/2 + x²/3 + … + x⁷/8) + O(x⁹), for 0 ≤ x < ``_SERIES_BELOW`` (Horner form)."""
+    s = 1.0 / 7.0 + x * 0.125
+    s = 0.2 + x * (1.0 / 6.0 + x * s)
+    s = 1.0 / 3.0 + x * (0.25 + x * s)
+    return -x * (1.0 + x * (0.5 + x * s))
+
+
+@njit(cache=True, nogil=True, fastmath=EXACT_FASTMATH)
+def _add_doc(
+    gam: NDArray[np.float64],
+    cnts: NDArray[np.float64],
+    slots: NDArray[np.int64],
+    stat: NDArray[np.float64],
+    run_tot: NDArray[np.float64],
+    logp0: NDArray[np.float64],
+    prod: NDArray[np.float64],
+    buf: NDArray[np.float64],
+) -> None:  # pragma: no cover (compiled)
+    """Add a finished document to Ĝ (``stat[slots[n]] += c_n γ_n``, ``run_tot`` its column sums) and write
+    ``logp0[k]`` = log P(n_jk = 0) = Σ_n c_n log(1 − γ_nk) (Sato et al. 2012), γ clipped at 1 − 10⁻¹².
+
+    log(1 − γ) costs a ``log1p`` per entry if done plainly, more than a sweep of :func:`_cvb_doc`, so: below
+    ``_SERIES_BELOW`` (nearly all entries: a word's mass sits on a few topics) by :func:`_log1m_series`, to
+    rounding; at or above it, for words seen once (most rows), as a running product of (1 − γ) per topic
+    whose log is taken once per document (relative error ≤ 2⁻⁵³ per factor, i.e. ≤ 1.5·10⁻¹⁴ of its
+    |log(1 − γ)| ≥ 1/128); for the other rows by ``log1p``. The products are folded into ``logp0`` every 16
+    rows (each factor ≥ 10⁻¹², so they stay far above the smallest double).
+    """
+    U = gam.shape[0]
+    K = gam.shape[1]
+    for k in range(K):
+        logp0[k] = 0.0
+        prod[k] = 1.0
+    for n in range(U):
+        c = cnts[n]
+        grow = gam[n]
+        srow = stat[slots[n]]
+        if c == 1.0:
+            for k in range(K):
+                x = grow[k]
+                srow[k] += x
+                run_tot[k] += x
+                small = x < _SERIES_BELOW
+                logp0[k] += _log1m_series(x) if small else 0.0
+                prod[k] *= 1.0 if small else 1.0 - min(x, 1.0 - 1e-12)
+        else:
+            big = 0
+            for k in range(K):
+                x = grow[k]
+                cx = c * x
+                srow[k] += cx
+                run_tot[k] += cx
+                buf[k] = _log1m_series(x)  # replaced below where x ≥ _SERIES_BELOW
+                if x >= _SERIES_BELOW:
+                    big += 1
+            if big > 0:
+                for k in range(K):
+                    x = grow[k]
+                    if x >= _SERIES_BELOW:
+                        buf[k] = np.log1p(-min(x, 1.0 - 1e-12))
+            for k in range(K):
+                logp0[k] += c * buf[k]
+        if n % 16 == 15 or n == U - 1:
+            for k in range(K):
+                if prod[k] < 1.0:
+                    logp0[k] += np.log(prod[k])
+                    prod[k] = 1.0
+
+
+@njit(cache=True, nogil=True, fastmath=EXACT_FASTMATH)
+def cvb_batch(docs: CSR, fixed: Fixed, step: Step, out: Written) -> int:
+    """The collapsed document step for a minibatch, accumulating Ĝ (``stat``, raw c·γ per distinct word) and
+    the expected tables Σ_j E[m_jk] = Σ_j α0β_k (ψ(α0β_k + N_jk) − ψ(α0β_k)) (Antoniak; Sato et al. 2012).
+
+    φ̂_kw = (base_wk + η)/(base_tot_k + Wη), ``base`` holding the current N^Φ rows of the minibatch's words;
+    if ``sequential``, the raw statistics of the minibatch's earlier documents are added to N^Φ for the later
+    ones (``stat`` doubles as that running count). ``theta[d]`` = normalised N_j + α0β. Returns total sweeps.
+
+    Cost: per document O(sweeps · U·K) for :func:`_cvb_doc` and O(U·K) for φ̂, Ĝ and P(n_jk = 0), plus O(K)
+    digammas and (if ``sequential``) an O(K log K) sort for β. log(1 − γ) is summed for P(n_jk = 0) by its
+    Taylor series where γ < 1/128 (nearly all of the U×K entries: a word's mass sits on a few topics), so only
+    the few larger entries call ``log1p``, which would otherwise cost more than several sweeps.
+    """
+    indptr, slots, counts = docs
+    base, base_tot, base_tables, rank = fixed
+    eta, n_words, alpha, gamma, tol, max_iter, sequential = step
+    stat, tables, theta = out
+    K = base.shape[1]
+    n_docs = indptr.shape[0] - 1
+    Weta = n_words * eta
+    inv = np.empty(K)
+    run_tot = np.zeros(K)
+    nj = np.empty(K)
+    logp0 = np.empty(K)
+    prior = np.empty(K)
+    dig_prior = np.empty(K)
+    buf = np.empty(K)
+    prod = np.empty(K)
+    cur = base_tables.copy()
+    u_max = 0
+    for d in range(n_docs):
+        u_max = max(u_max, indptr[d + 1] - indptr[d])
+    phat_all = np.empty((u_max, K))  # one buffer for every document (U_j ≤ u_max rows used)
+    gam_all = np.empty((u_max, K))
+    ptot = 0.0
+    total_it = 0
+    for d in range(n_docs):
+        if d == 0 or sequential:
+            beta = beta_from_tables(cur, rank, gamma)
+            ptot = 0.0
+            for k in range(K):
+                prior[k] = max(alpha * beta[k], 1e-100)
+                ptot += prior[k]
+                dig_prior[k] = digamma(prior[k])
+        lo = indptr[d]
+        hi = indptr[d + 1]
+        U = hi - lo
+        if U == 0:
+            for k in range(K):
+                theta[d, k] = prior[k] / ptot
+            continue
+        for k in range(K):
+            inv[k] = 1.0 / (base_tot[k] + run_tot[k] + Weta) if sequential else 1.0 / (base_tot[k] + Weta)
+        phat = phat_all[:U]
+        for n in range(U):
+            u = slots[lo + n]
+            prow = phat[n]
+            brow = base[u]
+            if sequential:
+                srow = stat[u]
+                for k in range(K):
+                    prow[k] = (brow[k] + srow[k] + eta) * inv[k]
+            else:
+                for k in range(K):
+                    prow[k] = (brow[k] + eta) * inv[k]
+        gam = gam_all[:U]
+        cnts = counts[lo:hi]
+        total_it += _cvb_doc(cnts, phat, prior, tol, max_iter, gam, nj)
+        # Ĝ += c·γ, and the expected tables, Sato et al. (2012): E[m_jk] ≈ P(n_jk > 0) · α0β_k (ψ(α0β_k +
+        # E[n_jk | n_jk > 0]) − ψ(α0β_k)), with P(n_jk = 0) = Π_n (1 − γ_nk)^{c_n}. (Plugging E[n_jk] straight
+        # into the Antoniak mean counts a whole table for any sliver of mass, which flattens β over the whole
+        # truncation.)
+        _add_doc(gam, cnts, slots[lo:hi], stat, run_tot, logp0, prod, buf)
+        tot = 0.0
+        for k in range(K):
+            tot += nj[k] + prior[k]
+            pk = -np.expm1(logp0[k])
+            if pk > 1e-300 and nj[k] > 0.0:
+                x = pk * prior[k] * (digamma(prior[k] + nj[k] / pk) - dig_prior[k])
+                tables[k] += x
+                cur[k] += x
+        for k in range(K):
+            theta[d, k] = (nj[k] + prior[k]) / tot
+    return total_it
