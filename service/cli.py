@@ -473,4 +473,4 @@ def demo(
     from .dev.demo import run_demo
 
     s = _settings(algorithm=algorithm, topics=topics)
-    run_demo(s, articles=articles, rate=rate, duration=duration)
+    run_demo(s, articles=articles, rate=rate, duration=duration, topics=topics)

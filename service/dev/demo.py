@@ -45,7 +45,14 @@ def _stop(proc: subprocess.Popen[bytes] | None, timeout: float = 30.0) -> None:
         proc.wait()
 
 
-def run_demo(settings: Settings, articles: Path | None, rate: float, duration: float | None = None) -> None:
+def run_demo(
+    settings: Settings, articles: Path | None, rate: float, duration: float | None = None, topics: int | None = None
+) -> None:
+    """Run ``make run``: the learner and a producer as child processes (against a local broker and Redis unless
+    the environment names real ones), the live topics in this terminal. The children read their settings from
+    the environment, so the kernel chosen here (``settings.algorithm``: ``--algorithm`` or
+    TOPICSTREAM_ALGORITHM) and ``topics`` (``--topics``; else TOPICSTREAM_TOPICS, else 20 for the demo's
+    15 desks) are written into it."""
     console = Console()
     if articles is not None and not articles.exists():
         console.print(f"[red]no such file: {articles}[/red]")
@@ -68,7 +75,10 @@ def run_demo(settings: Settings, articles: Path | None, rate: float, duration: f
             env.setdefault("TOPICSTREAM_MAX_POLL_INTERVAL_MS", "6000")
             env.setdefault("TOPICSTREAM_SESSION_TIMEOUT_MS", "6000")
             console.print(f"local broker [bold]{stack.kafka_bootstrap}[/bold], Redis [bold]{stack.redis_url}[/bold]")
-        env.setdefault("TOPICSTREAM_TOPICS", str(settings.topics if "TOPICSTREAM_TOPICS" in os.environ else 20))
+        env["TOPICSTREAM_ALGORITHM"] = settings.algorithm
+        if topics is not None:
+            env["TOPICSTREAM_TOPICS"] = str(topics)
+        env.setdefault("TOPICSTREAM_TOPICS", "20")
         env.setdefault("TOPICSTREAM_SNAPSHOT_EVERY_S", "2")
         env.setdefault("TOPICSTREAM_METRICS_PORT", str(free_port()))
         s = settings.model_copy(
@@ -103,6 +113,8 @@ def run_demo(settings: Settings, articles: Path | None, rate: float, duration: f
 
 #: The settings another terminal needs to reach the demo's broker, Redis and model.
 SHARED_SETTINGS = (
+    "TOPICSTREAM_ALGORITHM",
+    "TOPICSTREAM_TOPICS",
     "TOPICSTREAM_KAFKA_BOOTSTRAP",
     "TOPICSTREAM_REDIS_URL",
     "TOPICSTREAM_REDIS_PREFIX",

@@ -62,10 +62,11 @@ def test_topics_without_a_snapshot_says_so(settings: Settings) -> None:
 
 def test_make_run_demo_invites_a_second_terminal_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     """`make run`'s demo starts a broker, Redis, learner and producer; the commands it prints for a second
-    terminal (with the settings it writes to .topicstream/demo.env) see its model; Ctrl-C stops everything."""
+    terminal (with the settings it writes to .topicstream/demo.env) see its model, which is the kernel and the
+    number of topics given on the command line; Ctrl-C stops everything."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOPICSTREAM_")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "service", "demo", "--rate", "400"],
+        [sys.executable, "-m", "service", "demo", "--rate", "400", "--algorithm", "ohdp", "--topics", "12"],
         env={**env, "COLUMNS": "160"},
         cwd=tmp_path,
         stdout=subprocess.PIPE,
@@ -92,6 +93,8 @@ def test_make_run_demo_invites_a_second_terminal_and_stops_on_ctrl_c(tmp_path: P
             if topics.returncode == 0:
                 summary = json.loads(topics.stdout)
         assert summary is not None and summary["articles_learned"] > 0, "the second terminal never saw the model"
+        assert summary["algorithm"] == "ohdp" and len(summary["topics"]) == 12
+        assert second["TOPICSTREAM_ALGORITHM"] == "ohdp" and second["TOPICSTREAM_TOPICS"] == "12"
         assert all(t["top_words"] for t in summary["topics"] if t["prevalence"] > 0.05)
     finally:
         proc.send_signal(signal.SIGINT)
