@@ -18,11 +18,11 @@ __all__ = ["Fixed", "Step", "Written", "beta_from_tables", "cvb_batch"]
 
 
 class Fixed(NamedTuple):
-    """What a minibatch's document step holds fixed: ``stat`` = N^Φ's rows of the minibatch's distinct words
+    """What a minibatch's document step holds fixed: ``rows`` = N^Φ's rows of the minibatch's distinct words
     (count units, one row per local slot), ``total`` = N^Z (K), the corpus-level expected tables (``tables``,
     K) and ``rank``, the order in which free ids are handed to new topics."""
 
-    stat: NDArray[np.float64]
+    rows: NDArray[np.float64]
     total: NDArray[np.float64]
     tables: NDArray[np.float64]
     rank: NDArray[np.int64]
@@ -237,9 +237,10 @@ def cvb_batch(docs: CSR, fixed: Fixed, step: Step, out: Written) -> int:
     """The collapsed document step for a minibatch, accumulating Ĝ (``stat``, raw c·γ per distinct word) and
     the expected tables Σ_j E[m_jk] = Σ_j α0β_k (ψ(α0β_k + N_jk) − ψ(α0β_k)) (Antoniak; Sato et al. 2012).
 
-    φ̂_kw = (base_wk + η)/(base_tot_k + Wη), ``base`` holding the current N^Φ rows of the minibatch's words;
-    if ``sequential``, the raw statistics of the minibatch's earlier documents are added to N^Φ for the later
-    ones (``stat`` doubles as that running count). ``theta[d]`` = normalised N_j + α0β. Returns total sweeps.
+    φ̂_kw = (N^Φ_wk + η)/(N^Z_k + Wη) from ``fixed`` (:class:`Fixed`); if ``step.sequential``, the raw
+    statistics of the minibatch's earlier documents are added to N^Φ for the later ones (``out.stat`` doubles as
+    that running count). Writes ``out`` (:class:`Written`): ``theta[d]`` = normalised N_j + α0β. Returns the
+    total sweeps.
 
     Cost: per document O(sweeps · U·K) for :func:`_cvb_doc` and O(U·K) for φ̂, Ĝ and P(n_jk = 0), plus O(K)
     digammas and (if ``sequential``) an O(K log K) sort for β. log(1 − γ) is summed for P(n_jk = 0) by its
