@@ -27,9 +27,9 @@ from numpy.typing import NDArray
 
 from ._batch import Batch
 from ._events import SupportsTopicMoves
-from ._moves import token_probs
+from ._moves import mean_loglik
 
-__all__ = ["completion_halves", "completion_score", "heldout_deletes"]
+__all__ = ["completion_halves", "heldout_deletes"]
 
 
 def completion_halves(docs: Batch) -> tuple[Batch, Batch]:
@@ -46,12 +46,6 @@ def completion_halves(docs: Batch) -> tuple[Batch, Batch]:
             u, c = np.unique(part, return_counts=True)
             out.append((u.astype(np.int64), c.astype(np.float64)))
     return Batch.from_docs(first), Batch.from_docs(second)
-
-
-def completion_score(model: SupportsTopicMoves, observed: Batch, held_out: Batch) -> float:
-    """Mean per-token log Σ_k θ_dk φ_kw of ``held_out`` with θ = ``model.transform(observed)``."""
-    p = token_probs(model.transform(observed), model.topic_word(), held_out)
-    return float(np.dot(held_out.counts, np.log(p)) / max(held_out.counts.sum(), 1e-300))
 
 
 def heldout_deletes(
@@ -71,7 +65,7 @@ def heldout_deletes(
     weights = model.topic_weights()
     live = weights >= empty_below
     cand = [int(k) for k in np.argsort(weights, kind="stable") if live[k] and weights[k] < candidates_below]
-    base = completion_score(model, observed, held_out)
+    base = mean_loglik(model.transform(observed), model.topic_word(), held_out)
     done: list[tuple[int, float]] = []
     size = (len(cand) + 1) // 2
     tries = 0
@@ -84,7 +78,7 @@ def heldout_deletes(
         trial = copy.deepcopy(model)
         for k in group:
             trial.delete_topic(k)
-        score = completion_score(trial, observed, held_out)
+        score = mean_loglik(trial.transform(observed), trial.topic_word(), held_out)
         tries += 1
         if score >= base - tolerance:
             for k in group:

@@ -21,7 +21,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ._batch import Batch
 
-__all__ = ["Columns", "birth_column", "birth_counts", "delete_column", "merge_columns", "split_column"]
+__all__ = ["Columns", "birth_column", "birth_counts", "delete_column", "mean_loglik", "merge_columns", "split_column"]
 
 _BLOCK = 8192  # rows per vectorised block (bounds the temporaries to _BLOCK×K doubles)
 
@@ -212,3 +212,9 @@ def token_probs(theta: NDArray[np.float64], phi: NDArray[np.float64], docs: Batc
         b = a + _BLOCK
         out[a:b] = np.einsum("ik,ik->i", theta[doc_of[a:b]], phi_t[w_of[a:b]])
     return np.maximum(out, 1e-300)
+
+
+def mean_loglik(theta: NDArray[np.float64], phi: NDArray[np.float64], docs: Batch) -> float:
+    """Mean per-token log Σ_k θ_dk φ_kw over ``docs``: the held-out score every accepted move is judged by."""
+    p = token_probs(theta, phi, docs)
+    return float(np.dot(docs.counts, np.log(p)) / max(docs.counts.sum(), 1e-300))

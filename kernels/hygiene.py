@@ -78,7 +78,7 @@ from ._base import check_interval, check_non_negative_int, check_positive_int
 from ._batch import Batch, as_batch, recent_batch, take_docs
 from ._delete import heldout_deletes
 from ._events import Event, SupportsTopicMoves
-from ._moves import token_probs
+from ._moves import mean_loglik, token_probs
 from ._split import SplitProposal, muddled_topics
 
 __all__ = [
@@ -349,7 +349,7 @@ class TopicHygiene:
         if not muddled:
             return []
         events: list[Event] = []
-        base = _mean_loglik(model, valid, model.topic_word())
+        base = mean_loglik(model.transform(valid), model.topic_word(), valid)
         tries = 0
         for k, prop in muddled:
             if len(events) >= self.max_splits or tries >= 2 * self.max_splits or not free:
@@ -357,7 +357,7 @@ class TopicHygiene:
             tries += 1
             j = free.pop(0)
             _, undo = model.split_topic(k, j, prop.word_ids, prop.fractions, prop.rest)
-            score = _mean_loglik(model, valid, model.topic_word())
+            score = mean_loglik(model.transform(valid), model.topic_word(), valid)
             gain = score - base
             if not gain > self.split_min_gain:
                 undo()
@@ -391,7 +391,7 @@ class TopicHygiene:
     def _births(self, model: SupportsTopicMoves, build: Batch, valid: Batch) -> list[Event]:
         events: list[Event] = []
         phi = model.topic_word()
-        base = _mean_loglik(model, valid, phi)
+        base = mean_loglik(model.transform(valid), phi, valid)
         for _ in range(self.max_births):
             free = np.flatnonzero(model.topic_weights() < self.empty_below)
             if free.size == 0:
@@ -403,7 +403,7 @@ class TopicHygiene:
             k = int(free[0])
             _, undo = model.birth_topic(k, ids, probs, share)
             phi_new = model.topic_word()
-            score = _mean_loglik(model, valid, phi_new)
+            score = mean_loglik(model.transform(valid), phi_new, valid)
             gain = score - base
             if not gain > self.birth_min_gain:
                 undo()
@@ -454,7 +454,3 @@ class TopicHygiene:
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-def _mean_loglik(model: SupportsTopicMoves, docs: Batch, phi: NDArray[np.float64]) -> float:
-    """Mean per-token log Σ_k θ_dk φ_kw over ``docs`` with θ from ``model.transform``."""
-    p = token_probs(model.transform(docs), phi, docs)
-    return float(np.dot(docs.counts, np.log(p)) / max(docs.counts.sum(), 1e-300))
