@@ -3,7 +3,9 @@
 ``bench_service`` runs it as a peer in the same run and at the same rates as the learner: it reads the input topic
 and writes one small output per article, keyed by the article's key, with the service's own Kafka clients
 (``service.kafka.make_consumer`` / ``make_producer``, same settings from the same ``TOPICSTREAM_*`` variables) and
-the service's batching (``batch_size`` messages or ``batch_timeout_s``, whichever comes first). What it measures is
+the service's batch size and batch timeout (``batch_size`` messages or ``batch_timeout_s``, whichever comes first,
+each batch's wait counted from now: the worker's shorter wait after a long batch is not needed by a process that
+does no work). What it measures is
 what the broker and the client settings cost on this machine; the learner's latency minus this is the learner's
 own. It commits its offsets after each batch without waiting for acknowledgements (it is a floor, not a service).
 

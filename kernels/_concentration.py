@@ -82,8 +82,8 @@ def gamma_fixed_point(m: NDArray[np.float64], shape_prior: float, rate_prior: fl
     Solves f(γ) = γ (b + R(γ)) − (a + K − 1) = 0, R = :func:`table_stick_log_rest`, by bisection on log γ in
     [1e-8, 1e8]: γ = (a + K − 1)/(b + R(γ)) is (C1) with E[γ] plugged back into the sticks. Each stick's term
     γ (ψ(1 + γ + m + t) − ψ(γ + t)) tends to 0 (t > 0) or 1 (t = 0) as γ → 0, so f < 0 there when a > 0, and
-    b γ grows without bound, so f changes sign in the bracket for any b > 0 (``tests/test_ohdp.py`` checks the
-    root against SciPy's ``brentq`` on the literal (C1)). Returns (shape, rate) of q(γ).
+    b γ grows without bound, so f changes sign in the bracket for any b > 0 (``tests/test_hdp_concentrations.py``
+    checks the root against SciPy's ``brentq`` on the literal (C1)). Returns (shape, rate) of q(γ).
     """
     K = m.shape[0]
     m_desc = -np.sort(-m)

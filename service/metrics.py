@@ -131,7 +131,7 @@ class Metrics:
             "Topic hygiene moves by kind (merge, split, birth, retire): docs/topic-hygiene.md",
             ["kind"],
         )
-        for kind in ("merge", "birth", "retire"):
+        for kind in ("merge", "split", "birth", "retire"):
             self.topic_events.labels(kind=kind)
         self.standby = gauge(
             "topicstream_learner_standby",

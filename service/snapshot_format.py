@@ -180,7 +180,6 @@ def _strings_to_arrays(strings: list[str | None]) -> tuple[np.ndarray, np.ndarra
         encoded = [t.encode("utf-8", "surrogatepass") for t in texts]
         lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
         blob = np.frombuffer(b"".join(encoded), dtype=np.uint8)
-    lengths = lengths.astype(np.int64, copy=False)
     lengths[nones] = -1
     return lengths, blob
 

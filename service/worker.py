@@ -212,7 +212,8 @@ class BatchWorker(abc.ABC):
         The wait counts from when the previous batch was taken, not from now: when preparing and handing over
         that batch took longer than ``timeout`` (a fast stream), what has arrived meanwhile is taken after a
         fifth of the timeout at most, so a batch never waits a full timeout on top of the work (at 3,000
-        articles/s that extra wait capped the learner below the rate). An idle stream waits up to ``timeout``."""
+        articles/s that extra wait capped the learner below the rate). An idle stream, once the timeout since the
+        previous batch has passed, waits a fifth of it and then a full timeout more before it returns nothing."""
         n = self.settings.batch_size if limit is None else min(limit, self.settings.batch_size)
         left = self._last_consume + timeout - time.monotonic()
         # A fifth of the timeout at least: a fetch that is arriving completes the batch.
