@@ -217,7 +217,8 @@ class TopicHygiene:
 
     # ------------------------------------------------------------------ the entry point
     def apply(self, model: SupportsTopicMoves, recent_docs: Batch | None = None) -> list[Event]:
-        """Retire, merge, split, then try births on ``model`` in place; return what was done, in order."""
+        """Retire, delete (held-out), merge, split, then try births on ``model`` in place; return what was done, in
+        order."""
         for name in ("merge_topics", "delete_topic", "birth_topic", "split_topic"):
             if not callable(getattr(model, name, None)):
                 raise TypeError(f"{type(model).__name__} does not support topic moves (no {name})")

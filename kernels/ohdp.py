@@ -75,8 +75,8 @@ class OnlineHDP(OnlineHDPBase):
         to break that symmetry (stopped early, it spreads over several new topics that persist as duplicates);
         once the topics are apart, a few sweeps reach what the stochastic updates can use (SCVB0 makes one
         burn-in pass), while a document that opens a new topic still moves a lot and keeps sweeping up to
-        ``max_iter``. Measured in ``docs/ohdp.md`` ("Speed against gensim"): 1.6–2.8× faster on the news
-        corpora at a better held-out likelihood, every planted topic of the demo generator still recovered.
+        ``max_iter``. Measured in ``docs/ohdp.md`` ("Speed against gensim"): 1.2–2.6× faster on the news
+        corpora at an equal or better held-out likelihood, every planted topic of the demo generator still recovered.
     sequential : bool
         Later documents of a minibatch see the raw counts of earlier ones (topic births at the data's scale).
     learn_concentrations : bool

@@ -294,7 +294,8 @@ class StickBreakingHDP(OnlineHDPBase):
 
     Parameters are those of :class:`kernels.ohdp.OnlineHDP` (``seed`` draws the initial topics,
     λ ~ Gamma(1, 1)·D·100/(K·W) as in the paper's code; ``tol`` is the relative change of the document's
-    objective; ``max_iter`` caps its coordinate-ascent iterations), without ``sequential``, and:
+    objective; ``max_iter`` caps its coordinate-ascent iterations), without ``sequential``, ``settle_docs`` and
+    ``settled_tol``, and:
 
     doc_topics : int
         Document-level truncation T (seed: 15).
