@@ -176,9 +176,10 @@ def gamma_fixed_point_tables(m: NDArray[np.float64], shape: float, rate: float) 
     return shape + K - 1, rate_at(g)
 
 
-def collapsed_alpha_terms(lengths: NDArray[np.float64], tables: float, alpha: float) -> tuple[float, float]:
-    """(C2)'s terms for a minibatch (Teh, Kurihara & Welling 2008): (Σ_j E[m_j], −Σ_j E[log w_j]) with
-    q(w_j) = Beta(α0, N_j), E[log w_j] = ψ(α0) − ψ(α0 + N_j), over the documents with N_j > 0."""
+def collapsed_alpha_rate(lengths: NDArray[np.float64], alpha: float) -> float:
+    """(C2)'s rate term for a minibatch (Teh, Kurihara & Welling 2008; its shape term is the minibatch's
+    expected tables Σ_j E[m_j]): −Σ_j E[log w_j] with q(w_j) = Beta(α0, N_j), E[log w_j] = ψ(α0) − ψ(α0 + N_j),
+    over the documents with N_j > 0."""
     n = np.asarray(lengths, dtype=np.float64)
     n = n[n > 0]
-    return tables, float(np.sum(digamma(alpha + n) - digamma(alpha)))
+    return float(np.sum(digamma(alpha + n) - digamma(alpha)))
