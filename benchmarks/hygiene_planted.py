@@ -33,24 +33,11 @@ RECOVERED = 0.35
 
 def generator_corpus(n_train: int) -> tuple[PreparedCorpus, NDArray[np.float64]]:
     """The demo generator's articles and its 16 planted word distributions over the corpus vocabulary."""
-    from service.dev.generator import _ZIPF_S, BACKGROUND_WORDS, PLANTED_TOPICS, generate_articles
+    from service.dev.generator import generate_articles, planted_distributions
 
     arts = list(generate_articles(n_train + 2000, seed=0))
     c = prepare_corpus(arts[:n_train], arts[n_train:], vocab_size=5000, seed=0, shuffle=False)
-    index = {w: i for i, w in enumerate(c.vocab)}
-    rows = []
-    for words in PLANTED_TOPICS.values():
-        p = np.zeros(c.n_words)
-        for w, q in zip(words, 1.0 / np.arange(1, len(words) + 1) ** _ZIPF_S, strict=True):
-            if w in index:
-                p[index[w]] += q
-        rows.append(p / p.sum())
-    bg = np.zeros(c.n_words)
-    for w in BACKGROUND_WORDS:
-        if w in index:
-            bg[index[w]] += 1.0
-    rows.append(bg / bg.sum())
-    return c, np.array(rows)
+    return c, planted_distributions(c.vocab, background=True)
 
 
 def real_corpus(name: str, n_train: int | None) -> PreparedCorpus:

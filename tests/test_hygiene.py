@@ -54,18 +54,11 @@ def lda_corpus(n_docs: int, seed: int, *, late_topic: bool = False) -> tuple[np.
 def generator_corpus() -> tuple[np.ndarray, Batch]:
     """8,000 demo articles in stream order, and the planted desks' word distributions over the same vocabulary."""
     from evaluation import prepare_corpus
-    from service.dev.generator import _ZIPF_S, PLANTED_TOPICS, generate_articles
+    from service.dev.generator import generate_articles, planted_distributions
 
     arts = list(generate_articles(8001, seed=0))
     c = prepare_corpus(arts[:8000], arts[8000:], vocab_size=5000, seed=0, shuffle=False)
-    index = {w: i for i, w in enumerate(c.vocab)}
-    rows = []
-    for words in PLANTED_TOPICS.values():
-        p = np.zeros(c.n_words)
-        for w, q in zip(words, 1.0 / np.arange(1, len(words) + 1) ** _ZIPF_S, strict=True):
-            p[index[w]] += q
-        rows.append(p / p.sum())
-    return np.array(rows), c.train
+    return planted_distributions(c.vocab), c.train
 
 
 def stream(model: SCVB0 | OnlineHDP, docs: Batch, hygiene: TopicHygiene | None, batch: int, every: int) -> list:

@@ -30,14 +30,22 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from importlib.resources import files
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
-__all__ = ["BACKGROUND_WORDS", "DEFAULT_START", "PLANTED_TOPICS", "TITLE_TEMPLATES", "generate_articles"]
+__all__ = [
+    "BACKGROUND_WORDS",
+    "DEFAULT_START",
+    "PLANTED_TOPICS",
+    "TITLE_TEMPLATES",
+    "generate_articles",
+    "planted_distributions",
+]
 
 # ------------------------------------------------------------------------------------------------ the words
 # Every word is lower-case letters only, at least 3 letters long and not an English stop word, so that the
@@ -146,6 +154,28 @@ class _Prevalence:
 
 def _rfc3339(t: datetime) -> str:
     return t.astimezone(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def planted_distributions(vocab: Sequence[str], *, background: bool = False) -> NDArray[np.float64]:
+    """The word distributions the generator draws from, over ``vocab`` (a tokenized corpus's words): one row per
+    desk (its words with Zipf weights ``_ZIPF_S``, most frequent first) and, with ``background``, a last row for
+    the background words (repeats counted). Words missing from ``vocab`` are left out and each row renormalised;
+    tests and benchmarks match learned topics against these rows."""
+    index = {w: i for i, w in enumerate(vocab)}
+    rows = []
+    for words in PLANTED_TOPICS.values():
+        p = np.zeros(len(vocab))
+        for w, q in zip(words, 1.0 / np.arange(1, len(words) + 1) ** _ZIPF_S, strict=True):
+            if w in index:
+                p[index[w]] += q
+        rows.append(p / p.sum())
+    if background:
+        bg = np.zeros(len(vocab))
+        for w in BACKGROUND_WORDS:
+            if w in index:
+                bg[index[w]] += 1.0
+        rows.append(bg / bg.sum())
+    return np.array(rows)
 
 
 def generate_articles(
