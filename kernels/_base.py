@@ -2,9 +2,10 @@
 
 A kernel is a single-pass, constant-memory estimator over a stream of bag-of-words documents:
 
-* settings (hyperparameters) are stored untouched by ``__init__`` and checked in one place, ``_validate_params``
-  (also reachable without building a model: ``check_params``; and on a trained one: ``set_params``, which refuses
-  the settings in ``restore_fixed`` that size or define the learned state);
+* settings (hyperparameters) are declared once, as dataclass fields with their defaults: the generated
+  ``__init__`` stores them untouched and shows them in its signature. They are checked in one place,
+  ``_validate_params`` (also reachable without building a model: ``check_params``; and on a trained one:
+  ``set_params``, which refuses the settings in ``restore_fixed`` that size or define the learned state);
 * ``state_bytes`` gives the size of the learned state for given settings, from the arrays' shapes;
 * learned state lives in attributes ending in ``_`` and is created by ``_init_state``;
 * ``partial_fit`` consumes one batch once; memory never depends on how many batches were seen;
@@ -20,6 +21,7 @@ from __future__ import annotations
 import abc
 import inspect
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -76,20 +78,24 @@ def state_array(state: Mapping[str, Any], name: str, shape: tuple[int, ...], dty
     return arr
 
 
+@dataclass(eq=False, repr=False)
 class TopicModel(abc.ABC):
     """Base class of the streaming topic-model kernels.
 
-    Subclasses define ``algorithm``, an ``__init__`` that only stores its keyword arguments (first two:
-    ``n_topics``, ``n_words``; and ``seed``) by ``self._store(locals())``, ``_validate_params``, ``_init_state``,
-    and the ``_partial_fit``, ``_transform``, ``topic_word``, ``topic_weights``, ``reset_words``, ``_get_state``,
-    ``_set_state`` hooks.
+    A kernel is a dataclass (``@dataclass(eq=False, repr=False, kw_only=True)``: identity equality, the settings
+    repr below) whose fields are its settings, declared once with their types and defaults after the three every
+    kernel takes (``n_topics``, ``n_words``, ``seed``): the generated ``__init__`` stores them untouched, and
+    ``__post_init__`` validates them and creates the learned state (:meth:`_setup`). Learned state that a class
+    annotates is a ``field(init=False)``. Subclasses define ``algorithm``, ``_validate_params``,
+    ``_init_state``, and the ``_partial_fit``, ``_transform``, ``topic_word``, ``topic_weights``,
+    ``reset_words``, ``_get_state``, ``_set_state`` hooks.
     """
 
     algorithm: ClassVar[str]
 
     n_topics: int
     n_words: int
-    seed: int
+    seed: int = 0
 
     #: Settings that a model restored from a snapshot cannot take a new value for, because the learned state's
     #: shapes or meaning depend on them (:meth:`set_params` refuses them). Each kernel adds its own, saying why.
@@ -98,30 +104,16 @@ class TopicModel(abc.ABC):
     #: a fresh state first (the contract suite's restore tests hold every kernel to it).
     _set_state_installs_all: ClassVar[bool] = False
 
+    def __post_init__(self) -> None:
+        self._setup()
+
     # ------------------------------------------------------------------ settings
     @classmethod
     def init_signature(cls) -> inspect.Signature:
-        """The settings ``__init__`` takes, ``self`` left out.
-
-        An ``__init__`` that ends in ``**settings`` passes them on to its base class's ``__init__`` (the two online
-        HDPs declare the settings they share once, in :class:`kernels._hdp_base.OnlineHDPBase`): its settings are
-        its own named ones followed by those of the next ``__init__`` up the MRO, and so on until one without
-        ``**``. Every reader of the settings (:meth:`params_with_defaults`, :meth:`get_params`, :meth:`_store`,
-        ``service.compat``) goes through here.
-        """
-        params: dict[str, inspect.Parameter] = {}
-        for klass in cls.__mro__[: cls.__mro__.index(TopicModel)]:
-            if "__init__" not in vars(klass):
-                continue
-            passes_on = False
-            for p in inspect.signature(vars(klass)["__init__"]).parameters.values():
-                if p.kind == p.VAR_KEYWORD:
-                    passes_on = True
-                elif p.name != "self":
-                    params.setdefault(p.name, p)
-            if not passes_on:
-                break
-        return inspect.Signature(sorted(params.values(), key=lambda p: p.kind))
+        """The settings ``__init__`` takes (the dataclass fields it initialises, inherited ones first). Every
+        reader of the settings (:meth:`params_with_defaults`, :meth:`get_params`, ``service.compat``) goes through
+        here."""
+        return inspect.signature(cls)
 
     @classmethod
     def params_with_defaults(cls, **params: Any) -> dict[str, Any]:
@@ -191,19 +183,8 @@ class TopicModel(abc.ABC):
     def _validate_params(self) -> None:
         """Check every setting; raise ``ValueError`` naming the bad one."""
 
-    def _store(self, params: dict[str, Any], own: Mapping[str, Any] | None = None) -> None:
-        """What every subclass ``__init__`` does, as ``self._store(locals())``: store its arguments untouched
-        (``params``: its ``locals()``), then :meth:`_setup`. A base class's ``__init__`` that takes its
-        subclasses' own settings as ``**own`` passes them here too (:meth:`init_signature`); ``TypeError`` for
-        a name that no ``__init__`` declares."""
-        given = {name: params[name] for name in self._param_names() if name in params}
-        bound = self.init_signature().bind(**given, **(own or {}))
-        for name in self._param_names():
-            setattr(self, name, bound.arguments[name])
-        self._setup()
-
     def _setup(self, fresh: bool = True) -> None:
-        """Validate settings and create fresh learned state (the last step of :meth:`_store`). ``fresh=False``
+        """Validate settings and create fresh learned state (what ``__post_init__`` does). ``fresh=False``
         (inside :meth:`from_state`, for kernels whose ``_set_state`` installs every learned attribute:
         ``_set_state_installs_all``) skips :meth:`_init_state`: drawing a fresh state first (a random W×K N^Φ for
         SCVB0) would cost as much as the restore itself."""

@@ -21,7 +21,8 @@ average over about S/ρ_min documents; the defaults make the two agree (256 / 0.
 from __future__ import annotations
 
 import abc
-from typing import Any, NamedTuple
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
@@ -111,6 +112,7 @@ class Minibatch(NamedTuple):
     seen: int
 
 
+@dataclass(eq=False, repr=False, kw_only=True)
 class OnlineHDPBase(TopicModel):
     """Settings and corpus-level machinery of an online HDP with corpus truncation K = ``n_topics``.
 
@@ -122,57 +124,31 @@ class OnlineHDPBase(TopicModel):
     #: Both estimators' ``_set_state`` install every learned attribute (the shared ones by :meth:`_set_corpus_state`).
     _set_state_installs_all = True
 
-    gamma: float
-    alpha: float
-    eta: float
-    kappa: float
-    tau0: float
-    rho_floor: float
-    batch_size: int
-    window: int
-    tol: float
-    max_iter: int
-    learn_concentrations: bool
-    gamma_shape: float
-    gamma_rate: float
-    alpha_shape: float
-    alpha_rate: float
+    # ------------------------------------------------------------------ settings, stored by the dataclass ``__init__``
+    gamma: float = 1.0
+    alpha: float = 1.0
+    eta: float = 0.01
+    kappa: float = 0.6
+    tau0: float = 64.0
+    rho_floor: float = 0.01
+    batch_size: int = 256
+    window: int = 25_000
+    tol: float = 1e-4
+    max_iter: int = 100
+    learn_concentrations: bool = False
+    gamma_shape: float = 1.0
+    gamma_rate: float = 1.0
+    alpha_shape: float = 1.0
+    alpha_rate: float = 1.0
 
-    topic_stat_: NDArray[np.float64]
-    topic_total_: NDArray[np.float64]
-    scale_: float
-    n_updates_: int
-    last_doc_iters_: float
-    gamma_q_: NDArray[np.float64]  # (shape, rate) of q(γ)
-    alpha_q_: NDArray[np.float64]  # (shape, rate) of q(α0)
-
-    # ------------------------------------------------------------------ settings
-    def __init__(
-        self,
-        n_topics: int,
-        n_words: int,
-        seed: int = 0,
-        *,
-        gamma: float = 1.0,
-        alpha: float = 1.0,
-        eta: float = 0.01,
-        kappa: float = 0.6,
-        tau0: float = 64.0,
-        rho_floor: float = 0.01,
-        batch_size: int = 256,
-        window: int = 25_000,
-        tol: float = 1e-4,
-        max_iter: int = 100,
-        learn_concentrations: bool = False,
-        gamma_shape: float = 1.0,
-        gamma_rate: float = 1.0,
-        alpha_shape: float = 1.0,
-        alpha_rate: float = 1.0,
-        **own: Any,
-    ) -> None:
-        """Store the settings both estimators take and the subclass's ``own`` ones (its ``__init__`` names them
-        and passes the shared ones on as ``**settings``: :meth:`TopicModel.init_signature`)."""
-        self._store(locals(), own)
+    # Learned state (:meth:`_init_corpus_state`), shared by both estimators.
+    topic_stat_: NDArray[np.float64] = field(init=False)
+    topic_total_: NDArray[np.float64] = field(init=False)
+    scale_: float = field(init=False)
+    n_updates_: int = field(init=False)
+    last_doc_iters_: float = field(init=False)
+    gamma_q_: NDArray[np.float64] = field(init=False)  # (shape, rate) of q(γ)
+    alpha_q_: NDArray[np.float64] = field(init=False)  # (shape, rate) of q(α0)
 
     def _validate_params(self) -> None:
         if self.n_topics < 2:

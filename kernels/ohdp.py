@@ -18,6 +18,7 @@ The seed's own algorithm (Wang, Paisley & Blei 2011, seed 004: stick-breaking on
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -37,6 +38,7 @@ __all__ = ["OnlineHDP"]
 _LEGACY_PARAMS = ("inference", "doc_topics")
 
 
+@dataclass(eq=False, repr=False, kw_only=True)
 class OnlineHDP(OnlineHDPBase):
     """Online hierarchical Dirichlet process topic model with corpus truncation K = ``n_topics`` (collapsed).
 
@@ -102,33 +104,13 @@ class OnlineHDP(OnlineHDPBase):
         K, W = int(n_topics), int(n_words)
         return 8 * (W * K + 3 * K + 4)
 
-    sequential: bool
-    settle_docs: int
-    settled_tol: float
-    tables_: NDArray[np.float64]
-    topic_rank_: NDArray[np.int64]
+    # Settings of this estimator (those both online HDPs take come first: :class:`OnlineHDPBase`).
+    sequential: bool = True
+    settle_docs: int = 500
+    settled_tol: float = 1e-2
 
-    def __init__(
-        self,
-        n_topics: int,
-        n_words: int,
-        seed: int = 0,
-        *,
-        sequential: bool = True,
-        settle_docs: int = 500,
-        settled_tol: float = 1e-2,
-        **settings: Any,
-    ) -> None:
-        """``settings``: those both online HDPs take (:class:`kernels._hdp_base.OnlineHDPBase`)."""
-        super().__init__(
-            n_topics,
-            n_words,
-            seed,
-            sequential=sequential,
-            settle_docs=settle_docs,
-            settled_tol=settled_tol,
-            **settings,
-        )
+    tables_: NDArray[np.float64] = field(init=False)
+    topic_rank_: NDArray[np.int64] = field(init=False)
 
     def _validate_params(self) -> None:
         super()._validate_params()

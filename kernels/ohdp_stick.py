@@ -10,6 +10,7 @@ nothing of it is tuned. Not registered in :data:`kernels.ALGORITHMS`: the servic
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
@@ -289,6 +290,7 @@ def _elog_rows(G: CorpusStat, rows: NDArray[np.int64], eta: float) -> NDArray[np
     return out
 
 
+@dataclass(eq=False, repr=False, kw_only=True)
 class StickBreakingHDP(OnlineHDPBase):
     """Seed 004's online variational HDP with corpus truncation K = ``n_topics``, ``algorithm = "ohdp-stick"``.
 
@@ -318,13 +320,11 @@ class StickBreakingHDP(OnlineHDPBase):
         K, W = int(n_topics), int(n_words)
         return 8 * (W * K + K + 2 * (K - 1) + 4)
 
-    doc_topics: int
-    stick_u_: NDArray[np.float64]
-    stick_v_: NDArray[np.float64]
+    # Settings of this estimator (those both online HDPs take come first: :class:`OnlineHDPBase`).
+    doc_topics: int = 15
 
-    def __init__(self, n_topics: int, n_words: int, seed: int = 0, *, doc_topics: int = 15, **settings: Any) -> None:
-        """``settings``: those both online HDPs take (:class:`kernels._hdp_base.OnlineHDPBase`)."""
-        super().__init__(n_topics, n_words, seed, doc_topics=doc_topics, **settings)
+    stick_u_: NDArray[np.float64] = field(init=False)
+    stick_v_: NDArray[np.float64] = field(init=False)
 
     def _validate_params(self) -> None:
         check_positive_int("doc_topics", self.doc_topics)

@@ -26,6 +26,7 @@ tokens of one word in one topic to overflow.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -46,6 +47,7 @@ _MODES = ("none", "reservoir", "history")
 _BUFFERS = ("buf_words_", "buf_doc_ptr_")
 
 
+@dataclass(eq=False, repr=False, kw_only=True)
 class ParticleFilterLDA(TopicModel):
     """Reservoir particle filter for LDA (Canini et al. 2009; seed 003), ``algorithm = "pf"``.
 
@@ -112,46 +114,22 @@ class ParticleFilterLDA(TopicModel):
         rest = 8 * (st.N_CTR + st.N_FST) + 8 * 4 + 4 * cap + 8 * (int(m.init_docs) + 1)  # ctr, fst, prng, buffer
         return pool + particles + reservoir + docs + rest
 
-    # Settings, stored untouched by ``__init__`` (meanings in the class docstring).
-    n_particles: int
-    ess_threshold: float
-    rejuvenation: str
-    n_rejuvenate: int
-    reservoir_size: int
-    history_tokens: int
-    history_docs: int
-    alpha: float
-    beta: float
-    init_docs: int
-    init_max_tokens: int
-    init_sweeps: int
-    init_restarts: int
-    init_holdout: float
-    pool_factor: float
-
-    def __init__(
-        self,
-        n_topics: int,
-        n_words: int,
-        seed: int = 0,
-        *,
-        n_particles: int = 16,
-        ess_threshold: float = 0.2,
-        rejuvenation: str = "reservoir",
-        n_rejuvenate: int = 30,
-        reservoir_size: int = 1000,
-        history_tokens: int = 1_000_000,
-        history_docs: int = 10_000,
-        alpha: float = 0.1,
-        beta: float = 0.01,
-        init_docs: int = 200,
-        init_max_tokens: int = 50_000,
-        init_sweeps: int = 100,
-        init_restarts: int = 4,
-        init_holdout: float = 0.2,
-        pool_factor: float = 2.0,
-    ) -> None:
-        self._store(locals())
+    # Settings (meanings in the class docstring), stored untouched by the generated ``__init__``.
+    n_particles: int = 16
+    ess_threshold: float = 0.2
+    rejuvenation: str = "reservoir"
+    n_rejuvenate: int = 30
+    reservoir_size: int = 1000
+    history_tokens: int = 1_000_000
+    history_docs: int = 10_000
+    alpha: float = 0.1
+    beta: float = 0.01
+    init_docs: int = 200
+    init_max_tokens: int = 50_000
+    init_sweeps: int = 100
+    init_restarts: int = 4
+    init_holdout: float = 0.2
+    pool_factor: float = 2.0
 
     # ------------------------------------------------------------------ settings
     def _validate_params(self) -> None:

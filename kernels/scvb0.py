@@ -14,6 +14,7 @@ computes the per-minibatch step sizes and corpus sizes.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -51,6 +52,7 @@ def minka_alpha(n_theta: NDArray[np.float64], alpha: float, iterations: int = 5)
 
 
 # -------------------------------------------------------------------------------------------- the model
+@dataclass(eq=False, repr=False, kw_only=True)
 class SCVB0(TopicModel):
     """Streaming SCVB0 (seed 000, Algorithm 2, Eqs. 5–9) for LDA with K topics over a vocabulary of W slots.
 
@@ -146,46 +148,22 @@ class SCVB0(TopicModel):
         K, W = int(n_topics), int(n_words)
         return 8 * (W * K + K)
 
-    # Settings, stored untouched by ``__init__`` (meanings in the class docstring).
-    alpha: float
-    eta: float
-    phi_scale: float
-    phi_tau: float
-    phi_kappa: float
-    phi_floor: float
-    theta_scale: float
-    theta_tau: float
-    theta_kappa: float
-    batch_size: int
-    burn_in: int
-    window: float
-    transform_passes: int
-    learn_alpha: bool
-    background: float
-
-    def __init__(
-        self,
-        n_topics: int,
-        n_words: int,
-        seed: int = 0,
-        *,
-        alpha: float = 0.1,
-        eta: float = 0.01,
-        phi_scale: float = 1.0,
-        phi_tau: float = 1.0,
-        phi_kappa: float = 0.7,
-        phi_floor: float = 0.01,
-        theta_scale: float = 1.0,
-        theta_tau: float = 10.0,
-        theta_kappa: float = 0.9,
-        batch_size: int = 100,
-        burn_in: int = 1,
-        window: float = 1_000_000.0,
-        transform_passes: int = 5,
-        learn_alpha: bool = False,
-        background: float = 0.0,
-    ) -> None:
-        self._store(locals())
+    # Settings (meanings in the class docstring), stored untouched by the generated ``__init__``.
+    alpha: float = 0.1
+    eta: float = 0.01
+    phi_scale: float = 1.0
+    phi_tau: float = 1.0
+    phi_kappa: float = 0.7
+    phi_floor: float = 0.01
+    theta_scale: float = 1.0
+    theta_tau: float = 10.0
+    theta_kappa: float = 0.9
+    batch_size: int = 100
+    burn_in: int = 1
+    window: float = 1_000_000.0
+    transform_passes: int = 5
+    learn_alpha: bool = False
+    background: float = 0.0
 
     # ------------------------------------------------------------------ settings
     def _validate_params(self) -> None:
