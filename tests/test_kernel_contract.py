@@ -7,6 +7,7 @@ these checks by registering itself there.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import pickle
 from typing import Any
 
@@ -278,6 +279,15 @@ def _bad_settings(cls: type[TopicModel]) -> list[tuple[str, Any]]:
         elif isinstance(value, int):
             bad.append((name, "many"))
     return bad
+
+
+def test_settings_are_the_dataclass_fields_of_every_class_up_to_topic_model(cls: type[TopicModel]) -> None:
+    """Settings are declared once, as dataclass fields: a kernel class without ``@dataclass`` would keep the
+    settings it declares out of ``__init__``, ``get_params`` and therefore its snapshots."""
+    for klass in cls.__mro__[: cls.__mro__.index(TopicModel) + 1]:
+        assert "__dataclass_params__" in vars(klass), f"{klass.__name__} is not a @dataclass"
+    fields = [f.name for f in dataclasses.fields(cls) if f.init]
+    assert fields == list(cls.init_signature().parameters) == list(make(cls).get_params())
 
 
 def test_bad_settings_raise_value_error_naming_them(cls: type[TopicModel]) -> None:
