@@ -62,18 +62,21 @@ def merge_columns(cols: Columns, into: int, src: int) -> None:
     total[src] = 0.0
 
 
-def delete_column(cols: Columns, eta: float, prior: NDArray[np.float64], k: int) -> NDArray[np.float64]:
+def delete_column(
+    cols: Columns, eta: float, prior: NDArray[np.float64], k: int, vocab: int | None = None
+) -> NDArray[np.float64]:
     """Delete topic ``k``: reassign each word's expected count in ``k`` to the other topics.
 
     The bnpy delete move (Hughes & Sudderth): the tokens of a deleted topic go to the remaining topics in
     proportion to their posterior responsibility with ``k`` removed, r_wj ∝ prior_j · φ̂_jw with
-    φ̂_jw = (s·M_wj + η)/(N^Z_j + Wη). Returns the mass (in units of M) each topic received, shape (K,), so a
-    caller can move other per-topic statistics (the HDP's tables) in the same proportion.
+    φ̂_jw = (s·M_wj + η)/(N^Z_j + Vη), V = ``vocab`` (the words in use; default all W rows). Returns the mass (in
+    units of M) each topic received, shape (K,), so a caller can move other per-topic statistics (the HDP's
+    tables) in the same proportion.
     """
     M, total, total_unit, scale = cols
     W, K = M.shape
     k = _check_topic(k, K, "topic")
-    denom = total * (scale / total_unit) + W * eta  # N^Z_j + Wη in count units
+    denom = total * (scale / total_unit) + (W if vocab is None else vocab) * eta  # N^Z_j + Vη in count units
     weight = np.array(prior, dtype=np.float64, copy=True)
     weight[k] = 0.0
     if not weight.sum() > 0:

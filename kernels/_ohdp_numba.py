@@ -29,11 +29,11 @@ class Fixed(NamedTuple):
 
 
 class Step(NamedTuple):
-    """The settings the document step reads: η, W, α0, γ, the sweeps' tolerance and cap, and ``sequential``
-    (later documents see the earlier ones' raw counts)."""
+    """The settings the document step reads: η, V (the vocabulary in use: the W of φ̂'s denominator), α0, γ, the
+    sweeps' tolerance and cap, and ``sequential`` (later documents see the earlier ones' raw counts)."""
 
     eta: float
-    n_words: int
+    vocab: int
     alpha: float
     gamma: float
     tol: float
@@ -237,10 +237,10 @@ def cvb_batch(docs: CSR, fixed: Fixed, step: Step, out: Written) -> int:
     """The collapsed document step for a minibatch, accumulating Ĝ (``stat``, raw c·γ per distinct word) and
     the expected tables Σ_j E[m_jk] = Σ_j α0β_k (ψ(α0β_k + N_jk) − ψ(α0β_k)) (Antoniak; Sato et al. 2012).
 
-    φ̂_kw = (N^Φ_wk + η)/(N^Z_k + Wη) from ``fixed`` (:class:`Fixed`); if ``step.sequential``, the raw
-    statistics of the minibatch's earlier documents are added to N^Φ for the later ones (``out.stat`` doubles as
-    that running count). Writes ``out`` (:class:`Written`): ``theta[d]`` = normalised N_j + α0β. Returns the
-    total sweeps.
+    φ̂_kw = (N^Φ_wk + η)/(N^Z_k + Vη) from ``fixed`` (:class:`Fixed`), V = ``step.vocab``; if
+    ``step.sequential``, the raw statistics of the minibatch's earlier documents are added to N^Φ for the later
+    ones (``out.stat`` doubles as that running count). Writes ``out`` (:class:`Written`): ``theta[d]`` =
+    normalised N_j + α0β. Returns the total sweeps.
 
     Cost: per document O(sweeps · U·K) for :func:`_cvb_doc` and O(U·K) for φ̂, Ĝ and P(n_jk = 0), plus O(K)
     digammas and (if ``sequential``) an O(K log K) sort for β. log(1 − γ) is summed for P(n_jk = 0) by its
@@ -249,11 +249,11 @@ def cvb_batch(docs: CSR, fixed: Fixed, step: Step, out: Written) -> int:
     """
     indptr, slots, counts = docs
     base, base_tot, base_tables, rank = fixed
-    eta, n_words, alpha, gamma, tol, max_iter, sequential = step
+    eta, vocab, alpha, gamma, tol, max_iter, sequential = step
     stat, tables, theta = out
     K = base.shape[1]
     n_docs = indptr.shape[0] - 1
-    Weta = n_words * eta
+    Veta = vocab * eta
     inv = np.empty(K)
     run_tot = np.zeros(K)
     nj = np.empty(K)
@@ -286,7 +286,7 @@ def cvb_batch(docs: CSR, fixed: Fixed, step: Step, out: Written) -> int:
                 theta[d, k] = prior[k] / ptot
             continue
         for k in range(K):
-            inv[k] = 1.0 / (base_tot[k] + run_tot[k] + Weta) if sequential else 1.0 / (base_tot[k] + Weta)
+            inv[k] = 1.0 / (base_tot[k] + run_tot[k] + Veta) if sequential else 1.0 / (base_tot[k] + Veta)
         phat = phat_all[:U]
         for n in range(U):
             u = slots[lo + n]
