@@ -373,9 +373,10 @@ def test_settling_keeps_every_planted_topic_of_the_demo_stream() -> None:
     16 planted topics (15 desks and the background words) are among the topics holding 95 % of the mass with the
     default settling, as without it. A hard cap of 5 sweeps after settling lost two of them (docs/ohdp.md): a
     document that opens a topic needs more sweeps than the settled tolerance usually allows."""
-    from benchmarks.hdp_truncation import load, planted_recovery
+    from benchmarks._corpus import load
+    from benchmarks.hdp_truncation import planted_recovery
 
-    corpus, truth = load("generator", None)
+    corpus, truth = load("generator")
     assert truth is not None
     model = OnlineHDP(150, corpus.n_words, seed=0, window=corpus.train.n_docs)
     for d0 in range(0, corpus.train.n_docs, 256):
