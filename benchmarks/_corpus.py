@@ -159,20 +159,15 @@ def prepare(
 
 
 def load(
-    name: str,
-    *,
-    seed: int = 0,
-    vocab_size: int = 10_000,
-    max_train: int | None = None,
-    max_test: int | None = None,
-    first: bool = False,
+    name: str, *, seed: int = 0, max_train: int | None = None, **settings: Any
 ) -> tuple[PreparedCorpus, NDArray[np.float64] | None]:
     """Any benchmark corpus and, for a planted one, its planted word distributions (rows over its vocabulary).
 
-    A :data:`CORPORA` name: :func:`prepare`'s corpus, no planted topics. ``generator``: the demo generator's
-    articles (seed 0, a fixed corpus like a file: ``seed`` does not change it) in stream order, ``max_train``
-    of them for training (default :data:`PLANTED_TRAIN`) and the next 2,000 for test, vocabulary 5,000; its 16
-    planted topics are the 15 desks and the background words. ``lda``: :func:`lda_corpus` drawn with ``seed``.
+    A :data:`CORPORA` name: :func:`prepare`'s corpus (``settings``: its other settings, with its defaults), no
+    planted topics. ``generator``: the demo generator's articles (seed 0, a fixed corpus like a file: ``seed`` and
+    ``settings`` do not change it) in stream order, ``max_train`` of them for training (default
+    :data:`PLANTED_TRAIN`) and the next 2,000 for test, vocabulary 5,000; its 16 planted topics are the 15 desks
+    and the background words. ``lda``: :func:`lda_corpus` drawn with ``seed``.
     """
     if name == "generator":
         return generator_corpus(max_train or PLANTED_TRAIN[name])
@@ -180,7 +175,7 @@ def load(
         return lda_corpus(max_train or PLANTED_TRAIN[name], seed=seed)
     if name not in CORPORA:
         raise ValueError(f"unknown corpus {name!r}")
-    path, _ = prepare(name, vocab_size=vocab_size, seed=seed, max_train=max_train, max_test=max_test, first=first)
+    path, _ = prepare(name, seed=seed, max_train=max_train, **settings)
     return PreparedCorpus.load(path), None
 
 
