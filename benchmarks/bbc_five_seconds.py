@@ -25,8 +25,9 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from benchmarks._corpus import shared_data_dir  # noqa: E402
 from benchmarks.methods import GensimLda, KernelMethod, Method  # noqa: E402
-from benchmarks.run_all import RESULTS, shared_data_dir  # noqa: E402
+from benchmarks.run_all import RESULTS  # noqa: E402
 from evaluation import iter_batches, load_articles, npmi_per_topic, prepare_corpus, top_word_ids  # noqa: E402
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from benchmarks._corpus import document_completion, heldout_loglik, load_corpus, shared_data_dir
+from benchmarks._corpus import document_completion, heldout_loglik, load_corpus
 from kernels import Batch
 from kernels._hdp_base import OnlineHDPBase
 from kernels.ohdp import OnlineHDP
@@ -39,15 +39,7 @@ class Corpus:
 
 def load(name: str, seed: int = 0) -> Corpus:
     """``benchmarks._corpus.load_corpus`` (train documents shuffled with the seed) + document completion."""
-    data = shared_data_dir()
-    if name == "20ng":
-        train, test, vocab, _ = load_corpus(
-            data / "20ng_all_train.jsonl.gz", data / "20ng_all_test.jsonl.gz", seed=seed
-        )
-    elif name == "bbc":
-        train, test, vocab, _ = load_corpus(data / "bbc.jsonl.gz", test_fraction=0.2, seed=seed)
-    else:
-        raise ValueError(name)
+    train, test, vocab, _ = load_corpus(name, seed=seed)
     obs, held = document_completion(test, seed)
     return Corpus(name, vocab, train, obs, held)
 

@@ -26,7 +26,6 @@ from benchmarks._corpus import (  # noqa: E402
     evaluate,
     heldout_loglik,
     load_corpus,
-    shared_data_dir,
 )
 from kernels import SCVB0  # noqa: E402
 
@@ -42,9 +41,7 @@ def main() -> None:
     K = args.topics
 
     t = time.perf_counter()
-    train, test, vocab, _ = load_corpus(
-        shared_data_dir() / "20ng_all_train.jsonl.gz", shared_data_dir() / "20ng_all_test.jsonl.gz"
-    )
+    train, test, vocab, _ = load_corpus("20ng")
     load_s = time.perf_counter() - t
     n_tok = train.n_tokens + test.n_tokens
     print(f"corpus: 20ng_all, {train.n_docs} train docs, {train.n_tokens:,.0f} train tokens, W={len(vocab)}")

@@ -11,15 +11,16 @@ per word, NPMI of the topics with E[β] ≥ 1 % over the test documents). Printe
 holding 95 % of E[β] (:func:`kernels.hygiene.mass_topics`), the number holding ≥ 1/(10 T) of it, the final γ
 and α0 in use, training tokens/s (``partial_fit`` only) and the seconds hygiene took.
 
-Corpora as ``benchmarks/run_all.py`` prepares them (:func:`evaluation.prepare_corpus`, vocabulary 10,000, seed
-0): 20 Newsgroups' train/test files, BBC with a seeded 20 % test split; ``--max-train-docs`` keeps a seeded
-random subset of the training documents. Planted corpora (``--corpus generator,lda``): the demo generator's
-articles as ``benchmarks/hygiene_planted.py`` prepares them (16 planted topics: 15 desks and the background
-words; ``--max-train-docs`` training articles, default 5,000, in stream order) and an LDA-drawn corpus with
-known φ (:func:`lda_corpus`: 20 topics over 2,000 words); for them the table adds planted topics recovered
-(a planted topic is recovered when a learned topic among those holding 95 % lies within Hellinger
-:data:`RECOVERED` of it), the worst recovery distance, and the closest pair among the learned topics holding 95 %
-(a duplicate when under :data:`kernels.hygiene.DEFAULT_THRESHOLD`). Window D = the training documents used.
+Corpora from :func:`benchmarks._corpus.load`, as ``benchmarks/run_all.py`` prepares them
+(:func:`evaluation.prepare_corpus`, vocabulary 10,000, corpus seed ``--seed``, cached): 20 Newsgroups' train/test
+files, BBC with a seeded 20 % test split; ``--max-train-docs`` keeps a seeded random subset of the training
+documents. Planted corpora (``--corpus generator,lda``): the demo generator's articles (16 planted topics: 15 desks
+and the background words; ``--max-train-docs`` training articles, default 5,000, in stream order) and an
+LDA-drawn corpus with known φ (:func:`benchmarks._corpus.lda_corpus`: 20 topics over 2,000 words); for them the
+table adds planted topics recovered (a planted topic is recovered when a learned topic among those holding 95 %
+lies within Hellinger :data:`RECOVERED` of it), the worst recovery distance, and the closest pair among the learned
+topics holding 95 % (a duplicate when under :data:`kernels.hygiene.DEFAULT_THRESHOLD`). Window D = the training
+documents used.
 Hygiene as measured in ``docs/topic-hygiene.md`` for the HDP:
 ``TopicHygiene(threshold=0.35, retire_below=0.01, warmup_docs=2000)`` (``--hygiene-warmup`` sets the
 warm-up: BBC's 1,780 training documents never reach 2,000), applied every 10 batches to the last 256 documents
@@ -38,8 +39,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from benchmarks._corpus import shared_data_dir
-from evaluation import document_completion, load_articles, prepare_corpus, split_articles
+from benchmarks._corpus import load
 from evaluation.corpus import PreparedCorpus, iter_batches
 from evaluation.scores import score_model
 from kernels import Batch
@@ -59,57 +59,6 @@ BATCH = 256
 #: Hellinger distance within which a learned topic recovers a planted one (as ``benchmarks/hygiene_planted.py``).
 RECOVERED = 0.35
 HYGIENE_EVERY = 10  # batches
-
-
-def load(name: str, max_train: int | None, seed: int = 0) -> tuple[PreparedCorpus, NDArray[np.float64] | None]:
-    """The corpus and, for a planted one, its planted word distributions (rows over the corpus vocabulary)."""
-    if name == "generator":
-        from benchmarks.hygiene_planted import generator_corpus
-
-        return generator_corpus(max_train or 5000)
-    if name == "lda":
-        return lda_corpus(max_train or 4000, seed=seed)
-    data = shared_data_dir()
-    if name == "20ng":
-        train, test = load_articles(data / "20ng_all_train.jsonl.gz"), load_articles(data / "20ng_all_test.jsonl.gz")
-    elif name == "bbc":
-        train, test = split_articles(load_articles(data / "bbc.jsonl.gz"), 0.2, seed)
-    else:
-        raise ValueError(f"unknown corpus {name!r}")
-    if max_train is not None and len(train) > max_train:
-        keep = np.sort(np.random.default_rng(seed).choice(len(train), max_train, replace=False))
-        train = [train[i] for i in keep]
-    return prepare_corpus(train, test, vocab_size=10_000, seed=seed, shuffle=True), None
-
-
-def lda_corpus(
-    n_train: int, n_test: int = 1000, K: int = 20, W: int = 2000, seed: int = 0
-) -> tuple[PreparedCorpus, NDArray[np.float64]]:
-    """Documents drawn from LDA with known φ: φ_k ~ Dirichlet(0.05) over W words, θ_d ~ Dirichlet(0.1),
-    lengths ~ 20 + Poisson(80); the test documents split for document completion as ``evaluation`` does."""
-    rng = np.random.default_rng(1000 + seed)
-    phi = rng.dirichlet(np.full(W, 0.05), size=K)
-
-    def draw(n: int) -> Batch:
-        docs = []
-        for _ in range(n):
-            counts = rng.multinomial(20 + rng.poisson(80), rng.dirichlet(np.full(K, 0.1)) @ phi)
-            ids = np.flatnonzero(counts)
-            docs.append((ids.astype(np.int64), counts[ids].astype(np.float64)))
-        return Batch.from_docs(docs)
-
-    train, test = draw(n_train), draw(n_test)
-    observed, held_out, _ = document_completion(test, seed)
-    corpus = PreparedCorpus(
-        vocab=[f"w{i}" for i in range(W)],
-        train=train,
-        test=test,
-        observed=observed,
-        held_out=held_out,
-        test_labels=[None] * n_test,
-        tokenize_seconds=0.0,
-    )
-    return corpus, phi
 
 
 def planted_recovery(
@@ -192,7 +141,7 @@ def main() -> None:
     ap.add_argument("--hygiene-warmup", type=int, default=2000, help="documents before the first merge/retirement")
     args = ap.parse_args()
     for name in args.corpus.split(","):
-        corpus, truth = load(name, args.max_train_docs, args.seed)
+        corpus, truth = load(name, seed=args.seed, max_train=args.max_train_docs)
         print(
             f"\n## {name}: {corpus.train.n_docs} train docs, {corpus.train.n_tokens:.0f} tokens, W={corpus.n_words}, "
             f"{corpus.held_out.n_docs} held-out docs\n"

@@ -22,31 +22,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from evaluation import load_articles, prepare_corpus
+from benchmarks._corpus import load
 from evaluation.corpus import PreparedCorpus
 from evaluation.scores import heldout_loglik_per_word
 from kernels import SCVB0
 from kernels.hygiene import TopicHygiene, hellinger_matrix, mass_topics
 
 RECOVERED = 0.35
-
-
-def generator_corpus(n_train: int) -> tuple[PreparedCorpus, NDArray[np.float64]]:
-    """The demo generator's articles and its 16 planted word distributions over the corpus vocabulary."""
-    from service.dev.generator import generate_articles, planted_distributions
-
-    arts = list(generate_articles(n_train + 2000, seed=0))
-    c = prepare_corpus(arts[:n_train], arts[n_train:], vocab_size=5000, seed=0, shuffle=False)
-    return c, planted_distributions(c.vocab, background=True)
-
-
-def real_corpus(name: str, n_train: int | None) -> PreparedCorpus:
-    from benchmarks._corpus import shared_data_dir
-
-    root = shared_data_dir()  # ``name`` is "20ng": the command line allows no other real corpus
-    train = load_articles(root / "20ng_all_train.jsonl.gz", n_train)
-    test = load_articles(root / "20ng_all_test.jsonl.gz", 2000)
-    return prepare_corpus(train, test, vocab_size=10_000, seed=0)
 
 
 def run(c: PreparedCorpus, topics: int, hygiene: TopicHygiene | None, seed: int) -> dict[str, Any]:
@@ -96,11 +78,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--docs", type=int, default=20_000, help="training documents")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
-    truth = None
-    if a.corpus == "generator":
-        c, truth = generator_corpus(a.docs)
-    else:
-        c = real_corpus(a.corpus, a.docs)
+    # 20NG: the first --docs training articles and the first 2,000 test articles, corpus seed 0 whatever --seed
+    c, truth = load(a.corpus, seed=0, max_train=a.docs, max_test=2000, first=True)
     print(f"{a.corpus}: {c.train.n_docs} train docs, {c.n_words} words, K = {a.topics}, seed {a.seed}")
     configs: list[tuple[str, TopicHygiene | None]] = [
         ("no hygiene", None),

@@ -26,10 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from benchmarks._corpus import CORPORA, prepare, shared_data_dir
 from benchmarks.peers import FLOOR, REFERENCE
-from evaluation import load_articles, prepare_corpus, split_articles
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -47,19 +45,7 @@ PINNED_THREADS = {
     )
 }
 
-# name → (train file, test file or None, test fraction, shuffle the training stream)
-CORPORA: dict[str, tuple[str, str | None, float, bool]] = {
-    "bbc": ("bbc.jsonl.gz", None, 0.2, True),
-    "20ng": ("20ng_all_train.jsonl.gz", "20ng_all_test.jsonl.gz", 0.0, True),
-    # a dated stream: trained in publication order, a random 10 % held out
-    "reuters": ("news_stream_reuters21578.jsonl.gz", None, 0.1, False),
-}
 HDP_METHODS = {"ohdp", "gensim-hdp"}
-
-
-def shared_data_dir() -> Path:
-    env = os.environ.get("TOPICSTREAM_SHARED_DATA")
-    return Path(env) if env else ROOT.parent / "shared" / "data"
 
 
 def our_kernels() -> list[str]:
@@ -86,51 +72,6 @@ def available_peers() -> tuple[list[str], dict[str, str]]:
         except ImportError as e:
             missing[name] = f"{module} not installed ({e})"
     return ok, missing
-
-
-def prepare(
-    name: str, data: Path, *, vocab_size: int, seed: int, max_train: int | None, max_test: int | None
-) -> tuple[Path, dict[str, Any]]:
-    """Tokenise a corpus once (cached by its settings); returns the ``.npz`` path and a description."""
-    train_file, test_file, fraction, shuffle = CORPORA[name]
-    tag = f"{name}-v{vocab_size}-s{seed}-tr{max_train or 'all'}-te{max_test or 'all'}"
-    path = RESULTS / "cache" / f"{tag}.npz"
-    desc_path = path.with_suffix(".json")
-    if path.exists() and desc_path.exists():
-        return path, json.loads(desc_path.read_text())
-    rng = np.random.default_rng(seed)
-    rows = load_articles(data / train_file)
-    if test_file is None:
-        train, test = split_articles(rows, fraction, seed)
-    else:
-        train, test = rows, load_articles(data / test_file)
-    n_train_all, n_test_all = len(train), len(test)
-    if max_train is not None and len(train) > max_train:
-        keep = np.sort(rng.choice(len(train), max_train, replace=False))
-        train = [train[i] for i in keep]
-    if max_test is not None and len(test) > max_test:
-        keep = np.sort(rng.choice(len(test), max_test, replace=False))
-        test = [test[i] for i in keep]
-    corpus = prepare_corpus(train, test, vocab_size=vocab_size, seed=seed, shuffle=shuffle)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    corpus.save(path)
-    desc = {
-        "corpus": name,
-        "files": [train_file] + ([test_file] if test_file else []),
-        "train_docs": corpus.train.n_docs,
-        "train_docs_available": n_train_all,
-        "train_tokens": int(corpus.train.n_tokens),
-        "test_docs": corpus.test.n_docs,
-        "test_docs_available": n_test_all,
-        "heldout_docs": corpus.held_out.n_docs,
-        "heldout_tokens": int(corpus.held_out.n_tokens),
-        "vocab_size": corpus.n_words,
-        "order": "shuffled (seeded)" if shuffle else "file order (publication date)",
-        "split": f"random {fraction:.0%} of the file" if test_file is None else "the official test file",
-        "tokenize_seconds": corpus.tokenize_seconds,
-    }
-    desc_path.write_text(json.dumps(desc, indent=1))
-    return path, desc
 
 
 def run_one(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -246,9 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in [c.strip() for c in args.corpora.split(",")]:
         _log(f"preparing {name}")
         path, desc = prepare(
-            name, data, vocab_size=args.vocab_size, seed=args.seed, max_train=caps.get(name),
-            max_test=args.max_test_docs,
-        )  # fmt: skip
+            name, vocab_size=args.vocab_size, seed=args.seed, max_train=caps.get(name), max_test=args.max_test_docs
+        )
         meta["corpora"][name] = desc
         for k_index, K in enumerate(corpus_topics.get(name, topics)):
             base = {

@@ -24,54 +24,42 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._corpus import document_completion, evaluate, heldout_loglik, load_corpus, shared_data_dir
+from benchmarks._corpus import document_completion, evaluate, heldout_loglik, load_corpus
 from kernels import SCVB0, Batch
 
 SEED_PHI = {"phi_scale": 10.0, "phi_tau": 1000.0, "phi_kappa": 0.9, "phi_floor": 0.0}  # the seed's Φ schedule
 STATIONARY = {"phi_floor": 0.0, "window": 1e12}  # no floor, C = tokens seen (≈ "the whole corpus")
 
+Config = tuple[str, dict[str, Any], bool]
+
+
+def vary(label: str, setting: str, values: str, kind: type = float) -> list[Config]:
+    """One row per value in ``values`` (space-separated, as the row names show them): ``setting`` alone changed
+    from the defaults, the row named ``label=value``; the name is made from the value, so the two cannot differ."""
+    return [(f"{label}={v}", {setting: kind(v)}, False) for v in values.split()]
+
+
 # (name, settings, fixed_c). fixed_c: C = min(window, corpus size) from the start instead of tokens seen.
-CONFIGS: list[tuple[str, dict[str, Any], bool]] = [
+CONFIGS: list[Config] = [
     ("seed: Φ s=10 τ=1000 κ=.9, B=100, fixed C", {**SEED_PHI, "batch_size": 100, "window": 1e12}, True),
     ("seed: Φ s=10 τ=1000 κ=.9, B=256, fixed C", {**SEED_PHI, "batch_size": 256, "window": 1e12}, True),
     ("s=1 τ=1 κ=.7, B=64, no floor, fixed C", {**STATIONARY}, True),
     ("s=1 τ=1 κ=.7, B=64, no floor, C=seen", {**STATIONARY}, False),
     ("defaults", {}, False),
-    ("B=16", {"batch_size": 16}, False),
-    ("B=32", {"batch_size": 32}, False),
-    ("B=128", {"batch_size": 128}, False),
-    ("B=256", {"batch_size": 256}, False),
-    ("κ=0.5", {"phi_kappa": 0.5}, False),
-    ("κ=0.6", {"phi_kappa": 0.6}, False),
-    ("κ=0.9", {"phi_kappa": 0.9}, False),
-    ("τ=10", {"phi_tau": 10.0}, False),
-    ("τ=64", {"phi_tau": 64.0}, False),
-    ("floor=0", {"phi_floor": 0.0}, False),
-    ("floor=0.002", {"phi_floor": 0.002}, False),
-    ("floor=0.005", {"phi_floor": 0.005}, False),
-    ("floor=0.02", {"phi_floor": 0.02}, False),
-    ("floor=0.05", {"phi_floor": 0.05}, False),
+    *vary("B", "batch_size", "16 32 128 256", int),
+    *vary("κ", "phi_kappa", "0.5 0.6 0.9"),
+    *vary("τ", "phi_tau", "10 64"),
+    *vary("floor", "phi_floor", "0 0.002 0.005 0.02 0.05"),
     ("C = window (1e6) from the start", {}, True),
-    ("window=1e5", {"window": 1e5}, False),
-    ("window=3e5", {"window": 3e5}, False),
-    ("window=3e6", {"window": 3e6}, False),
-    ("window=1e7", {"window": 1e7}, False),
-    ("burn_in=0", {"burn_in": 0}, False),
-    ("burn_in=2", {"burn_in": 2}, False),
-    ("burn_in=3", {"burn_in": 3}, False),
-    ("Θ: τ=1", {"theta_tau": 1.0}, False),
-    ("Θ: κ=0.6", {"theta_kappa": 0.6}, False),
-    ("α=0.02", {"alpha": 0.02}, False),
-    ("α=0.05", {"alpha": 0.05}, False),
-    ("α=0.5", {"alpha": 0.5}, False),
-    ("η=0.005", {"eta": 0.005}, False),
-    ("η=0.003", {"eta": 0.003}, False),
+    *vary("window", "window", "1e5 3e5 3e6 1e7"),
+    *vary("burn_in", "burn_in", "0 2 3", int),
+    *vary("Θ: τ", "theta_tau", "1"),
+    *vary("Θ: κ", "theta_kappa", "0.6"),
+    *vary("α", "alpha", "0.02 0.05 0.5"),
+    *vary("η", "eta", "0.005 0.003"),
     ("α=0.05 η=0.005", {"alpha": 0.05, "eta": 0.005}, False),
-    ("η=0.05", {"eta": 0.05}, False),
-    ("η=0.1", {"eta": 0.1}, False),
-    ("transform_passes=3", {"transform_passes": 3}, False),
-    ("transform_passes=10", {"transform_passes": 10}, False),
-    ("transform_passes=20", {"transform_passes": 20}, False),
+    *vary("η", "eta", "0.05 0.1"),
+    *vary("transform_passes", "transform_passes", "3 10 20", int),
 ]
 
 
@@ -88,8 +76,8 @@ def fit_one_pass(model: SCVB0, train: Batch, fixed_c: bool, corpus_tokens: float
     return spent
 
 
-def static_runner(name: str, path: str, test_path: str | None, topics: int) -> Callable[..., tuple[float, float]]:
-    train, test, vocab, _ = load_corpus(shared_data_dir() / path, test_path and shared_data_dir() / test_path)
+def static_runner(name: str, topics: int) -> Callable[..., tuple[float, float]]:
+    train, test, vocab, _ = load_corpus(name)
     print(f"# {name}: {train.n_docs} train docs, {train.n_tokens:,.0f} tokens, W={len(vocab)}, {test.n_docs} test")
 
     def run(settings: dict[str, Any], fixed_c: bool, seed: int) -> tuple[float, float]:
@@ -101,9 +89,7 @@ def static_runner(name: str, path: str, test_path: str | None, topics: int) -> C
 
 
 def prequential_runner(topics: int, chunk: int = 500) -> Callable[..., tuple[float, float]]:
-    stream, _, vocab, _ = load_corpus(
-        shared_data_dir() / "news_stream_reuters21578.jsonl.gz", test_fraction=0.0, shuffle=False
-    )
+    stream, _, vocab, _ = load_corpus("reuters", test_fraction=0.0)  # the whole file, in date order
     print(f"# reuters: {stream.n_docs} docs in date order, {stream.n_tokens:,.0f} tokens, W={len(vocab)}")
     chunks = [stream.slice(d0, min(stream.n_docs, d0 + chunk)) for d0 in range(0, stream.n_docs, chunk)]
     halves = [document_completion(c, seed=i) for i, c in enumerate(chunks)]
@@ -139,11 +125,9 @@ def main() -> None:
     wanted = args.only.split(",")
     runners: dict[str, Callable[..., tuple[float, float]]] = {}
     if "20ng" in wanted:
-        runners[f"20ng K={args.topics}"] = static_runner(
-            "20ng", "20ng_all_train.jsonl.gz", "20ng_all_test.jsonl.gz", args.topics
-        )
+        runners[f"20ng K={args.topics}"] = static_runner("20ng", args.topics)
     if "bbc" in wanted:
-        runners[f"bbc K={args.bbc_topics}"] = static_runner("bbc", "bbc.jsonl.gz", None, args.bbc_topics)
+        runners[f"bbc K={args.bbc_topics}"] = static_runner("bbc", args.bbc_topics)
     if "reuters" in wanted:
         runners[f"reuters preq. K={args.reuters_topics}"] = prequential_runner(args.reuters_topics)
     d = SCVB0(1, 1)

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import re
 import struct
 from collections.abc import Callable, Collection
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -36,6 +38,7 @@ _HEAD = len(_MAGIC) + 8  # magic, then the JSON document's length as a little-en
 #: Lists of at least this many strings (or None) are stored as a length array and one UTF-8 array: a JSON list of
 #: 65,536 words costs the writer thread tens of ms of GIL in one piece, stalling the batch loop beside it.
 _STRINGS_MIN = 256
+_STRING_KINDS = frozenset({str, type(None)})
 _DTYPE = re.compile(r"[<>|=][biufcSUV][1-9][0-9]{0,5}")  # byte order, kind, item size
 _CHUNK = 1 << 20  # elements per step of the finite / non-negative scans (bounded temporary memory)
 
@@ -64,8 +67,12 @@ def pack(payload: dict[str, Any]) -> memoryview:
 
     def strip(x: Any) -> Any:
         nonlocal offset
-        if isinstance(x, list) and len(x) >= _STRINGS_MIN and all(v is None or type(v) is str for v in x):
-            return {"__strings__": [strip(a) for a in _strings_to_arrays(x)]}
+        if isinstance(x, list) and len(x) >= _STRINGS_MIN:
+            # The element types in one C-level pass (not a generator over 65,536 words): exactly str, or str and
+            # None, is a vocabulary; anything else (str subclasses included) stays a JSON list.
+            kinds = set(map(type, x))
+            if kinds <= _STRING_KINDS:
+                return {"__strings__": [strip(a) for a in _strings_to_arrays(x, type(None) in kinds)]}
         if isinstance(x, np.ndarray):
             a = x if x.flags.c_contiguous else np.ascontiguousarray(x)  # (ascontiguousarray makes 0-d arrays 1-d)
             if a.dtype.hasobject:
@@ -163,19 +170,26 @@ def unpack(data: bytes | memoryview) -> dict[str, Any]:
     return result
 
 
-def _strings_to_arrays(strings: list[str | None]) -> tuple[np.ndarray, np.ndarray]:
-    """Byte lengths (−1 for None) and the concatenated UTF-8 bytes of ``strings``.
+def _strings_to_arrays(strings: list[str | None], has_none: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Byte lengths (−1 for None) and the concatenated UTF-8 bytes of ``strings`` (``has_none``: whether any
+    is None, which the caller already knows from its type scan).
 
-    Joined with NUL and encoded in one C call, then split by numpy (UTF-8 never has a zero byte inside a
-    character): a few ms for 65,536 words. Strings that hold NUL themselves take the per-string way."""
-    nones = [i for i, v in enumerate(strings) if v is None] if None in strings else []
-    texts: list[str] = ["" if v is None else v for v in strings] if nones else strings  # type: ignore[assignment]
-    joined = "\0".join(texts)
-    if joined.count("\0") == len(texts) - 1:
-        raw = np.frombuffer(joined.encode("utf-8", "surrogatepass"), dtype=np.uint8)
-        bounds = np.concatenate(([-1], np.flatnonzero(raw == 0), [raw.size]))
-        lengths = np.diff(bounds) - 1
-        blob = raw[raw != 0]
+    Joined with NUL and encoded in one C call, then split by numpy: UTF-8 has a zero byte only where the text
+    has NUL, so the zero bytes are the separators exactly when there are ``len(strings) - 1`` of them (a few ms
+    for 65,536 words). Strings that hold NUL themselves take the per-string way."""
+    texts: list[str] = strings  # type: ignore[assignment]
+    nones: list[int] = []
+    if has_none:  # find them in C (map), and copy the list in C: only the free slots are touched in Python
+        nones = np.flatnonzero(np.fromiter(map(operator.is_, strings, repeat(None)), bool, len(strings))).tolist()
+        texts = list(texts)
+        for i in nones:
+            texts[i] = ""
+    raw = np.frombuffer("\0".join(texts).encode("utf-8", "surrogatepass"), dtype=np.uint8)
+    zero = raw == 0
+    seps = np.flatnonzero(zero)
+    if seps.size == len(texts) - 1:
+        lengths = np.diff(np.concatenate(([-1], seps, [raw.size]))) - 1
+        blob = raw[~zero]
     else:
         encoded = [t.encode("utf-8", "surrogatepass") for t in texts]
         lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))

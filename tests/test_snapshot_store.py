@@ -204,6 +204,20 @@ def test_long_string_lists_are_stored_as_arrays_and_come_back_the_same() -> None
     assert_same(payload, unpack(blob))
 
 
+def test_only_lists_of_exactly_str_or_none_become_string_arrays() -> None:
+    """A str subclass (an enum's value, say) is not a plain string: such a list stays JSON, as does a list with
+    one; a list of only None is the string arrays with every length −1."""
+
+    class Word(str):
+        pass
+
+    payload = {"sub": [Word("w")] * 300, "one": [*(f"w{i}" for i in range(299)), Word("x")], "none": [None] * 300}
+    blob = pack(payload)
+    header = bytes(blob[14 : 14 + struct.unpack_from("<Q", blob, 6)[0]]).decode()
+    assert header.count("__strings__") == 1 and '"sub":["w","w"' in header and '"w298","x"]' in header
+    assert_same(payload, unpack(blob))
+
+
 @pytest.mark.parametrize(
     "lengths, data, reason",
     [
