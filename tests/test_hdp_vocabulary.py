@@ -12,7 +12,8 @@ from collections import Counter
 
 import numpy as np
 
-from benchmarks.hdp_truncation import load, planted_recovery
+from benchmarks._corpus import load
+from benchmarks.hdp_truncation import planted_recovery
 from kernels.hygiene import mass_topics
 from kernels.ohdp import OnlineHDP, estimated_vocabulary
 
@@ -55,7 +56,7 @@ def test_the_capacity_does_not_change_the_topics_of_a_narrow_stream() -> None:
     """The demo generator's 682 words learned in their exact vocabulary and in a service's 65,536 slots: the same
     number of topics holds 95 % of the mass (± 2) and as many planted topics are recovered (± 1). With the
     capacity in φ̂'s denominator the 65,536-slot model kept 4 topics and recovered none of the 16."""
-    corpus, truth = load("generator", None)
+    corpus, truth = load("generator")
     assert truth is not None
     found = {}
     for W in (corpus.n_words, 65_536):
