@@ -68,7 +68,7 @@ class OnlineHDP(OnlineHDPBase):
         Vocabulary capacity W (slots). φ̂'s denominator N^Z_k + Vη counts the vocabulary the stream uses, V
         (:func:`estimated_vocabulary`, at most W), not the capacity: an empty topic explains a word with
         φ̂ = 1/V, so opening a topic is as easy in a service's 65,536 slots, few of them filled, as in a corpus's
-        exact vocabulary (with 1/W the demo stream's 16 planted topics fell into 5 muddled ones).
+        exact vocabulary (with 1/W the demo stream's 16 planted topics fell into 4 or 5 muddled ones).
     seed : int
         Seed of ``rng_`` (the order in which free topic ids are handed to new topics).
     gamma : float
