@@ -44,10 +44,10 @@ _CHUNK = 1 << 20  # elements per step of the finite / non-negative scans (bounde
 
 
 # Keys under which the kernels' and the vocabulary's state hold counts (never negative): what a reader passes
-# to :func:`check_payload` as ``nonnegative``. SCVB0: phi (N^Φ), nz; online HDP: topic_stat, topic_total;
-# particle filter: rows, nk, refcnt, weights; vocabulary: counts. tests/test_snapshot_store.py checks every
+# to :func:`check_payload` as ``nonnegative``. SCVB0: phi (N^Φ), nz; online HDP: topic_stat, topic_total,
+# word_tokens; particle filter: rows, nk, refcnt, weights; vocabulary: counts. tests/test_snapshot_store.py checks every
 # registered kernel's trained state against it.
-STATISTICS = ("phi", "nz", "topic_stat", "topic_total", "rows", "nk", "refcnt", "weights", "counts")
+STATISTICS = ("phi", "nz", "topic_stat", "topic_total", "word_tokens", "rows", "nk", "refcnt", "weights", "counts")
 
 
 class SnapshotCorrupt(RuntimeError):
