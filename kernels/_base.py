@@ -6,8 +6,9 @@ A kernel is a single-pass, constant-memory estimator over a stream of bag-of-wor
   ``__init__`` stores them untouched and shows them in its signature. They are checked in one place,
   ``_validate_params`` (also reachable without building a model: ``check_params``; and on a trained one:
   ``set_params``, which refuses the settings in ``restore_fixed`` that size or define the learned state);
-* ``state_bytes`` gives the size of the learned state for given settings, from the arrays' shapes;
-* learned state lives in attributes ending in ``_`` and is created by ``_init_state``;
+* learned state lives in attributes ending in ``_`` and is created by ``_init_state``; what a snapshot stores of it
+  is declared once, as the table ``saved`` (:class:`Saved`: snapshot key, attribute, shape from K and W, type),
+  which ``state_dict``, ``from_state`` and ``state_bytes`` (the state's size for given settings) read;
 * ``partial_fit`` consumes one batch once; memory never depends on how many batches were seen;
 * ``state_dict`` / ``from_state`` round-trip exactly, random generator included, so a restored kernel continues
   bit-identically;
@@ -20,16 +21,17 @@ from __future__ import annotations
 
 import abc
 import inspect
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ._batch import Batch, Docs, as_batch
 
-__all__ = ["EXACT_FASTMATH", "TopicModel", "check_interval", "check_positive_int", "state_array"]
+__all__ = ["EXACT_FASTMATH", "Saved", "TopicModel", "check_interval", "check_positive_int", "state_array"]
 
 #: numba ``fastmath`` flags of the kernels' loops: every LLVM fast-math flag except ``reassoc``. With reassociation
 #: LLVM may split a sum into vector lanes in a way that depends on where the arrays start in memory, and SCVB0 and
@@ -78,6 +80,28 @@ def state_array(state: Mapping[str, Any], name: str, shape: tuple[int, ...], dty
     return arr
 
 
+class Saved(NamedTuple):
+    """One piece of a kernel's learned state as its snapshot stores it: a row of :attr:`TopicModel.saved`.
+
+    The attribute ``attr`` is stored under ``key`` (default: ``attr`` without its trailing ``_``). Given a
+    ``shape`` (its shape for the settings K, W), it is an array of element type ``kind``: copied into the
+    snapshot, and on restore copied back and refused unless it has that shape (:func:`state_array`). Without, it
+    is a scalar that ``kind`` converts (``float``, ``int``). ``missing`` gives the value for a snapshot written
+    before this piece was saved, from the model with the rows before it installed; without it the key is required.
+    """
+
+    attr: str
+    kind: type = float
+    shape: Callable[[int, int], tuple[int, ...]] | None = None
+    key: str = ""
+    missing: Callable[[Any], Any] | None = None
+
+    @property
+    def name(self) -> str:
+        """The snapshot key."""
+        return self.key or self.attr.rstrip("_")
+
+
 @dataclass(eq=False, repr=False)
 class TopicModel(abc.ABC):
     """Base class of the streaming topic-model kernels.
@@ -86,9 +110,9 @@ class TopicModel(abc.ABC):
     repr below) whose fields are its settings, declared once with their types and defaults after the three every
     kernel takes (``n_topics``, ``n_words``, ``seed``): the generated ``__init__`` stores them untouched, and
     ``__post_init__`` validates them and creates the learned state (:meth:`_setup`). Learned state that a class
-    annotates is a ``field(init=False)``. Subclasses define ``algorithm``, ``_validate_params``,
-    ``_init_state``, and the ``_partial_fit``, ``_transform``, ``topic_word``, ``topic_weights``,
-    ``reset_words``, ``_get_state``, ``_set_state`` hooks.
+    annotates is a ``field(init=False)``; what a snapshot stores of it is the table :attr:`saved`. Subclasses
+    define ``algorithm``, ``saved``, ``_validate_params``, ``_init_state``, and the ``_partial_fit``,
+    ``_transform``, ``topic_word``, ``topic_weights``, ``reset_words`` hooks.
     """
 
     algorithm: ClassVar[str]
@@ -100,6 +124,10 @@ class TopicModel(abc.ABC):
     #: Settings that a model restored from a snapshot cannot take a new value for, because the learned state's
     #: shapes or meaning depend on them (:meth:`set_params` refuses them). Each kernel adds its own, saying why.
     restore_fixed: ClassVar[frozenset[str]] = frozenset({"n_topics", "n_words", "seed"})
+    #: The learned state a snapshot stores, in the snapshot's order (besides the random generator and the counters
+    #: that :meth:`state_dict` adds), read by :meth:`_get_state`, :meth:`_set_state` and :meth:`state_bytes`. A
+    #: kernel whose state is not such a list of arrays and scalars (the particle filter's pools) overrides those.
+    saved: ClassVar[tuple[Saved, ...]] = ()
     #: True when ``_set_state`` sets every attribute ``_init_state`` creates, so :meth:`from_state` need not draw
     #: a fresh state first (the contract suite's restore tests hold every kernel to it).
     _set_state_installs_all: ClassVar[bool] = False
@@ -159,12 +187,11 @@ class TopicModel(abc.ABC):
 
     @classmethod
     def state_bytes(cls, n_topics: int, n_words: int, **params: Any) -> int:
-        """Bytes of the arrays in :meth:`state_dict` for these settings (what a snapshot stores), from their shapes.
-
-        Each kernel implements it from the shapes its ``_init_state`` allocates; ``tests/test_compat.py`` compares
-        it with the packed size of a real model's state.
-        """
-        raise NotImplementedError(f"{cls.__name__} does not report its state size")
+        """Bytes of the arrays in :meth:`state_dict` for these settings (what a snapshot stores), from the shapes
+        that :attr:`saved` gives them; ``tests/test_compat.py`` compares it with the packed size of a real model's
+        state."""
+        K, W = int(n_topics), int(n_words)
+        return sum(np.dtype(s.kind).itemsize * math.prod(s.shape(K, W)) for s in cls.saved if s.shape is not None)
 
     @classmethod
     def _param_names(cls) -> list[str]:
@@ -302,13 +329,25 @@ class TopicModel(abc.ABC):
         """
         return dict(params)
 
-    @abc.abstractmethod
     def _get_state(self) -> dict[str, StateValue]:
-        """Learned state (copies or read-only views are fine; the caller will not modify them)."""
+        """The learned state that :attr:`saved` lists: copies of the arrays (training goes on in place), the
+        scalars converted to their type."""
+        return {
+            s.name: (getattr(self, s.attr).copy() if s.shape else s.kind(getattr(self, s.attr))) for s in self.saved
+        }
 
-    @abc.abstractmethod
-    def _set_state(self, state: dict[str, StateValue]) -> None:
-        """Install learned state produced by :meth:`_get_state` (copy arrays: the caller may reuse them)."""
+    def _set_state(self, state: Mapping[str, Any]) -> None:
+        """Install the learned state that :attr:`saved` lists from ``state`` (what :meth:`_get_state` returned, or
+        a snapshot of an older version: see :attr:`Saved.missing`), copying the arrays: the caller may reuse them."""
+        K, W = int(self.n_topics), int(self.n_words)
+        for s in self.saved:
+            if s.missing is not None and s.name not in state:
+                value = s.missing(self)
+            elif s.shape is not None:
+                value = state_array(state, s.name, s.shape(K, W), s.kind)
+            else:
+                value = s.kind(state[s.name])
+            setattr(self, s.attr, value)
 
     @classmethod
     def warm_up(cls, **params: Any) -> None:

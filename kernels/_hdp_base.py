@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 from numba import njit
 from numpy.typing import ArrayLike, NDArray
 
-from ._base import StateValue, TopicModel, check_interval, check_positive_int, state_array
+from ._base import Saved, TopicModel, check_interval, check_positive_int
 from ._batch import Batch
 from ._concentration import doc_log_aux
 from ._schedule import StepSize
@@ -121,7 +121,7 @@ class OnlineHDPBase(TopicModel):
     ``learn_concentrations``, ``gamma_shape``, ``gamma_rate``, ``alpha_shape``, ``alpha_rate``.
     """
 
-    #: Both estimators' ``_set_state`` install every learned attribute (the shared ones by :meth:`_set_corpus_state`).
+    #: Both estimators' ``_set_state`` install every learned attribute (their tables :attr:`saved` list them all).
     _set_state_installs_all = True
 
     # ------------------------------------------------------------------ settings, stored by the dataclass ``__init__``
@@ -149,6 +149,18 @@ class OnlineHDPBase(TopicModel):
     last_doc_iters_: float = field(init=False)
     gamma_q_: NDArray[np.float64] = field(init=False)  # (shape, rate) of q(γ)
     alpha_q_: NDArray[np.float64] = field(init=False)  # (shape, rate) of q(α0)
+
+    #: The learned state both estimators' snapshots start with (each adds its own after it). Snapshots written
+    #: before the concentrations could be learned lack q(γ), q(α0): they start at the settings, as a new model.
+    saved: ClassVar[tuple[Saved, ...]] = (
+        Saved("topic_stat_", shape=lambda K, W: (W, K)),
+        Saved("topic_total_", shape=lambda K, W: (K,)),
+        Saved("scale_"),
+        Saved("n_updates_", int),
+        Saved("last_doc_iters_"),
+        Saved("gamma_q_", shape=lambda K, W: (2,), missing=lambda m: m._initial_q(m.gamma_shape, m.gamma)),
+        Saved("alpha_q_", shape=lambda K, W: (2,), missing=lambda m: m._initial_q(m.alpha_shape, m.alpha)),
+    )
 
     def _validate_params(self) -> None:
         if self.n_topics < 2:
@@ -184,8 +196,13 @@ class OnlineHDPBase(TopicModel):
 
     def _init_concentrations(self) -> None:
         """q(γ), q(α0) with the prior's shape and the mean of the fixed settings: learning starts from them."""
-        self.gamma_q_ = np.array([float(self.gamma_shape), float(self.gamma_shape) / float(self.gamma)])
-        self.alpha_q_ = np.array([float(self.alpha_shape), float(self.alpha_shape) / float(self.alpha)])
+        self.gamma_q_ = self._initial_q(self.gamma_shape, self.gamma)
+        self.alpha_q_ = self._initial_q(self.alpha_shape, self.alpha)
+
+    @staticmethod
+    def _initial_q(shape: float, mean: float) -> NDArray[np.float64]:
+        """(shape, rate) of a Gamma with this shape and mean."""
+        return np.array([float(shape), float(shape) / float(mean)])
 
     def _gamma(self) -> float:
         """The γ in use: E_q[γ] when learned, else the setting."""
@@ -301,28 +318,3 @@ class OnlineHDPBase(TopicModel):
             "gamma": self._gamma(),
             "alpha": self._alpha(),
         }
-
-    # ------------------------------------------------------------------ persistence
-    def _get_corpus_state(self) -> dict[str, StateValue]:
-        return {
-            "topic_stat": self.topic_stat_.copy(),
-            "topic_total": self.topic_total_.copy(),
-            "scale": float(self.scale_),
-            "n_updates": int(self.n_updates_),
-            "last_doc_iters": float(self.last_doc_iters_),
-            "gamma_q": self.gamma_q_.copy(),
-            "alpha_q": self.alpha_q_.copy(),
-        }
-
-    def _set_corpus_state(self, state: dict[str, StateValue]) -> None:
-        K, W = int(self.n_topics), int(self.n_words)
-        self.topic_stat_ = state_array(state, "topic_stat", (W, K))
-        self.topic_total_ = state_array(state, "topic_total", (K,))
-        self.scale_ = float(state["scale"])  # type: ignore[arg-type]
-        self.n_updates_ = int(state["n_updates"])  # type: ignore[arg-type]
-        self.last_doc_iters_ = float(state["last_doc_iters"])  # type: ignore[arg-type]
-        if "gamma_q" in state:
-            self.gamma_q_ = state_array(state, "gamma_q", (2,))
-            self.alpha_q_ = state_array(state, "alpha_q", (2,))
-        else:  # a snapshot written before the concentrations could be learned
-            self._init_concentrations()

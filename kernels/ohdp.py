@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._base import StateValue, TopicModel, check_interval, check_non_negative_int, state_array
+from ._base import Saved, StateValue, TopicModel, check_interval, check_non_negative_int
 from ._batch import CSR
 from ._concentration import gamma_fixed_point
 from ._hdp_base import Minibatch, OnlineHDPBase
@@ -118,12 +118,16 @@ class OnlineHDP(OnlineHDPBase):
     restore_fixed: ClassVar[frozenset[str]] = TopicModel.restore_fixed
     _set_state_installs_all = True
 
-    @classmethod
-    def state_bytes(cls, n_topics: int, n_words: int, **params: Any) -> int:
-        """``topic_stat`` (W×K), ``topic_total``, the tables and ``topic_rank`` (K each), q(γ) and q(α0) (2 each),
-        the tokens per slot (W), 8 bytes each."""
-        K, W = int(n_topics), int(n_words)
-        return 8 * (W * K + W + 3 * K + 4)
+    #: The learned state after the corpus statistics (:attr:`OnlineHDPBase.saved`): the expected tables (under
+    #: "stick_u": the key of the versions in which this class also held the stick-breaking estimator, so that
+    #: snapshots load in both directions), the order of free topic ids, and the tokens per slot (snapshots from
+    #: before V was estimated lack them: a slot holding statistics counts as seen often, 3 tokens).
+    saved: ClassVar[tuple[Saved, ...]] = (
+        *OnlineHDPBase.saved,
+        Saved("tables_", key="stick_u", shape=lambda K, W: (K,)),
+        Saved("topic_rank_", np.int64, shape=lambda K, W: (K,)),
+        Saved("word_tokens_", shape=lambda K, W: (W,), missing=lambda m: np.where(m.topic_stat_.any(axis=1), 3.0, 0.0)),
+    )
 
     # Settings of this estimator (those both online HDPs take come first: :class:`OnlineHDPBase`).
     sequential: bool = True
@@ -203,28 +207,14 @@ class OnlineHDP(OnlineHDPBase):
         return params
 
     def _get_state(self) -> dict[str, StateValue]:
-        # Key names of the snapshot layout shared with earlier versions (tables under "stick_u", an empty
-        # "stick_v"), so that snapshots load in both directions.
-        return {
-            **self._get_corpus_state(),
-            "stick_u": self.tables_.copy(),
-            "stick_v": np.zeros(0),
-            "topic_rank": self.topic_rank_.copy(),
-            "word_tokens": self.word_tokens_.copy(),
-        }
+        # The versions that stored the tables under "stick_u" also read a "stick_v" (the stick-breaking
+        # estimator's v): an empty one, so that they load these snapshots.
+        return {**super()._get_state(), "stick_v": np.zeros(0)}
 
-    def _set_state(self, state: dict[str, StateValue]) -> None:
-        K = int(self.n_topics)
-        self._set_corpus_state(state)
-        self.tables_ = state_array(state, "stick_u", (K,))  # the expected tables
-        rank = state_array(state, "topic_rank", (K,), np.int64)
-        if sorted(rank.tolist()) != list(range(K)):
+    def _set_state(self, state: Mapping[str, Any]) -> None:
+        super()._set_state(state)
+        if sorted(self.topic_rank_.tolist()) != list(range(int(self.n_topics))):
             raise ValueError("topic_rank must be a permutation of the topic ids")
-        self.topic_rank_ = rank
-        if "word_tokens" in state:
-            self.word_tokens_ = state_array(state, "word_tokens", (int(self.n_words),))
-        else:  # a snapshot from before V was estimated: a slot holding statistics counts as seen often (3 tokens)
-            self.word_tokens_ = np.where(self.topic_stat_.any(axis=1), 3.0, 0.0)
 
     def reset_words(self, word_ids: ArrayLike) -> None:
         super().reset_words(word_ids)

@@ -17,7 +17,7 @@ import numpy as np
 from numba import njit
 from numpy.typing import NDArray
 
-from ._base import StateValue, TopicModel, check_positive_int, state_array
+from ._base import Saved, TopicModel, check_positive_int
 from ._batch import CSR
 from ._concentration import stick_log_rest
 from ._hdp_base import CorpusStat, Minibatch, OnlineHDPBase
@@ -313,12 +313,12 @@ class StickBreakingHDP(OnlineHDPBase):
     #: future updates.
     restore_fixed: ClassVar[frozenset[str]] = TopicModel.restore_fixed
 
-    @classmethod
-    def state_bytes(cls, n_topics: int, n_words: int, **params: Any) -> int:
-        """``topic_stat`` (W×K), ``topic_total`` (K), the sticks (u, v) (K−1 each), q(γ) and q(α0) (2 each),
-        8 bytes each."""
-        K, W = int(n_topics), int(n_words)
-        return 8 * (W * K + K + 2 * (K - 1) + 4)
+    #: The learned state: the corpus statistics (:attr:`OnlineHDPBase.saved`), then the corpus sticks (u, v).
+    saved: ClassVar[tuple[Saved, ...]] = (
+        *OnlineHDPBase.saved,
+        Saved("stick_u_", shape=lambda K, W: (K - 1,)),
+        Saved("stick_v_", shape=lambda K, W: (K - 1,)),
+    )
 
     # Settings of this estimator (those both online HDPs take come first: :class:`OnlineHDPBase`).
     doc_topics: int = 15
@@ -366,16 +366,6 @@ class StickBreakingHDP(OnlineHDPBase):
         """(C1): one coordinate step from the corpus sticks q(β'_k) = Beta(u_k, v_k)."""
         K = int(self.n_topics)
         return float(self.gamma_shape) + K - 1.0, float(self.gamma_rate) + stick_log_rest(self.stick_u_, self.stick_v_)
-
-    # ------------------------------------------------------------------ persistence
-    def _get_state(self) -> dict[str, StateValue]:
-        return {**self._get_corpus_state(), "stick_u": self.stick_u_.copy(), "stick_v": self.stick_v_.copy()}
-
-    def _set_state(self, state: dict[str, StateValue]) -> None:
-        K = int(self.n_topics)
-        self._set_corpus_state(state)
-        self.stick_u_ = state_array(state, "stick_u", (K - 1,))
-        self.stick_v_ = state_array(state, "stick_v", (K - 1,))
 
     @classmethod
     def _unit_test_params(cls) -> dict[str, Any]:

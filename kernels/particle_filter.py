@@ -26,6 +26,7 @@ tokens of one word in one topic to overflow.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -368,14 +369,14 @@ class ParticleFilterLDA(TopicModel):
         state["initialized"] = bool(self.initialized_)
         return state
 
-    def _set_state(self, state: dict[str, StateValue]) -> None:
+    def _set_state(self, state: Mapping[str, Any]) -> None:
         self.words_ = st.restore(self.words_, state)
         self.doc_rows_ = st.restore(self.doc_rows_, state)
         self.reservoir_ = st.restore(self.reservoir_, state)
         self.particles_ = st.restore(self.particles_, state)
         for a in _BUFFERS:
             setattr(self, a, st.restore_array(a.rstrip("_"), getattr(self, a), state))
-        self.buf_docs_ = int(state["buf_docs"])  # type: ignore[arg-type]
+        self.buf_docs_ = int(state["buf_docs"])
         self.initialized_ = bool(state["initialized"])
 
     @classmethod

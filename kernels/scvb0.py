@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._base import StateValue, TopicModel, check_interval, check_non_negative_int, check_positive_int, state_array
+from ._base import Saved, TopicModel, check_interval, check_non_negative_int, check_positive_int
 from ._batch import Batch
 from ._moves import Columns, birth_column, birth_counts, delete_column, merge_columns, split_column
 from ._schedule import StepSize
@@ -142,11 +142,15 @@ class SCVB0(TopicModel):
     restore_fixed: ClassVar[frozenset[str]] = TopicModel.restore_fixed
     _set_state_installs_all = True
 
-    @classmethod
-    def state_bytes(cls, n_topics: int, n_words: int, **params: Any) -> int:
-        """N^Φ (W×K) and N^Z (K), float64 (see :meth:`_init_state`); the other state is a few scalars."""
-        K, W = int(n_topics), int(n_words)
-        return 8 * (W * K + K)
+    #: The learned state (:meth:`_init_state`): N^Φ = ``scale_``·M (M under "phi"), N^Z, the update count t and
+    #: the α in use (snapshots from before α could be learned lack it: α is the setting).
+    saved: ClassVar[tuple[Saved, ...]] = (
+        Saved("phi_", shape=lambda K, W: (W, K)),
+        Saved("scale_"),
+        Saved("nz_", shape=lambda K, W: (K,)),
+        Saved("n_updates_", int),
+        Saved("alpha_", missing=lambda m: float(m.alpha)),
+    )
 
     # Settings (meanings in the class docstring), stored untouched by the generated ``__init__``.
     alpha: float = 0.1
@@ -329,24 +333,6 @@ class SCVB0(TopicModel):
             "phi_scale_s": float(self.scale_),
             "alpha": self._alpha_now(),
         }
-
-    # ------------------------------------------------------------------ persistence
-    def _get_state(self) -> dict[str, StateValue]:
-        return {
-            "phi": self.phi_.copy(),  # a snapshot: training goes on in place
-            "scale": float(self.scale_),
-            "nz": self.nz_.copy(),
-            "n_updates": int(self.n_updates_),
-            "alpha": float(self.alpha_),
-        }
-
-    def _set_state(self, state: dict[str, StateValue]) -> None:
-        K, W = int(self.n_topics), int(self.n_words)
-        self.phi_ = state_array(state, "phi", (W, K))
-        self.nz_ = state_array(state, "nz", (K,))
-        self.scale_ = float(state["scale"])  # type: ignore[arg-type]
-        self.n_updates_ = int(state["n_updates"])  # type: ignore[arg-type]
-        self.alpha_ = float(state.get("alpha", self.alpha))  # type: ignore[arg-type]  # older snapshots: α fixed
 
     @classmethod
     def _unit_test_params(cls) -> dict[str, Any]:

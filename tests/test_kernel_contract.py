@@ -216,6 +216,15 @@ def test_from_state_rejects_another_algorithm(cls: type[TopicModel], trained: To
         cls.from_state(state)
 
 
+def test_from_state_refuses_arrays_of_another_shape(cls: type[TopicModel], trained: TopicModel) -> None:
+    """Every array's shape is checked against the settings: the state of a model with another vocabulary size is
+    refused, not installed."""
+    state = trained.state_dict()
+    state["params"] = {**state["params"], "n_words": W + 1}
+    with pytest.raises(ValueError, match="shape"):
+        cls.from_state(state)
+
+
 def test_pickle_round_trip(trained: TopicModel) -> None:
     clone = pickle.loads(pickle.dumps(trained))
     assert type(clone) is type(trained)

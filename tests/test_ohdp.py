@@ -318,6 +318,13 @@ def test_registered_and_validates() -> None:
             cls(1, 20)
 
 
+def test_a_state_whose_topic_rank_is_not_a_permutation_is_refused() -> None:
+    state = OnlineHDP(6, 20, seed=0).state_dict()
+    state["state"]["topic_rank"] = np.zeros(6, dtype=np.int64)
+    with pytest.raises(ValueError, match="permutation"):
+        OnlineHDP.from_state(state)
+
+
 def test_state_written_before_the_split_loads(planted: tuple[np.ndarray, list]) -> None:
     """Snapshots written while one class held both estimators carry ``inference`` and ``doc_topics`` among
     the parameters: a collapsed one loads and continues exactly; a stick-breaking one is refused by name."""

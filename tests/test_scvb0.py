@@ -181,6 +181,15 @@ def test_reset_words_keeps_nz_consistent() -> None:
         m.reset_words([W])
 
 
+def test_a_snapshot_from_before_alpha_was_learned_restores_with_the_alpha_setting() -> None:
+    m = SCVB0(K, W, seed=11, alpha=0.3, learn_alpha=True)
+    m.partial_fit(random_docs(np.random.default_rng(12), 30))
+    state = m.state_dict()
+    assert state["state"]["alpha"] != 0.3  # learned
+    del state["state"]["alpha"]
+    assert SCVB0.from_state(state).alpha_ == 0.3
+
+
 @pytest.mark.parametrize(
     "bad",
     [
