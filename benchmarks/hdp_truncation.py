@@ -24,7 +24,8 @@ documents used.
 Hygiene as measured in ``docs/topic-hygiene.md`` for the HDP:
 ``TopicHygiene(threshold=0.35, retire_below=0.01, warmup_docs=2000)`` (``--hygiene-warmup`` sets the
 warm-up: BBC's 1,780 training documents never reach 2,000), applied every 10 batches to the last 256 documents
-and once at the end (hygiene column "retire"). Hygiene column "delete": the held-out delete move
+and once at the end (hygiene column "retire"); its merges alone, ``TopicHygiene(threshold=0.35,
+warmup_docs=2000, max_births=0)``, the same way (column "merge"). Hygiene column "delete": the held-out delete move
 (:mod:`kernels._delete`) with merges, ``TopicHygiene(threshold=0.35, warmup_docs=2000, delete_tries=8,
 max_births=0)``, applied every 10 batches and before the last one to the batch about to be learned.
 """
@@ -46,12 +47,14 @@ from kernels import Batch
 from kernels.hygiene import TopicHygiene, hellinger_matrix, mass_topics, recent_batch
 from kernels.ohdp import OnlineHDP
 
-# configuration → (learn_concentrations, hygiene: "" none, "retire" as docs/topic-hygiene.md, "delete" held-out)
+# configuration → (learn_concentrations, hygiene: "" none, "retire" as docs/topic-hygiene.md, "merge" its merges
+# alone, "delete" held-out)
 CONFIGS: dict[str, tuple[bool, str]] = {
     "fixed": (False, ""),
     "learned": (True, ""),
     "fixed+hygiene": (False, "retire"),
     "learned+hygiene": (True, "retire"),
+    "fixed+merge": (False, "merge"),
     "fixed+delete": (False, "delete"),
     "learned+delete": (True, "delete"),
 }
@@ -93,6 +96,8 @@ def run(
     tidy = None
     if hygiene == "retire":
         tidy = TopicHygiene(threshold=0.35, retire_below=0.01, warmup_docs=warmup)
+    elif hygiene == "merge":
+        tidy = TopicHygiene(threshold=0.35, warmup_docs=warmup, max_births=0)
     elif hygiene == "delete":
         tidy = TopicHygiene(threshold=0.35, warmup_docs=warmup, delete_tries=8, max_births=0)
     recent: deque[Batch] = deque(maxlen=2)
@@ -109,7 +114,7 @@ def run(
         model.partial_fit(batch)
         train_s += time.perf_counter() - t0
         recent.append(batch)
-        if hygiene == "retire" and tidy is not None and (i % HYGIENE_EVERY == 0 or last):
+        if hygiene in ("retire", "merge") and tidy is not None and (i % HYGIENE_EVERY == 0 or last):
             t0 = time.perf_counter()
             events += len(tidy.apply(model, recent_batch(list(recent), BATCH)))
             hygiene_s += time.perf_counter() - t0
