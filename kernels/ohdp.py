@@ -31,11 +31,16 @@ from ._hdp_base import Minibatch, OnlineHDPBase
 from ._moves import Columns, birth_column, birth_counts, delete_column, merge_columns, split_column
 from ._ohdp_numba import Fixed, Step, Written, beta_from_tables, cvb_batch
 
-__all__ = ["OnlineHDP", "estimated_vocabulary"]
+__all__ = ["BACKGROUND_TABLES", "OnlineHDP", "estimated_vocabulary"]
 
 # Constructor arguments of snapshots written while this class also held the stick-breaking variant
 # (``inference="collapsed"``, and ``doc_topics``, which only that variant read).
 _LEGACY_PARAMS = ("inference", "doc_topics")
+
+
+#: How many times the next topic's expected tables the background topic must have (:meth:`OnlineHDP.background_topic`;
+#: measured ratios 1.8–6 where a generic topic exists, docs/ohdp.md).
+BACKGROUND_TABLES = 1.5
 
 
 def estimated_vocabulary(tokens: NDArray[np.float64]) -> int:
@@ -215,6 +220,22 @@ class OnlineHDP(OnlineHDPBase):
         super()._set_state(state)
         if sorted(self.topic_rank_.tolist()) != list(range(int(self.n_topics))):
             raise ValueError("topic_rank must be a permutation of the topic ids")
+
+    def background_topic(self, phi: NDArray[np.float64] | None = None) -> int | None:
+        """The topic that documents open the most tables for, if it has at least :data:`BACKGROUND_TABLES` times
+        the next topic's expected tables (``phi`` is not needed), else None.
+
+        In the Chinese restaurant franchise a document opens a table for each topic it draws on, so the expected
+        tables per document, E[m_k]/D (``tables_`` / ``window``), measure how many documents use topic k whatever
+        their subject: the background words (docs/ohdp.md, "The background topic"). Measured one pass, T = 150:
+        the demo generator's background 1.21 tables per document against 0.20 for the next topic; BBC's "said new
+        people told" 0.44 against 0.23; Reuters' "said company dlrs mln" 0.61 against 0.34.
+        """
+        if int(self.n_topics) < 2:
+            return None
+        first, second = np.argsort(-self.tables_, kind="stable")[:2]
+        top = float(self.tables_[first])
+        return int(first) if top > 0.0 and top >= BACKGROUND_TABLES * float(self.tables_[second]) else None
 
     def reset_words(self, word_ids: ArrayLike) -> None:
         super().reset_words(word_ids)

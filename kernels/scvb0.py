@@ -26,7 +26,6 @@ from ._moves import Columns, birth_column, birth_counts, delete_column, merge_co
 from ._schedule import StepSize
 from ._scvb0_numba import _RHO_THETA_TABLE, Config, Plan, ThetaSteps, Topics, _fit, _infer
 from ._special import digamma_array
-from .background import background_topic
 
 __all__ = ["SCVB0"]
 
@@ -302,12 +301,12 @@ class SCVB0(TopicModel):
         """The slot reserved for the background topic: 0 when ``background`` > 0, else None (no φ needed)."""
         return 0 if self.background > 0 else None
 
-    def background_topic(self) -> int | None:
-        """The background topic: :attr:`background_slot` if there is one, else the topic that
-        :func:`kernels.background.background_topic` finds in φ (or None; O(K·W))."""
+    def background_topic(self, phi: NDArray[np.float64] | None = None) -> int | None:
+        """:attr:`background_slot` if there is one, else the topic that :func:`kernels.background.background_topic`
+        finds in φ (or None; O(K·W) unless ``phi`` is given)."""
         if self.background_slot is not None:
             return self.background_slot
-        return background_topic(self.topic_word(), self.topic_weights())
+        return super().background_topic(phi)
 
     def topic_weights(self) -> NDArray[np.float64]:
         """N^Z normalised."""

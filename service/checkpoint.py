@@ -74,6 +74,7 @@ class Capture:
     slot_words: list[str] = field(default_factory=list)
     topic_ids: list[int] = field(default_factory=list)  # stable id of each slot
     hygiene_docs: Any = None  # recent documents (a kernels.Batch) when topic hygiene is to be planned on this copy
+    background: int | None = None  # slot of the background topic (TopicModel.background_topic), set by the writer
 
 
 class SnapshotWriter:
@@ -144,9 +145,11 @@ class SnapshotWriter:
         return cap
 
     def _describe(self, cap: Capture) -> None:
-        """Labels and drift from the captured state (writer thread): a throw-away model rebuilt from the copy."""
+        """Labels, drift and the background topic from the captured state (writer thread): a throw-away model
+        rebuilt from the copy."""
         shadow = cap.model_class.from_state(cap.payload["kernel"])
         phi = shadow.topic_word()
+        cap.background = shadow.background_topic(phi)
         if self.plan is None or cap.hygiene_docs is None:
             shadow = None  # not needed any more: a K×W array less at the peak of a snapshot's memory
         cap.labels = TopicLabels(phi, cap.slot_words)

@@ -357,7 +357,7 @@ class Learner(BatchWorker):
         self._names = self.names.all()
         ids = cap.topic_ids
         model_drift = float(np.dot(cap.weights, cap.drift))
-        background = getattr(self.model, "background_slot", None)  # a fixed slot: the same in the capture
+        background = cap.background
         summary = {
             "version": info.version,
             "algorithm": self.settings.algorithm,

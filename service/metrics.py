@@ -120,7 +120,7 @@ class Metrics:
         self.topics_used = gauge("topicstream_topics_used", "Topics holding at least 1% of the corpus weight")
         self.background_topic = gauge(
             "topicstream_background_topic",
-            "Id of the background topic (the words every article uses; kernel_params background > 0), -1 if none",
+            "Id of the background topic (the words every article uses: TopicModel.background_topic), -1 if none",
         )
         self.background_topic.set(-1)
         self.kernel_stat = gauge(

@@ -6,8 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from benchmarks._corpus import load
 from kernels import SCVB0, Batch, background_topic
 from kernels.background import background_distances
+from kernels.hygiene import hellinger_matrix
+from kernels.ohdp import OnlineHDP
 from service.tables import topics_table
 
 N_TOPICS, PER, N_BG = 8, 50, 100  # planted topics, words per topic, background words (after the topics' words)
@@ -74,6 +77,35 @@ def test_no_background_found_when_it_is_spread_or_absent(planted: tuple[np.ndarr
     assert spread.background_topic() is None  # spread over all topics: no topic is clearly the background
     _, plain = planted_corpus(2000, 1, share=0.0)
     assert trained(plain, 0.0).background_topic() is None
+
+
+def test_online_hdp_marks_the_topic_every_document_opens_tables_for() -> None:
+    """The demo generator's stream (5,000 articles, T = 150): the online HDP gathers the background words in one
+    topic, the one documents open the most tables for (``docs/ohdp.md``, "The background topic"), and that is
+    the planted background (Hellinger < 0.35), although φ alone misses it (the margin test of
+    :func:`kernels.background.background_topic`)."""
+    corpus, truth = load("generator")
+    assert truth is not None
+    model = OnlineHDP(150, corpus.n_words, seed=0, window=corpus.train.n_docs)
+    for d0 in range(0, corpus.train.n_docs, 256):
+        model.partial_fit(corpus.train.slice(d0, min(corpus.train.n_docs, d0 + 256)))
+    k = model.background_topic()
+    assert k is not None
+    phi = model.topic_word()
+    distance = hellinger_matrix(np.vstack([truth, phi[k]]))[-1, : truth.shape[0]]
+    assert int(np.argmin(distance)) == truth.shape[0] - 1 and distance.min() < 0.35  # the last row: background
+    assert background_topic(phi, model.topic_weights()) is None
+
+
+def test_online_hdp_marks_nothing_when_the_background_is_spread(planted: tuple[np.ndarray, Batch]) -> None:
+    """On the planted corpus the online HDP spreads the background words over its topics (as SCVB0 without a slot
+    does): no topic has clearly the most tables, and none is marked."""
+    _, docs = planted
+    model = OnlineHDP(30, W, seed=0, window=docs.n_docs)
+    for start in range(0, docs.n_docs, 100):
+        model.partial_fit(docs.slice(start, start + 100))
+    assert model.background_topic() is None
+    assert model.topic_word()[:, N_TOPICS * PER :].sum(axis=1)[np.argsort(-model.tables_)[:3]].min() > 0.1
 
 
 def test_background_topic_ignores_nearly_empty_topics_and_needs_a_margin() -> None:

@@ -150,6 +150,13 @@ def test_topic_word_and_topic_weights_are_distributions(cls: type[TopicModel], t
         assert 0 <= model.topics_used() <= K
 
 
+def test_background_topic_is_a_topic_or_none_with_or_without_phi(trained: TopicModel) -> None:
+    """What the service marks as the background topic: an id or None, the same whether the caller passes φ."""
+    k = trained.background_topic()
+    assert k is None or (isinstance(k, int) and 0 <= k < trained.n_topics)
+    assert trained.background_topic(trained.topic_word()) == k
+
+
 def test_pairs_and_batch_inputs_agree(cls: type[TopicModel]) -> None:
     a, b = make(cls), make(cls)
     for docs in TRAIN[:3]:
