@@ -30,7 +30,6 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ._batch import Batch, Docs, as_batch
-from .background import background_topic
 
 __all__ = ["EXACT_FASTMATH", "Saved", "TopicModel", "check_interval", "check_positive_int", "state_array"]
 
@@ -274,10 +273,12 @@ class TopicModel(abc.ABC):
         return int(np.count_nonzero(self.topic_weights() >= threshold))
 
     def background_topic(self, phi: NDArray[np.float64] | None = None) -> int | None:
-        """The background topic (the words every document uses), or None: by default the topic that
-        :func:`kernels.background.background_topic` finds in φ (``phi``: :meth:`topic_word`, if the caller has
-        it already; otherwise computed, O(K·W)). Kernels that know better override it."""
-        return background_topic(self.topic_word() if phi is None else phi, self.topic_weights())
+        """The background topic (the words every document uses), or None; ``phi``: :meth:`topic_word`, if the
+        caller has it already. None unless a kernel can tell: SCVB0 (its slot, or
+        :func:`kernels.background.background_topic` on φ, calibrated on SCVB0) and the online HDP (its tables)
+        override it. φ's test is not used here for every kernel: on the particle filter's demo stream it picked
+        the football desk (docs/ohdp.md, "The background topic")."""
+        return None
 
     def diagnostics(self) -> dict[str, float]:
         """Kernel-specific numbers worth a dashboard (e.g. ESS, resamplings, current step size).

@@ -26,6 +26,7 @@ from ._moves import Columns, birth_column, birth_counts, delete_column, merge_co
 from ._schedule import StepSize
 from ._scvb0_numba import _RHO_THETA_TABLE, Config, Plan, ThetaSteps, Topics, _fit, _infer
 from ._special import digamma_array
+from .background import background_topic
 
 __all__ = ["SCVB0"]
 
@@ -306,7 +307,7 @@ class SCVB0(TopicModel):
         finds in φ (or None; O(K·W) unless ``phi`` is given)."""
         if self.background_slot is not None:
             return self.background_slot
-        return super().background_topic(phi)
+        return background_topic(self.topic_word() if phi is None else phi, self.topic_weights())
 
     def topic_weights(self) -> NDArray[np.float64]:
         """N^Z normalised."""
