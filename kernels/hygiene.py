@@ -29,7 +29,10 @@ merge
     topic pairs that their objective prefers after the merge; in a collapsed model with fixed topics a pair
     under the threshold explains the same words, so its merge changes the likelihood of no document by more
     than the difference between the two rows. The closest pair goes first, then distances to the merged topic
-    are recomputed, until no pair is under the threshold. The default threshold, 0.25, is calibrated on the
+    are recomputed, until no pair is under the threshold. With ``merge_correlation`` and ``recent_docs``, two
+    live topics whose proportions in ``recent_docs`` correlate above it are merged as well, however far apart
+    their words (:mod:`kernels._cooccur`: splinters of one topic share its documents; off by default, for the
+    HDP). The default threshold, 0.25, is calibrated on the
     planted corpora (``docs/topic-hygiene.md``): duplicates learned by SCVB0 lie at 0.05–0.09 on the demo
     generator's corpus and 0.16–0.18 on an LDA-drawn one, distinct learned topics at ≥ 0.25 there and
     ≥ 0.23 on 20 Newsgroups. The collapsed HDP's splinters of one topic lie at 0.25–0.35: use 0.35 for it.
@@ -76,6 +79,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ._base import check_interval, check_non_negative_int, check_positive_int
 from ._batch import Batch, as_batch, recent_batch, take_docs
+from ._cooccur import correlated_merges
 from ._delete import heldout_deletes
 from ._events import Event, SupportsTopicMoves
 from ._moves import mean_loglik, token_probs
@@ -93,6 +97,8 @@ __all__ = [
 
 #: Hellinger distance below which two topics are duplicates (see the module docstring for the calibration).
 DEFAULT_THRESHOLD = 0.25
+#: Documents' worth of θ (Σ_d θ_dk over the recent documents) a topic needs to take part in co-occurrence merges.
+CORRELATION_MIN_DOCS = 2.0
 #: Hellinger distance between a topic's two halves above which it is muddled (calibration: docs/topic-hygiene.md).
 SPLIT_THRESHOLD = 0.4
 
@@ -152,6 +158,10 @@ class TopicHygiene:
         Held-out gain (nats per token) a birth must bring to be kept.
     em_iterations : int
         EM iterations of a birth proposal.
+    merge_correlation : float or None
+        With ``recent_docs``, merge two live topics whose proportions θ_·k in them correlate above this (Pearson;
+        :mod:`kernels._cooccur`); ``None`` (the default) disables it. 0.3 separated every splinter from every
+        distinct topic on the planted corpora (``docs/ohdp.md``).
     delete_tries, delete_below, delete_tolerance
         Scored proposals per call of the held-out delete move (0 disables), the weight under which a topic is a
         candidate, and the drop of the completion score (nats per token) still accepted.
@@ -177,6 +187,7 @@ class TopicHygiene:
         delete_tries: int = 0,
         delete_below: float = 0.05,
         delete_tolerance: float = 0.0,
+        merge_correlation: float | None = None,
     ) -> None:
         check_interval("threshold", threshold, 0.0, 1.0, low_open=True)
         check_interval("retire_below", retire_below, 0.0, 1.0, high_open=True)
@@ -214,6 +225,9 @@ class TopicHygiene:
         check_interval("delete_below", delete_below, 0.0, 1.0)
         check_interval("delete_tolerance", delete_tolerance, 0.0)
         self.delete_tries, self.delete_below, self.delete_tolerance = delete_tries, delete_below, delete_tolerance
+        if merge_correlation is not None:
+            check_interval("merge_correlation", merge_correlation, 0.0, 1.0, high_open=True)
+        self.merge_correlation = merge_correlation
 
     # ------------------------------------------------------------------ the entry point
     def apply(self, model: SupportsTopicMoves, recent_docs: Batch | None = None) -> list[Event]:
@@ -239,7 +253,17 @@ class TopicHygiene:
                         max_tries=self.delete_tries,
                     )
                 ]
-            events += self._merge(model)
+            merges = self._merge(model)
+            if recent_docs is not None and self.merge_correlation is not None:
+                merges += correlated_merges(
+                    model,
+                    as_batch(recent_docs, model.n_words),
+                    threshold=self.merge_correlation,
+                    empty_below=self.empty_below,
+                    min_docs=CORRELATION_MIN_DOCS,
+                    limit=self._merge_limit(model) - len(merges),
+                )
+            events += merges
         if recent_docs is not None and (self.max_births > 0 or (warm and self.max_splits > 0)):
             docs = as_batch(recent_docs, model.n_words)
             if docs.n_docs >= 4:
@@ -299,6 +323,10 @@ class TopicHygiene:
         return events
 
     # ------------------------------------------------------------------ merge
+    def _merge_limit(self, model: SupportsTopicMoves) -> int:
+        """Merges per call, by distance and by co-occurrence together (``max_merges``)."""
+        return self.max_merges if self.max_merges is not None else max(1, int(model.n_topics) // 4)
+
     def _merge(self, model: SupportsTopicMoves) -> list[Event]:
         weights = model.topic_weights().copy()
         live = np.flatnonzero(weights >= self.empty_below)
@@ -309,7 +337,7 @@ class TopicHygiene:
         np.fill_diagonal(dist, np.inf)
         dead = np.zeros(live.size, dtype=bool)
         events: list[Event] = []
-        limit = self.max_merges if self.max_merges is not None else max(1, int(model.n_topics) // 4)
+        limit = self._merge_limit(model)
         while len(events) < limit:
             flat = int(np.argmin(dist))
             i, j = divmod(flat, dist.shape[0])
