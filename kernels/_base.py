@@ -131,6 +131,10 @@ class TopicModel(abc.ABC):
     #: True when ``_set_state`` sets every attribute ``_init_state`` creates, so :meth:`from_state` need not draw
     #: a fresh state first (the contract suite's restore tests hold every kernel to it).
     _set_state_installs_all: ClassVar[bool] = False
+    #: The settings of :class:`kernels.hygiene.TopicHygiene` that suit this kernel, when it supports topic moves
+    #: and hygiene should run by default (the service's ``TOPICSTREAM_TOPIC_HYGIENE`` unset); ``None``: off by
+    #: default.
+    hygiene_defaults: ClassVar[Mapping[str, Any] | None] = None
 
     def __post_init__(self) -> None:
         self._setup()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import numpy as np
@@ -122,6 +123,9 @@ class OnlineHDP(OnlineHDPBase):
     #: priors shape only the document step and future updates.
     restore_fixed: ClassVar[frozenset[str]] = TopicModel.restore_fixed
     _set_state_installs_all = True
+    #: Merges only (docs/ohdp.md, "Splinters, and the co-occurrence merge"): of duplicates, at hygiene's own
+    #: distance threshold, and of splinters, by co-occurrence; no births, since the HDP opens topics on its own.
+    hygiene_defaults: ClassVar[Mapping[str, Any] | None] = MappingProxyType({"max_births": 0, "merge_correlation": 0.3})
 
     #: The learned state after the corpus statistics (:attr:`OnlineHDPBase.saved`): the expected tables (under
     #: "stick_u": the key of the versions in which this class also held the stick-breaking estimator, so that

@@ -13,8 +13,9 @@ computes the per-minibatch step sizes and corpus sizes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import numpy as np
@@ -141,6 +142,8 @@ class SCVB0(TopicModel):
     #: only on a new model: a restored one continues the stored random generator.
     restore_fixed: ClassVar[frozenset[str]] = TopicModel.restore_fixed
     _set_state_installs_all = True
+    #: Hygiene's own defaults (duplicate threshold 0.25, births), calibrated on SCVB0 (docs/topic-hygiene.md).
+    hygiene_defaults: ClassVar[Mapping[str, Any] | None] = MappingProxyType({})
 
     #: The learned state (:meth:`_init_state`): N^Φ = ``scale_``·M (M under "phi"), N^Z, the update count t and
     #: the α in use (snapshots from before α could be learned lack it: α is the setting).

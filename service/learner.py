@@ -82,9 +82,11 @@ class Learner(BatchWorker):
         self.model, self.vocab = self._restore_or_create()
         if self.lineage is None:
             self.lineage = Lineage(s.topics)
-        hygiene_on = s.topic_hygiene if s.topic_hygiene is not None else s.algorithm == "scvb0"
+        defaults = type(self.model).hygiene_defaults
+        hygiene_on = s.topic_hygiene if s.topic_hygiene is not None else defaults is not None
         moves_ok = hygiene_on and isinstance(self.model, SupportsTopicMoves)
-        self.hygiene = TopicHygiene(max_splits=s.topic_hygiene_splits) if moves_ok else None
+        tidy = {**(defaults or {}), "max_splits": s.topic_hygiene_splits}
+        self.hygiene = TopicHygiene(**tidy) if moves_ok else None
         self._recent: deque[Batch] = deque(maxlen=4)  # the latest batches, for the birth move
         self._last_hygiene = time.monotonic()
         #: Hygiene moves planned by the writer thread on a snapshot's copy, to be made at the next capture.

@@ -184,6 +184,24 @@ def test_topic_hygiene_planned_on_snapshots_merges_duplicates_in_the_live_model(
     assert {e.into for e in merges} <= live | {e.topic for e in merges}
 
 
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_each_kernel_gets_its_own_hygiene_by_default(settings: Settings, algorithm: str) -> None:
+    """``TOPICSTREAM_TOPIC_HYGIENE`` unset: the learner runs the hygiene its kernel's ``hygiene_defaults`` name
+    (SCVB0 births and merges; the online HDP co-occurrence merges, no births), none for the particle filter."""
+    learner = Learner(settings.model_copy(update={"algorithm": algorithm, "topic_hygiene": None}))
+    try:
+        defaults = type(learner.model).hygiene_defaults
+        if defaults is None:
+            assert learner.hygiene is None
+        else:
+            assert learner.hygiene is not None
+            assert all(getattr(learner.hygiene, name) == value for name, value in defaults.items())
+        assert (learner.hygiene is not None) == (algorithm != "pf")
+        assert algorithm != "ohdp" or (learner.hygiene is not None and learner.hygiene.merge_correlation == 0.3)
+    finally:
+        learner.close()
+
+
 def test_background_slot_is_marked_in_the_summary_and_the_gauge(settings: Settings) -> None:
     """With ``kernel_params = {"background": b}`` SCVB0's slot 0 is the background topic: the snapshot summary
     flags it and ``topicstream_background_topic`` holds its id (−1 without a slot)."""
