@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -52,46 +51,31 @@ def test_cli_exits_2_with_the_message(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "TOPICSTREAM_TOPICS" in result.output
 
 
-#: The flags that override a setting: a value the setting refuses (checked before anything is connected to), and
-#: the variable the refusal must name.
-_FLAGS = {
-    "--bootstrap": ("no-port", "TOPICSTREAM_KAFKA_BOOTSTRAP"),
-    "--redis-url": ("http://x", "TOPICSTREAM_REDIS_URL"),
-    "--metrics-port": ("99999", "TOPICSTREAM_METRICS_PORT"),
-    "--algorithm": ("lsa", "TOPICSTREAM_ALGORITHM"),
-    "--topics": ("0", "TOPICSTREAM_TOPICS"),
-    "--interval": ("-1", "TOPICSTREAM_FEED_INTERVAL_S"),
-    "--timeout": ("0", "TOPICSTREAM_FEED_TIMEOUT_S"),
-}
-
-
-def _flag_commands() -> list[Any]:
-    """(command, arguments giving each of its flags in ``_FLAGS`` a bad value, the names the refusal must list)
-    for every command that takes one (but ``eval``, whose --algorithm and --topics are its own: it reads no
-    settings)."""
+@pytest.mark.parametrize(
+    ("flag", "bad", "name"),
+    [
+        ("--bootstrap", "no-port", "TOPICSTREAM_KAFKA_BOOTSTRAP"),
+        ("--redis-url", "http://x", "TOPICSTREAM_REDIS_URL"),
+        ("--metrics-port", "99999", "TOPICSTREAM_METRICS_PORT"),
+        ("--algorithm", "lsa", "TOPICSTREAM_ALGORITHM"),
+        ("--topics", "0", "TOPICSTREAM_TOPICS"),
+        ("--interval", "-1", "TOPICSTREAM_FEED_INTERVAL_S"),
+        ("--timeout", "0", "TOPICSTREAM_FEED_TIMEOUT_S"),
+    ],
+)
+def test_every_flag_overrides_its_setting(flag: str, bad: str, name: str) -> None:
+    """In every command that takes the flag (but ``eval``, whose --algorithm and --topics are its own: it reads
+    no settings), a value the setting refuses stops the command before it connects to anything, naming the
+    setting."""
     import typer.main
 
-    cases = []
-    for name, command in typer.main.get_command(app).commands.items():  # type: ignore[attr-defined]
-        if name == "eval":
-            continue
-        args, names = ["1"] if name == "subscribe" else [], []  # subscribe checks its topic before the settings
-        for param in command.params:
-            flag = next((o for o in param.opts if o in _FLAGS), None)
-            if flag is not None:
-                args += [flag, _FLAGS[flag][0]]
-                names.append(_FLAGS[flag][1])
-        if names:
-            cases.append(pytest.param(name, args, names, id=name))
-    return cases
-
-
-@pytest.mark.parametrize(("command", "args", "names"), _flag_commands())
-def test_every_flag_overrides_its_setting(command: str, args: list[str], names: list[str]) -> None:
-    result = CliRunner().invoke(app, [command, *args])
-    assert result.exit_code == 2, result.output
-    for name in names:
-        assert name in result.output, (name, result.output)
+    commands = typer.main.get_command(app).commands.items()  # type: ignore[attr-defined]
+    taking = [c for c, command in commands if c != "eval" and any(flag in p.opts for p in command.params)]
+    assert taking
+    for command in taking:
+        topic = ["1"] if command == "subscribe" else []  # subscribe checks its topic before the settings
+        result = CliRunner().invoke(app, [command, *topic, flag, bad])
+        assert result.exit_code == 2 and name in result.output, (command, result.output)
 
 
 def test_unreachable_redis_is_one_clear_line_and_exit_3(monkeypatch: pytest.MonkeyPatch) -> None:
