@@ -181,51 +181,41 @@ def _collapse(zcur: NDArray[np.int64], state: State) -> None:
 
 
 @njit(cache=True, nogil=True)
-def _rejuvenate(cfg: Config, idx: NDArray[np.int64], q: NDArray[np.float64], state: State) -> None:
-    """Step 5: draw r reservoir tokens uniformly (with replacement); for every particle and every drawn token
-    j, remove z_j from the counts and redraw it from P(z_j = k | rest) ∝ (n_kw¬j + β)/(n_k¬j + Wβ)·(n_dk¬j +
-    α) (one collapsed Gibbs step), then add it back. Needs up to r free pool rows per particle."""
+def _rejuvenate(n_rejuv: int, prior: Prior, idx: NDArray[np.int64], q: NDArray[np.float64], state: State) -> None:
+    """Step 5: draw r = ``n_rejuv`` reservoir tokens uniformly (with replacement); for every particle and every
+    drawn token j, remove z_j from the counts and redraw it from P(z_j = k | rest) ∝ (n_kw¬j + β)/(n_k¬j + Wβ)·(n_dk¬j
+    + α) (one collapsed Gibbs step), then add it back. Needs up to r free pool rows per particle."""
     words, docs, res, parts = state
-    n_rejuv = cfg.n_rejuv
-    alpha = cfg.alpha
-    beta = cfg.beta
+    alpha, beta, wbeta = prior
     ctr = parts.ctr
-    rng = parts.prng
     nk = parts.nk
-    rows = words.rows
-    drows = docs.drows
-    res_z = res.res_z
-    W, P = words.ptr.shape
-    K = nk.shape[1]
-    wbeta = W * beta
+    P, K = nk.shape
     fill = ctr[FILL]
     if fill == 0 or n_rejuv == 0:
         return
     for t in range(n_rejuv):
-        j = rng_below(rng, fill)
+        j = rng_below(parts.prng, fill)
         idx[t] = j
         mark_divergent_token(res, ctr, j)
     for p in range(P):
         for t in range(n_rejuv):
             j = idx[t]
-            w = res.res_w[j]
-            s = res.res_slot[j]
-            k_old = res_z[j, p]
-            r = own_row(words, ctr, p, w)
-            rd = own_drow(docs, ctr, s, p)
-            rows[r, k_old] -= 1
+            k_old = res.res_z[j, p]
+            r = own_row(words, ctr, p, res.res_w[j])
+            rd = own_drow(docs, ctr, res.res_slot[j], p)
+            words.rows[r, k_old] -= 1
             nk[p, k_old] -= 1
-            drows[rd, k_old] -= 1
+            docs.drows[rd, k_old] -= 1
             total = 0.0
             for k in range(K):
-                v = (rows[r, k] + beta) / (nk[p, k] + wbeta) * (drows[rd, k] + alpha)
+                v = (words.rows[r, k] + beta) / (nk[p, k] + wbeta) * (docs.drows[rd, k] + alpha)
                 q[k] = v
                 total += v
-            k_new = sample_cat(q, K, total, rng)
-            rows[r, k_new] += 1
+            k_new = sample_cat(q, K, total, parts.prng)
+            words.rows[r, k_new] += 1
             nk[p, k_new] += 1
-            drows[rd, k_new] += 1
-            res_z[j, p] = k_new
+            docs.drows[rd, k_new] += 1
+            res.res_z[j, p] = k_new
     ctr[REJUVENATIONS] += 1
 
 
@@ -262,32 +252,23 @@ def filter_docs(batch: CSR, tok: NDArray[np.int64], cfg: Config, state: State, t
     with the validated pool size).
     """
     words, docs, res, parts = state
-    alpha = cfg.alpha
-    beta = cfg.beta
     n_rejuv = cfg.n_rejuv
     ctr = parts.ctr
-    fst = parts.fst
-    rng = parts.prng
     nk = parts.nk
     weights = parts.weights
-    rows = words.rows
-    ptr = words.ptr
-    drows = docs.drows
-    dptr = docs.dptr
-    slot_len = docs.slot_len
-    W, P = ptr.shape
+    W, P = words.ptr.shape
     K = nk.shape[1]
     R = res.res_w.shape[0]
-    scratch = dptr.shape[0] - 1
-    prior = Prior(alpha, beta, W * beta)
-    kalpha = K * alpha
+    scratch = docs.dptr.shape[0] - 1
+    prior = Prior(cfg.alpha, cfg.beta, W * cfg.beta)
+    kalpha = K * cfg.alpha
     q = np.empty(K, dtype=np.float64)
     zcur = np.zeros(P, dtype=np.int64)
     offspring = np.zeros(P, dtype=np.int64)
     idx = np.zeros(max(n_rejuv, 1), dtype=np.int64)
     n_docs = batch.indptr.shape[0] - 1
     for d in range(n_docs):
-        n = _shuffled_tokens(batch, d, tok, rng)
+        n = _shuffled_tokens(batch, d, tok, parts.prng)
         if n == 0:
             for k in range(K):
                 theta[d, k] = 1.0 / K
@@ -299,30 +280,30 @@ def filter_docs(batch: CSR, tok: NDArray[np.int64], cfg: Config, state: State, t
                 _collapse(zcur, state)
                 if ctr[N_FREE] < P:
                     return -1
-            nd = float(slot_len[s])
+            nd = float(docs.slot_len[s])
             total = 0.0
             for p in range(P):
-                inc = proposal(rows, ptr[w, p], nk[p], drows[dptr[s, p]], nd, prior, q)  # step 1
-                k = sample_cat(q, K, inc, rng)  # step 3
+                inc = proposal(words.rows, words.ptr[w, p], nk[p], docs.drows[docs.dptr[s, p]], nd, prior, q)  # step 1
+                k = sample_cat(q, K, inc, parts.prng)  # step 3
                 zcur[p] = k
                 r = own_row(words, ctr, p, w)
-                rows[r, k] += 1
+                words.rows[r, k] += 1
                 nk[p, k] += 1
                 rd = own_drow(docs, ctr, s, p)
-                drows[rd, k] += 1
+                docs.drows[rd, k] += 1
                 weights[p] *= inc  # step 2
                 total += weights[p]
-            slot_len[s] += 1
-            fst[LOG_EVIDENCE] += math.log(total)
+            docs.slot_len[s] += 1
+            parts.fst[LOG_EVIDENCE] += math.log(total)
             sq = 0.0
             for p in range(P):
                 weights[p] /= total
                 sq += weights[p] * weights[p]
             ess = 1.0 / sq
-            fst[LAST_ESS] = ess
+            parts.fst[LAST_ESS] = ess
             ctr[TOKENS] += 1
             if s != scratch:
-                pos = reservoir_position(ctr[TOKENS], ctr[FILL], R, rng)
+                pos = reservoir_position(ctr[TOKENS], ctr[FILL], R, parts.prng)
                 if pos >= 0:
                     store_token(pos, w, s, zcur, res, docs, ctr)
             if ess < cfg.ess_threshold * P:
@@ -333,12 +314,12 @@ def filter_docs(batch: CSR, tok: NDArray[np.int64], cfg: Config, state: State, t
                         _collapse(zcur, state)
                         if ctr[N_FREE] < n_rejuv * P:
                             return -1
-                    _rejuvenate(cfg, idx, q, state)
-        nd_final = float(slot_len[s])
+                    _rejuvenate(n_rejuv, prior, idx, q, state)
+        nd_final = float(docs.slot_len[s])
         for k in range(K):
             acc = 0.0
             for p in range(P):
-                acc += weights[p] * (drows[dptr[s, p], k] + alpha)
+                acc += weights[p] * (docs.drows[docs.dptr[s, p], k] + cfg.alpha)
             theta[d, k] = acc / (nd_final + kalpha)
         close_slot(docs, ctr, s)
     return 0

@@ -275,18 +275,14 @@ def install_init(
     ctr = parts.ctr
     nk = parts.nk
     rows = words.rows
-    ptr = words.ptr
-    drows = docs.drows
-    dptr = docs.dptr
-    P = ptr.shape[1]
-    K = nk.shape[1]
+    P, K = nk.shape
     R = res.res_w.shape[0]
-    scratch = dptr.shape[0] - 1
+    scratch = docs.dptr.shape[0] - 1
     zcur = np.zeros(P, dtype=np.int64)
     for i in range(tokens.shape[0]):
         w = tokens[i]
         k = z[i]
-        r = ptr[w, 0]
+        r = words.ptr[w, 0]
         if r == 0:
             if ctr[N_FREE] < 1:
                 return -1
@@ -296,7 +292,7 @@ def install_init(
                 rows[r, kk] = 0
             words.refcnt[r] = P
             for p in range(P):
-                ptr[w, p] = r
+                words.ptr[w, p] = r
         rows[r, k] += 1
         for p in range(P):
             nk[p, k] += 1
@@ -312,15 +308,15 @@ def install_init(
             ctr[D_FREE] -= 1
             rd = docs.dfree[ctr[D_FREE]]
             for kk in range(K):
-                drows[rd, kk] = 0
+                docs.drows[rd, kk] = 0
             for i in range(lo, hi):
-                drows[rd, z[i]] += 1
+                docs.drows[rd, z[i]] += 1
             docs.dref[rd] = P
             for p in range(P):
-                dptr[s, p] = rd
+                docs.dptr[s, p] = rd
         docs.slot_len[s] = hi - lo
         for kk in range(K):
-            theta[d, kk] = (drows[dptr[s, 0], kk] + alpha) / ((hi - lo) + K * alpha)
+            theta[d, kk] = (docs.drows[docs.dptr[s, 0], kk] + alpha) / ((hi - lo) + K * alpha)
         for i in range(lo, hi):
             ctr[TOKENS] += 1
             if s != scratch:

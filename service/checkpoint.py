@@ -77,38 +77,35 @@ class Capture:
     background: int | None = None  # slot of the background topic (TopicModel.background_topic), set by the writer
 
 
+@dataclass(eq=False)
 class SnapshotWriter:
-    """Writes captures to Redis on its own thread (see the module docstring)."""
+    """Writes captures to Redis on its own thread (see the module docstring).
 
-    def __init__(
-        self,
-        store: SnapshotStore,
-        metrics: Metrics,
-        wait_acknowledged: Callable[[int, threading.Event], bool],
-        save: Callable[[Capture], SnapshotInfo],
-        on_written: Callable[[Capture, SnapshotInfo], None],
-        on_idle: Callable[[], None] | None = None,
-        idle_s: float = 2.0,
-        plan: Callable[[TopicModel, Capture], None] | None = None,  # called for captures with hygiene_docs
-    ) -> None:
-        self.store = store
-        self.plan = plan
-        self.metrics = metrics
-        self.wait_acknowledged = wait_acknowledged
-        self.save = save
-        self.on_written = on_written
-        self.on_idle = on_idle
-        self.idle_s = idle_s
-        self.backoff = Backoff()
-        #: Set when Redis refused a write because another learner holds a newer fencing token.
-        self.fenced = threading.Event()
+    ``wait_acknowledged(seq, stop)`` waits until every batch up to ``seq`` is acknowledged (False: discard the
+    capture); ``save`` writes a capture, ``on_written`` follows a write; ``on_idle`` is called after ``idle_s``
+    seconds without a capture; ``plan`` is called for captures with ``hygiene_docs``.
+    """
+
+    store: SnapshotStore
+    metrics: Metrics
+    wait_acknowledged: Callable[[int, threading.Event], bool]
+    save: Callable[[Capture], SnapshotInfo]
+    on_written: Callable[[Capture, SnapshotInfo], None]
+    on_idle: Callable[[], None] | None = None
+    idle_s: float = 2.0
+    plan: Callable[[TopicModel, Capture], None] | None = None
+    backoff: Backoff = field(default_factory=Backoff, init=False)
+    #: Set when Redis refused a write because another learner holds a newer fencing token.
+    fenced: threading.Event = field(default_factory=threading.Event, init=False)
+
+    def __post_init__(self) -> None:
         self._queue: queue.Queue[Future[Capture] | None] = queue.Queue(maxsize=1)
         self._idle = threading.Event()
         self._idle.set()
         self._stop = threading.Event()
+        self._prev_phi: NDArray[np.float32] | None = None
         self._thread = threading.Thread(target=self._loop, name="snapshot-writer", daemon=True)
         self._thread.start()
-        self._prev_phi: NDArray[np.float32] | None = None
 
     @property
     def busy(self) -> bool:

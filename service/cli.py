@@ -37,10 +37,25 @@ Algorithm = Annotated[str | None, typer.Option("--algorithm", "-a", help="scvb0 
 Topics = Annotated[int | None, typer.Option("--topics", "-k", help="Number of topics K")]
 MetricsPort = Annotated[int | None, typer.Option("--metrics-port", help="Port of /metrics (0 disables)")]
 
+#: The setting each command-line flag overrides, by the name of the command parameter that holds the flag: a
+#: command takes its flags' values from its context (:func:`_settings`), so a parameter of one of these names
+#: overrides the same setting in every command.
+_FLAG_SETTINGS = {
+    "bootstrap": "kafka_bootstrap",
+    "redis_url": "redis_url",
+    "metrics_port": "metrics_port",
+    "algorithm": "algorithm",
+    "topics": "topics",
+    "interval": "feed_interval_s",
+    "timeout": "feed_timeout_s",
+}
 
-def _settings(*, kernel: bool = False, sizes: bool = False, **overrides: Any) -> Settings:
-    """The settings, or exit 2 with one line per problem; ``kernel``: check TOPICSTREAM_KERNEL_PARAMS against the
-    kernel; ``sizes``: check that W × K fits this machine and Redis (see :mod:`service.compat`)."""
+
+def _settings(ctx: typer.Context, *, kernel: bool = False, sizes: bool = False) -> Settings:
+    """The settings with the command's flags on top (those of ``_FLAG_SETTINGS``; a flag not given is None and
+    leaves its setting alone), or exit 2 with one line per problem; ``kernel``: check TOPICSTREAM_KERNEL_PARAMS
+    against the kernel; ``sizes``: check that W × K fits this machine and Redis (see :mod:`service.compat`)."""
+    overrides = {_FLAG_SETTINGS[name]: value for name, value in ctx.params.items() if name in _FLAG_SETTINGS}
     try:
         settings = load_settings(**overrides)
     except SettingsError as e:
@@ -102,6 +117,7 @@ def _stop_on_signals() -> threading.Event:
 
 @app.command()
 def run(
+    ctx: typer.Context,
     bootstrap: Bootstrap = None,
     redis_url: RedisUrl = None,
     algorithm: Algorithm = None,
@@ -114,15 +130,7 @@ def run(
     from .learner import Learner, LeaseLost, StateMismatch
     from .metrics import Metrics
 
-    s = _settings(
-        kernel=True,
-        sizes=True,
-        kafka_bootstrap=bootstrap,
-        redis_url=redis_url,
-        algorithm=algorithm,
-        topics=topics,
-        metrics_port=metrics_port,
-    )
+    s = _settings(ctx, kernel=True, sizes=True)
     tune_for_service()
     metrics = Metrics("learner")
     metrics.serve(s.metrics_port, s.metrics_host)  # before the lease: a standby shows up on dashboards too
@@ -146,6 +154,7 @@ def run(
 
 @app.command()
 def replica(
+    ctx: typer.Context,
     bootstrap: Bootstrap = None,
     redis_url: RedisUrl = None,
     metrics_port: MetricsPort = None,
@@ -153,7 +162,7 @@ def replica(
     """A read replica: serve mixtures from the learner's newest snapshot (inference only)."""
     from .replica import Replica
 
-    s = _settings(kernel=True, kafka_bootstrap=bootstrap, redis_url=redis_url, metrics_port=metrics_port)
+    s = _settings(ctx, kernel=True)
     tune_for_service()
     with _unreachable_is_fatal(s):
         rep = Replica(s)
@@ -163,6 +172,7 @@ def replica(
 
 @app.command()
 def produce(
+    ctx: typer.Context,
     file: Annotated[
         str | None,
         typer.Argument(help="JSONL(.gz) file of articles, or - for standard input; none = generate"),
@@ -176,7 +186,7 @@ def produce(
     from .kafka import ensure_topics
     from .source import generated_lines, iter_lines, produce_lines
 
-    s = _settings(kafka_bootstrap=bootstrap)
+    s = _settings(ctx)
     with _unreachable_is_fatal(s):
         ensure_topics(s, {s.input_topic: 1})
     lines = iter_lines(file) if file else generated_lines(limit, seed)
@@ -192,6 +202,7 @@ def produce(
 
 @app.command()
 def feeds(
+    ctx: typer.Context,
     file: Annotated[
         Path | None, typer.Argument(help="File of feed URLs, one per line (adds to TOPICSTREAM_FEEDS)")
     ] = None,
@@ -209,13 +220,7 @@ def feeds(
     from .kafka import DeliveryError, ensure_topics, make_producer
     from .seen import SeenIds
 
-    s = _settings(
-        kafka_bootstrap=bootstrap,
-        redis_url=redis_url,
-        metrics_port=metrics_port,
-        feed_interval_s=interval,
-        feed_timeout_s=timeout,
-    )
+    s = _settings(ctx)
     try:
         urls = read_feed_list(file, s.feeds or "")
     except (OSError, ValueError) as e:
@@ -254,6 +259,7 @@ def feeds(
 
 @app.command("topics")
 def show_topics(
+    ctx: typer.Context,
     redis_url: RedisUrl = None,
     limit: Annotated[int | None, typer.Option(help="Show only the N most prevalent topics")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON")] = False,
@@ -263,7 +269,7 @@ def show_topics(
     from .names import TopicNames
     from .snapshot import SnapshotStore
 
-    s = _settings(redis_url=redis_url)
+    s = _settings(ctx)
     with _unreachable_is_fatal(s):
         store = SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix)
         summary = store.summary()
@@ -292,6 +298,7 @@ def matches_table(matches: list[Any], words: str, version: Any) -> Table:
 
 @app.command()
 def subscribe(
+    ctx: typer.Context,
     topic: Annotated[int | None, typer.Argument(help="Topic id to follow")] = None,
     words: Annotated[
         str | None, typer.Option("--words", "-w", help="Follow the topics these words mean (re-resolved per snapshot)")
@@ -320,7 +327,7 @@ def subscribe(
         except ValueError as e:
             err.print(f"[red]{e}[/red]")
             raise typer.Exit(2) from None
-    s = _settings(kafka_bootstrap=bootstrap, redis_url=redis_url)
+    s = _settings(ctx)
     stop = _stop_on_signals()
     out = Console(stderr=True)
 
@@ -360,6 +367,7 @@ def subscribe(
 
 @app.command()
 def label(
+    ctx: typer.Context,
     topic: Annotated[int | None, typer.Argument(help="Topic id to name (none: list the names)")] = None,
     name: Annotated[str | None, typer.Argument(help='The name, e.g. "Oil prices"')] = None,
     clear: Annotated[bool, typer.Option("--clear", help="Forget the topic's name")] = False,
@@ -369,7 +377,7 @@ def label(
     from .names import TopicNames
     from .snapshot import SnapshotStore
 
-    s = _settings(redis_url=redis_url)
+    s = _settings(ctx)
     with _unreachable_is_fatal(s):
         store = SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix)
         names = TopicNames(store.r, s.redis_prefix)
@@ -407,6 +415,7 @@ def label(
 
 @app.command()
 def report(
+    ctx: typer.Context,
     out: Annotated[Path, typer.Option("--out", "-o", help="HTML page to write")] = Path("topicstream-report.html"),
     png: Annotated[Path | None, typer.Option(help="PNG to write; default: the page's path with .png")] = None,
     top: Annotated[int, typer.Option(min=1, max=20, help="Topics drawn over time")] = 8,
@@ -428,7 +437,7 @@ def report(
         since_s = parse_duration(since) if since is not None else None
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--since") from None
-    s = _settings(redis_url=redis_url)
+    s = _settings(ctx)
     with _unreachable_is_fatal(s):
         records, names = load(redis.Redis.from_url(s.redis_url, socket_timeout=30), s.redis_prefix)
     if not records:
@@ -461,6 +470,7 @@ def report(
 
 @app.command()
 def demo(
+    ctx: typer.Context,
     articles: Annotated[
         Path | None, typer.Option(help="JSONL(.gz) file of articles to replay; default: generated articles")
     ] = None,
@@ -472,5 +482,5 @@ def demo(
     """`make run`: start a local broker + Redis (unless configured), stream articles, show live topics."""
     from .dev.demo import run_demo
 
-    s = _settings(algorithm=algorithm, topics=topics)
+    s = _settings(ctx)
     run_demo(s, articles=articles, rate=rate, duration=duration, topics=topics)

@@ -24,7 +24,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -221,33 +221,31 @@ class _Batch:
                 self.failed.append(f"{key}: {err}")
 
 
+@dataclass(eq=False)
 class FeedPoller:
-    """Poll feeds and produce their new entries; one instance per process (see the module docstring)."""
+    """Poll feeds and produce their new entries; one instance per process (see the module docstring).
 
-    def __init__(
-        self,
-        urls: Iterable[str],
-        producer: Producer,
-        topic: str,
-        seen: SeenIds,
-        *,
-        interval_s: float = 300.0,
-        timeout_s: float = 10.0,
-        backoff_max_s: float = 3600.0,
-        workers: int = 8,
-        metrics: FeedMetrics | None = None,
-    ) -> None:
-        backoff_max_s = max(backoff_max_s, interval_s)
-        self.feeds = [FeedState(u, Backoff(base_s=interval_s, cap_s=backoff_max_s, jitter=0.1)) for u in urls]
+    ``backoff_max_s`` is raised to ``interval_s`` when smaller (a failing feed never waits less than a good one);
+    ``workers`` threads (at most one a feed) fetch the due feeds of a poll at once.
+    """
+
+    urls: InitVar[Iterable[str]]
+    producer: Producer
+    topic: str
+    seen: SeenIds
+    _: KW_ONLY
+    interval_s: float = 300.0
+    timeout_s: float = 10.0
+    backoff_max_s: float = 3600.0
+    workers: InitVar[int] = 8
+    metrics: FeedMetrics = field(default_factory=FeedMetrics)
+    feeds: list[FeedState] = field(init=False)
+
+    def __post_init__(self, urls: Iterable[str], workers: int) -> None:
+        self.backoff_max_s = max(self.backoff_max_s, self.interval_s)
+        self.feeds = [FeedState(u, Backoff(base_s=self.interval_s, cap_s=self.backoff_max_s, jitter=0.1)) for u in urls]
         if not self.feeds:
             raise ValueError("no feeds to poll")
-        self.producer = producer
-        self.topic = topic
-        self.seen = seen
-        self.interval_s = interval_s
-        self.timeout_s = timeout_s
-        self.backoff_max_s = backoff_max_s
-        self.metrics = metrics or FeedMetrics()
         self._pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(self.feeds))), thread_name_prefix="feed")
 
     def poll_once(self, now: float | None = None) -> int:

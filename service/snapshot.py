@@ -44,7 +44,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Collection, Iterator
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any, NamedTuple
 
 import redis
@@ -203,28 +203,24 @@ return {moved, latest}
 """
 
 
+@dataclass(eq=False)
 class SnapshotStore:
-    """Read and write snapshots under one key prefix.
+    """Read and write snapshots under one key prefix, on the Redis ``client`` (kept as ``r``).
 
     ``keep`` newest versions stay; older ones expire after ``ttl_s``. Data written but not yet committed
     expires after ``pending_ttl_s`` (a writer that died mid-write leaves nothing behind for long).
     """
 
-    def __init__(
-        self,
-        client: redis.Redis,
-        prefix: str = "topicstream",
-        keep: int = 3,
-        ttl_s: int = 86400,
-        pending_ttl_s: int = 3600,
-    ):
-        if keep < 1:
+    client: InitVar[redis.Redis]
+    prefix: str = "topicstream"
+    keep: int = 3
+    ttl_s: int = 86400
+    pending_ttl_s: int = 3600
+
+    def __post_init__(self, client: redis.Redis) -> None:
+        if self.keep < 1:
             raise ValueError("keep must be >= 1")
         self.r = client
-        self.prefix = prefix
-        self.keep = keep
-        self.ttl_s = ttl_s
-        self.pending_ttl_s = pending_ttl_s
         self._next_version = client.register_script(_NEXT_VERSION)
         self._commit = client.register_script(_COMMIT)
 

@@ -51,6 +51,33 @@ def test_cli_exits_2_with_the_message(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "TOPICSTREAM_TOPICS" in result.output
 
 
+@pytest.mark.parametrize(
+    ("flag", "bad", "name"),
+    [
+        ("--bootstrap", "no-port", "TOPICSTREAM_KAFKA_BOOTSTRAP"),
+        ("--redis-url", "http://x", "TOPICSTREAM_REDIS_URL"),
+        ("--metrics-port", "99999", "TOPICSTREAM_METRICS_PORT"),
+        ("--algorithm", "lsa", "TOPICSTREAM_ALGORITHM"),
+        ("--topics", "0", "TOPICSTREAM_TOPICS"),
+        ("--interval", "-1", "TOPICSTREAM_FEED_INTERVAL_S"),
+        ("--timeout", "0", "TOPICSTREAM_FEED_TIMEOUT_S"),
+    ],
+)
+def test_every_flag_overrides_its_setting(flag: str, bad: str, name: str) -> None:
+    """In every command that takes the flag (but ``eval``, whose --algorithm and --topics are its own: it reads
+    no settings), a value the setting refuses stops the command before it connects to anything, naming the
+    setting."""
+    import typer.main
+
+    commands = typer.main.get_command(app).commands.items()  # type: ignore[attr-defined]
+    taking = [c for c, command in commands if c != "eval" and any(flag in p.opts for p in command.params)]
+    assert taking
+    for command in taking:
+        topic = ["1"] if command == "subscribe" else []  # subscribe checks its topic before the settings
+        result = CliRunner().invoke(app, [command, *topic, flag, bad])
+        assert result.exit_code == 2 and name in result.output, (command, result.output)
+
+
 def test_unreachable_redis_is_one_clear_line_and_exit_3(monkeypatch: pytest.MonkeyPatch) -> None:
     from service.dev.localstack import free_port
 
