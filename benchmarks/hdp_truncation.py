@@ -29,7 +29,7 @@ warmup_docs=2000, max_births=0)``, the same way (column "merge"). Hygiene column
 (:mod:`kernels._delete`) with merges, ``TopicHygiene(threshold=0.35, warmup_docs=2000, delete_tries=8,
 max_births=0)``, applied every 10 batches and before the last one to the batch about to be learned; hygiene
 column "cooccur": the service's default hygiene for the HDP (``OnlineHDP.hygiene_defaults``: merges by distance
-at 0.25 and by co-occurrence, :mod:`kernels._cooccur`, ``merge_correlation=0.3``; no births) after every 10th and
+at 0.35 and by co-occurrence, :mod:`kernels._cooccur`, ``merge_correlation=0.3``; no births) after every 10th and
 the last batch, on the last 512 documents learned; "delete+cooccur": that, and the delete move before the same
 batches as in "delete".
 """

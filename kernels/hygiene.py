@@ -34,8 +34,9 @@ merge
     their words (:mod:`kernels._cooccur`: splinters of one topic share its documents; off by default, for the
     HDP). The default threshold, 0.25, is calibrated on the planted corpora (``docs/topic-hygiene.md``):
     duplicates learned by SCVB0 lie at 0.05–0.09 on the demo generator's corpus and 0.16–0.18 on an LDA-drawn
-    one, distinct learned topics at ≥ 0.25 there and ≥ 0.23 on 20 Newsgroups. The collapsed HDP's splinters of one topic lie at 0.25–0.35 when they are copies
-    and far beyond when they split its words between them: the co-occurrence merge finds both.
+    one, distinct learned topics at ≥ 0.25 there and ≥ 0.23 on 20 Newsgroups. The collapsed HDP's splinters of
+    one topic lie at 0.25–0.35 when they are copies and far beyond when they split its words between them: the
+    HDP merges at 0.35 and by co-occurrence (``OnlineHDP.hygiene_defaults``).
 split
     Off by default (``max_splits=0``; measured in ``docs/topic-hygiene.md``). If ``recent_docs`` is given, a
     slot is free and the model is past ``warmup_docs``: each live topic holding
