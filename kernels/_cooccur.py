@@ -62,7 +62,7 @@ def correlated_merges(
     """
     weights = model.topic_weights().copy()
     live = np.flatnonzero(weights >= empty_below)
-    if live.size < 2 or docs.n_docs < 3:
+    if limit < 1 or live.size < 2 or docs.n_docs < 3:
         return []
     theta = np.asarray(model.transform(docs), dtype=np.float64)[:, live]
     z = _standardised(theta)

@@ -239,16 +239,17 @@ class TopicHygiene:
             if not callable(getattr(model, name, None)):
                 raise TypeError(f"{type(model).__name__} does not support topic moves (no {name})")
         events: list[Event] = []
+        docs = as_batch(recent_docs, model.n_words) if recent_docs is not None else None
         warmup = self.warmup_docs if self.warmup_docs is not None else 40 * int(model.n_topics)
         warm = int(model.n_docs_seen_) >= warmup
         if warm:
             events += self._retire(model)
-            if recent_docs is not None and self.delete_tries > 0:
+            if docs is not None and self.delete_tries > 0:
                 events += [
                     Event("retire", (k,), None, w)
                     for k, w in heldout_deletes(
                         model,
-                        as_batch(recent_docs, model.n_words),
+                        docs,
                         candidates_below=self.delete_below,
                         empty_below=self.empty_below,
                         tolerance=self.delete_tolerance,
@@ -256,26 +257,24 @@ class TopicHygiene:
                     )
                 ]
             merges = self._merge(model)
-            if recent_docs is not None and self.merge_correlation is not None:
+            if docs is not None and self.merge_correlation is not None:
                 merges += correlated_merges(
                     model,
-                    as_batch(recent_docs, model.n_words),
+                    docs,
                     threshold=self.merge_correlation,
                     empty_below=self.empty_below,
                     min_docs=CORRELATION_MIN_DOCS,
                     limit=self._merge_limit(model) - len(merges),
                 )
             events += merges
-        if recent_docs is not None and (self.max_births > 0 or (warm and self.max_splits > 0)):
-            docs = as_batch(recent_docs, model.n_words)
-            if docs.n_docs >= 4:
-                idx = np.arange(docs.n_docs)
-                build, valid = take_docs(docs, idx[0::2]), take_docs(docs, idx[1::2])
-                if warm and self.max_splits > 0:
-                    merged = {e.into for e in events if e.kind == "merge"}
-                    events += self._splits(model, build, valid, merged)
-                if self.max_births > 0:
-                    events += self._births(model, build, valid)
+        if docs is not None and docs.n_docs >= 4 and (self.max_births > 0 or (warm and self.max_splits > 0)):
+            idx = np.arange(docs.n_docs)
+            build, valid = take_docs(docs, idx[0::2]), take_docs(docs, idx[1::2])
+            if warm and self.max_splits > 0:
+                merged = {e.into for e in events if e.kind == "merge"}
+                events += self._splits(model, build, valid, merged)
+            if self.max_births > 0:
+                events += self._births(model, build, valid)
         return events
 
     def replay(self, model: SupportsTopicMoves, events: Sequence[Event]) -> list[Event]:
