@@ -54,7 +54,7 @@ CONFIGS: list[Config] = [
     *vary("window", "window", "1e5 3e5 3e6 1e7"),
     *vary("burn_in", "burn_in", "0 2 3", int),
     *vary("Θ: τ", "theta_tau", "1"),
-    *vary("Θ: κ", "theta_kappa", "0.6"),
+    *vary("Θ: κ", "theta_kappa", "0.6 0.7 0.8"),
     *vary("α", "alpha", "0.02 0.05 0.5"),
     *vary("η", "eta", "0.005 0.003"),
     ("α=0.05 η=0.005", {"alpha": 0.05, "eta": 0.005}, False),
