@@ -6,6 +6,7 @@ Run at snapshot time, off the batch loop, on a kernel that supports topic moves 
 
     hygiene = TopicHygiene()
     events = hygiene.apply(model, recent_docs)   # recent_docs: a kernels.Batch of recent documents, or None
+    events = hygiene.apply(model, recent_docs, unseen_docs)  # with the held-out delete move: documents not learned
 
 The moves edit the kernel's summed sufficient statistics in place (memoized moves: Hughes & Sudderth, NIPS 2013,
 "Memoized online variational inference for Dirichlet process mixture models", and their ``bnpy`` library, whose
@@ -19,9 +20,10 @@ retire
     to the other topics by responsibility (bnpy's delete move). Off by default for SCVB0-sized K; for the HDP it
     is what makes the number of topics follow the data rather than the truncation.
 delete (held-out)
-    Off by default (``delete_tries=0``). With ``recent_docs`` and past the warm-up, live topics under
-    ``delete_below`` are deleted, smallest first in groups, when document completion on ``recent_docs`` does not
-    drop by more than ``delete_tolerance`` (:mod:`kernels._delete`); they are retire events. For the HDP.
+    Off by default (``delete_tries=0``). With ``unseen_docs`` (documents the model has not learned yet) and
+    past the warm-up, live topics under ``delete_below`` are deleted, smallest first in groups, when document
+    completion on ``unseen_docs`` does not drop by more than ``delete_tolerance`` (:mod:`kernels._delete`); they
+    are retire events. Scored on documents already learned, the topics born from them would pass. For the HDP.
 merge
     Two live topics whose word distributions are closer than ``threshold`` in Hellinger distance,
     H(p, q) = sqrt(1 − Σ_w sqrt(p_w q_w)), are merged: the smaller into the larger (the larger keeps its id).
@@ -232,24 +234,27 @@ class TopicHygiene:
         self.merge_correlation = merge_correlation
 
     # ------------------------------------------------------------------ the entry point
-    def apply(self, model: SupportsTopicMoves, recent_docs: Batch | None = None) -> list[Event]:
-        """Retire, delete (held-out), merge, split, then try births on ``model`` in place; return what was done, in
-        order."""
+    def apply(
+        self, model: SupportsTopicMoves, recent_docs: Batch | None = None, unseen_docs: Batch | None = None
+    ) -> list[Event]:
+        """Retire, delete (held-out, scored on ``unseen_docs``), merge, split, then try births (on ``recent_docs``)
+        on ``model`` in place; return what was done, in order."""
         for name in ("merge_topics", "delete_topic", "birth_topic", "split_topic"):
             if not callable(getattr(model, name, None)):
                 raise TypeError(f"{type(model).__name__} does not support topic moves (no {name})")
         events: list[Event] = []
         docs = as_batch(recent_docs, model.n_words) if recent_docs is not None else None
+        unseen = as_batch(unseen_docs, model.n_words) if unseen_docs is not None else None
         warmup = self.warmup_docs if self.warmup_docs is not None else 40 * int(model.n_topics)
         warm = int(model.n_docs_seen_) >= warmup
         if warm:
             events += self._retire(model)
-            if docs is not None and self.delete_tries > 0:
+            if unseen is not None and self.delete_tries > 0:
                 events += [
                     Event("retire", (k,), None, w)
                     for k, w in heldout_deletes(
                         model,
-                        docs,
+                        unseen,
                         candidates_below=self.delete_below,
                         empty_below=self.empty_below,
                         tolerance=self.delete_tolerance,

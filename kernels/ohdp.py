@@ -123,11 +123,13 @@ class OnlineHDP(OnlineHDPBase):
     #: priors shape only the document step and future updates.
     restore_fixed: ClassVar[frozenset[str]] = TopicModel.restore_fixed
     _set_state_installs_all = True
-    #: Merges only (docs/ohdp.md, "Splinters, and the co-occurrence merge"): by distance at the HDP's threshold
-    #: 0.35 (its copies of one topic lie at 0.25–0.35; at 0.25 the demo kept its generic words in two topics and
-    #: one desk twice) and by co-occurrence; no births, since the HDP opens topics on its own.
+    #: Merges and deletes (docs/ohdp.md, "Splinters, and the co-occurrence merge"): merges by distance at the
+    #: HDP's threshold 0.35 (its copies of one topic lie at 0.25–0.35; at 0.25 the demo kept its generic words in
+    #: two topics and one desk twice) and by co-occurrence; the held-out delete move, scored on documents not yet
+    #: learned (the learner collects them after the snapshot it plans on); no births, since the HDP opens topics
+    #: on its own.
     hygiene_defaults: ClassVar[Mapping[str, Any] | None] = MappingProxyType(
-        {"threshold": 0.35, "max_births": 0, "merge_correlation": 0.3}
+        {"threshold": 0.35, "max_births": 0, "merge_correlation": 0.3, "delete_tries": 8}
     )
 
     #: The learned state after the corpus statistics (:attr:`OnlineHDPBase.saved`): the expected tables (under

@@ -74,6 +74,9 @@ class Capture:
     slot_words: list[str] = field(default_factory=list)
     topic_ids: list[int] = field(default_factory=list)  # stable id of each slot
     hygiene_docs: Any = None  # recent documents (a kernels.Batch) when topic hygiene is to be planned on this copy
+    #: Documents learned since the last capture with ``hygiene_docs``, which that capture's copy never learned (a
+    #: kernels.Batch): the held-out delete move of the plan made on that copy is scored on them.
+    unseen_docs: Any = None
     background: int | None = None  # slot of the background topic (TopicModel.background_topic), set by the writer
 
 
@@ -83,7 +86,8 @@ class SnapshotWriter:
 
     ``wait_acknowledged(seq, stop)`` waits until every batch up to ``seq`` is acknowledged (False: discard the
     capture); ``save`` writes a capture, ``on_written`` follows a write; ``on_idle`` is called after ``idle_s``
-    seconds without a capture; ``plan`` is called for captures with ``hygiene_docs``.
+    seconds without a capture; ``plan`` is called for captures with ``hygiene_docs`` (with the copy rebuilt from
+    the captured state) or ``unseen_docs`` (with ``None`` when it has no ``hygiene_docs``).
     """
 
     store: SnapshotStore
@@ -93,7 +97,7 @@ class SnapshotWriter:
     on_written: Callable[[Capture, SnapshotInfo], None]
     on_idle: Callable[[], None] | None = None
     idle_s: float = 2.0
-    plan: Callable[[TopicModel, Capture], None] | None = None
+    plan: Callable[[TopicModel | None, Capture], None] | None = None
     backoff: Backoff = field(default_factory=Backoff, init=False)
     #: Set when Redis refused a write because another learner holds a newer fencing token.
     fenced: threading.Event = field(default_factory=threading.Event, init=False)
@@ -154,7 +158,7 @@ class SnapshotWriter:
             cap.drift = hellinger_rows(phi, self._prev_phi)
         self._prev_phi = phi.astype(np.float32)
         del phi
-        if shadow is not None and self.plan is not None:
+        if self.plan is not None and (shadow is not None or cap.unseen_docs is not None):
             self.plan(shadow, cap)
 
     def submit(self, capture: Future[Capture]) -> None:

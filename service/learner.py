@@ -6,7 +6,8 @@ The batch loop is :class:`service.worker.BatchWorker`'s; the learner supplies wh
 * words are mapped to vocabulary slots, learning new words (recycled slots are reset in the kernel first);
 * the kernel learns from the batch and returns each article's mixture (``partial_fit_transform``);
 * now and then (every N batches or T seconds) a snapshot of model + vocabulary + the offsets they reflect is
-  written to Redis off the batch loop (:mod:`service.checkpoint`).
+  written to Redis off the batch loop (:mod:`service.checkpoint`), and topic hygiene is planned on its copy and
+  made at a later capture (docs/topic-hygiene.md, "In the service").
 
 One writer per Redis prefix: before it restores anything or joins the consumer group, a learner takes the lease
 (:mod:`service.lease`); a second learner waits as a standby (``topicstream_learner_standby`` = 1) and takes over
@@ -56,6 +57,13 @@ __all__ = ["Learner", "LeaseLost", "StateMismatch"]
 
 log = logging.getLogger(__name__)
 
+#: Documents topic hygiene is planned on: the latest learned, and for the held-out delete move as many of the
+#: next ones (docs/topic-hygiene.md).
+HYGIENE_DOCS = 256
+#: Fewer unseen documents than this (a stream gone quiet between two snapshots) and the plan skips the delete move:
+#: document completion on a handful of documents would delete or keep topics by chance.
+UNSEEN_MIN_DOCS = 64
+
 
 class StateMismatch(RuntimeError):
     """The snapshot in Redis was made with settings that contradict the current ones (or none is readable)."""
@@ -88,6 +96,12 @@ class Learner(BatchWorker):
         tidy = {**(defaults or {}), "max_splits": s.topic_hygiene_splits}
         self.hygiene = TopicHygiene(**tidy) if moves_ok else None
         self._recent: deque[Batch] = deque(maxlen=4)  # the latest batches, for the birth move
+        #: With the held-out delete move: the batches learned since the last capture that hygiene was planned on
+        #: (that capture's copy never learned them), up to HYGIENE_DOCS documents; None while none is waiting.
+        self._unseen: list[Batch] | None = None
+        #: Writer thread: the copy hygiene is planned on once the next capture brings its unseen documents, and
+        #: the recent documents captured with it.
+        self._held: tuple[TopicModel, Batch] | None = None
         self._last_hygiene = time.monotonic()
         #: Hygiene moves planned by the writer thread on a snapshot's copy, to be made at the next capture.
         self._planned: list[Event] = []
@@ -238,6 +252,8 @@ class Learner(BatchWorker):
             return np.zeros((0, self.settings.topics))
         if self.hygiene is not None:
             self._recent.append(batch.encoded.batch)
+            if self._unseen is not None and sum(b.n_docs for b in self._unseen) < HYGIENE_DOCS:
+                self._unseen.append(batch.encoded.batch)
         return self.model.partial_fit_transform(batch.encoded.batch)
 
     def between_batches(self, finished: InFlight | None) -> None:
@@ -298,30 +314,49 @@ class Learner(BatchWorker):
         s = self.settings
         assert self.lineage is not None
         events: list[LineageEvent] = []
-        recent = None
+        recent = unseen = None
         if self.hygiene is not None:
             planned, self._planned = self._planned, []
             if planned:
                 model = cast(SupportsTopicMoves, self.model)  # checked in __init__
                 events = self.lineage.record(self.hygiene.replay(model, planned), 0, time.time())
+            if self._unseen is not None:
+                unseen, self._unseen = recent_batch(self._unseen, HYGIENE_DOCS), None
             now = time.monotonic()
             if now - self._last_hygiene >= s.topic_hygiene_every_s:
                 self._last_hygiene = now
-                recent = recent_batch(list(self._recent), 256)
+                recent = recent_batch(list(self._recent), HYGIENE_DOCS)
+                if recent is not None and self.hygiene.delete_tries > 0:
+                    self._unseen = []
         meta = {"algorithm": s.algorithm, "topics": s.topics, "articles_learned": articles_learned}
         extra = {"articles_learned": articles_learned, "lineage": self.lineage.state_dict()}
         cap = self.writer.capture(seq, self.model, vocab_state, slot_words, offsets, extra, meta)
         cap.events = events
         cap.topic_ids = list(self.lineage.slot_ids)
         cap.hygiene_docs = recent
+        cap.unseen_docs = unseen
         self.metrics.batch_duration.labels(stage="snapshot").observe(main_s + time.perf_counter() - t0)
         return cap
 
-    def _plan_hygiene(self, shadow: TopicModel, cap: Capture) -> None:
-        """Writer thread, for a capture that carries recent documents: plan topic hygiene on its throw-away model;
-        the moves are made on the live model at the next capture (:meth:`TopicHygiene.replay`)."""
-        assert self.hygiene is not None  # the hook is given to the writer only with hygiene on
-        self._planned = self.hygiene.apply(cast(SupportsTopicMoves, shadow), cap.hygiene_docs)
+    def _plan_hygiene(self, shadow: TopicModel | None, cap: Capture) -> None:
+        """Writer thread, for a capture that carries recent documents (``shadow``: its throw-away model) or
+        unseen ones: plan topic hygiene; the moves are made on the live model at the next capture
+        (:meth:`TopicHygiene.replay`).
+
+        With the held-out delete move the plan waits for the next capture: the move must be scored on documents
+        the copy never learned (``kernels/_delete.py``), and those are the ones learned in between
+        (``cap.unseen_docs``). The copy is held meanwhile, one K×W array."""
+        hygiene = self.hygiene
+        assert hygiene is not None  # the hook is given to the writer only with hygiene on
+        if self._held is not None and cap.unseen_docs is not None:
+            (held, recent), self._held = self._held, None
+            unseen = cap.unseen_docs if cap.unseen_docs.n_docs >= UNSEEN_MIN_DOCS else None
+            self._planned = hygiene.apply(cast(SupportsTopicMoves, held), recent, unseen)
+        if shadow is not None:
+            if hygiene.delete_tries > 0:
+                self._held = (shadow, cap.hygiene_docs)
+            else:
+                self._planned = hygiene.apply(cast(SupportsTopicMoves, shadow), cap.hygiene_docs)
 
     def _save(self, cap: Capture) -> SnapshotInfo:
         """Write a capture (writer thread): never below our last version, only while our fencing token is the

@@ -30,7 +30,7 @@ def _fit(T: int, hygiene: TopicHygiene | None) -> tuple[OnlineHDP, np.ndarray]:
     for i in range(0, len(docs), 100):
         batch = Batch.from_docs(docs[i : i + 100])
         if hygiene is not None and ((i // 100) % 3 == 2 or i + 100 >= len(docs)):
-            hygiene.apply(model, batch)
+            hygiene.apply(model, unseen_docs=batch)  # prequential: scored on the batch about to be learned
         model.partial_fit(batch)
     return model, phi
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import pytest
 
@@ -184,10 +185,61 @@ def test_topic_hygiene_planned_on_snapshots_merges_duplicates_in_the_live_model(
     assert {e.into for e in merges} <= live | {e.topic for e in merges}
 
 
+def test_hdp_deletes_are_scored_on_documents_its_snapshot_never_learned(settings: Settings) -> None:
+    """The online HDP's default hygiene has the held-out delete move, which must be scored on documents the copy
+    it is planned on never learned: the learner holds the copy until the next capture and scores the move on the
+    documents learned in between. On the demo generator's stream the move deletes splinters, the lineage records
+    them as retirements made two captures after the copy, and every plan with a delete move got unseen documents
+    that none of its recent (learned) documents repeat."""
+    from service.dev.generator import generate_articles
+    from service.lineage import LineageStore
+
+    s = settings.model_copy(
+        update={
+            "algorithm": "ohdp",
+            "topics": 30,
+            "topic_hygiene": None,
+            "topic_hygiene_every_s": 0.5,
+            "snapshot_every_batches": 3,
+            "batch_size": 200,
+        }
+    )
+    produce(s, [json.dumps(a).encode() for a in generate_articles(5000, seed=0)])
+    learner = Learner(s)
+    hygiene = learner.hygiene
+    assert hygiene is not None and hygiene.delete_tries > 0
+    plans: list[tuple[Any, Any]] = []
+    apply = hygiene.apply
+
+    def recorded(model: Any, recent: Any = None, unseen: Any = None) -> Any:
+        plans.append((recent, unseen))
+        return apply(model, recent, unseen)
+
+    hygiene.apply = recorded  # type: ignore[method-assign]  # records the arguments, runs the real move
+    learner.subscribe()
+    for _ in range(5):
+        consume_into(learner, 1000)
+        learner.checkpoint()
+        time.sleep(0.6)
+    learner.close()
+
+    scored = [(recent, unseen) for recent, unseen in plans if unseen is not None]
+    assert scored, [(r is not None, u) for r, u in plans]
+    for recent, unseen in scored:
+        assert unseen.n_docs >= 64
+        learned = {recent.doc(d)[0].tobytes() + recent.doc(d)[1].tobytes() for d in range(recent.n_docs)}
+        assert not any(unseen.doc(d)[0].tobytes() + unseen.doc(d)[1].tobytes() in learned for d in range(unseen.n_docs))
+    retired = [e for e in LineageStore(learner.store.r, s.redis_prefix).recent() if e.kind == "retire"]
+    assert retired  # retire_below is 0: only the delete move retires
+    assert all(e.version >= 3 for e in retired)  # planned on a copy, scored at the next capture, made after it
+    assert sample(learner.metrics, "topicstream_topic_events_total", kind="retire") == len(retired)
+
+
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
 def test_each_kernel_gets_its_own_hygiene_by_default(settings: Settings, algorithm: str) -> None:
     """``TOPICSTREAM_TOPIC_HYGIENE`` unset: the learner runs the hygiene its kernel's ``hygiene_defaults`` name
-    (SCVB0 births and merges; the online HDP co-occurrence merges, no births), none for the particle filter."""
+    (SCVB0 births and merges; the online HDP merges and held-out deletes, no births), none for the particle
+    filter."""
     learner = Learner(settings.model_copy(update={"algorithm": algorithm, "topic_hygiene": None}))
     try:
         defaults = type(learner.model).hygiene_defaults
