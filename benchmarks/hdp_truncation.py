@@ -31,15 +31,15 @@ max_births=0)``, applied every 10 batches and before the last one to the batch a
 column "service": the service's default hygiene for the HDP (``OnlineHDP.hygiene_defaults``: merges by distance at
 0.35 and by co-occurrence, :mod:`kernels._cooccur`, ``merge_correlation=0.3``; the held-out delete move; no
 births) in one call before every 10th and the last batch, as the learner plans it on a snapshot's copy: merges on
-the last 256 documents learned, the delete move scored on the batch about to be learned, which the copy never
-learns; column "cooccur": the same without the delete move (the service's default before it had one).
+the latest documents learned (``recent_window``: 1,024 for the HDP; ``--recent-window`` replaces it), the delete
+move scored on the batch about to be learned, which the copy never learns; column "cooccur": the same without the
+delete move.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
-from collections import deque
 from typing import Any
 
 import numpy as np
@@ -48,8 +48,7 @@ from numpy.typing import NDArray
 from benchmarks._corpus import load
 from evaluation.corpus import PreparedCorpus, iter_batches
 from evaluation.scores import fold_in, score_model
-from kernels import Batch
-from kernels.hygiene import TopicHygiene, hellinger_matrix, mass_topics, recent_batch
+from kernels.hygiene import RecentDocs, TopicHygiene, hellinger_matrix, mass_topics
 from kernels.ohdp import OnlineHDP
 
 # configuration → (learn_concentrations, hygiene: "" none, "retire" as docs/topic-hygiene.md, "merge" its merges
@@ -115,8 +114,9 @@ def run(
     seed: int = 0,
     warmup: int = 2000,
     truth: NDArray[np.float64] | None = None,
+    recent_window: int | None = None,
 ) -> dict[str, Any]:
-    """One pass of ``OnlineHDP(T)`` and its scores."""
+    """One pass of ``OnlineHDP(T)`` and its scores; ``recent_window`` replaces the hygiene's own."""
     model = OnlineHDP(T, corpus.n_words, seed=seed, window=corpus.train.n_docs, learn_concentrations=learn)
     tidy = None
     if hygiene == "retire":
@@ -128,15 +128,17 @@ def run(
     elif hygiene in ("service", "cooccur"):
         no_delete = {"delete_tries": 0} if hygiene == "cooccur" else {}
         tidy = TopicHygiene(**{**(OnlineHDP.hygiene_defaults or {}), "warmup_docs": warmup, **no_delete})
+    if tidy is not None and recent_window is not None:
+        tidy.recent_window = recent_window
     before = hygiene in ("delete", "service", "cooccur")  # prequential: the batch about to be learned is unseen
-    recent: deque[Batch] = deque(maxlen=2)
+    recent = RecentDocs(tidy.recent_window if tidy is not None else 1)
     train_s = hygiene_s = 0.0
     events = 0
     for i, batch in enumerate(iter_batches(corpus.train, BATCH), 1):
         due = tidy is not None and (i % HYGIENE_EVERY == 0 or i * BATCH >= corpus.train.n_docs)
         if due and before and tidy is not None:
             t0 = time.perf_counter()
-            learned = recent_batch(list(recent), BATCH) if hygiene != "delete" and recent else None
+            learned = recent.batch() if hygiene != "delete" else None
             events += len(tidy.apply(model, learned, unseen_docs=batch))
             hygiene_s += time.perf_counter() - t0
         t0 = time.perf_counter()
@@ -145,7 +147,7 @@ def run(
         recent.append(batch)
         if due and not before and tidy is not None:
             t0 = time.perf_counter()
-            events += len(tidy.apply(model, recent_batch(list(recent), BATCH)))
+            events += len(tidy.apply(model, recent.batch()))
             hygiene_s += time.perf_counter() - t0
     weights = model.topic_weights()
     scores = score_model(model.topic_word(), model.transform, corpus, topic_weights=weights)
@@ -173,6 +175,9 @@ def main() -> None:
     ap.add_argument("--max-train-docs", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--hygiene-warmup", type=int, default=2000, help="documents before the first merge/retirement")
+    ap.add_argument(
+        "--recent-window", type=int, default=None, help="latest documents hygiene plans on (default: the hygiene's)"
+    )
     args = ap.parse_args()
     for name in args.corpus.split(","):
         corpus, truth = load(name, seed=args.seed, max_train=args.max_train_docs)
@@ -198,7 +203,7 @@ def main() -> None:
         for T in (int(t) for t in args.truncations.split(",")):
             for cfg in args.configs.split(","):
                 learn, hygiene = CONFIGS[cfg]
-                r = run(corpus, T, learn, hygiene, args.seed, args.hygiene_warmup, truth)
+                r = run(corpus, T, learn, hygiene, args.seed, args.hygiene_warmup, truth, args.recent_window)
                 print(
                     f"| {T} | {'learned' if learn else 'fixed'} | {hygiene or 'off'} | {r['m95']} "
                     f"| {r['over']} | {r['ll']:.3f} | {r['npmi']:.3f} | {r['used']} | {r['gamma']:.2f} "

@@ -6,6 +6,7 @@ Every kernel consumes a :class:`Batch`. Callers may pass a sequence of ``(word_i
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -13,7 +14,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-__all__ = ["CSR", "Batch", "Docs", "as_batch", "recent_batch", "take_docs"]
+__all__ = ["CSR", "Batch", "Docs", "RecentDocs", "as_batch", "recent_batch", "take_docs"]
 
 
 class CSR(NamedTuple):
@@ -140,6 +141,37 @@ def recent_batch(batches: Sequence[Batch], max_docs: int = 256) -> Batch | None:
                 break
             docs.append(b.doc(d))
     return Batch.from_docs(docs[::-1]) if docs else None
+
+
+class RecentDocs:
+    """The latest ``max_docs`` documents of a stream of batches, for topic hygiene (:meth:`TopicHygiene.apply`).
+
+    Whole batches are kept, the oldest dropped once the newer ones hold ``max_docs`` documents, so the memory is
+    bounded by the documents, however small or large the batches.
+
+    >>> recent = RecentDocs(3)
+    >>> for n in (2, 2, 2):
+    ...     recent.append(Batch.from_docs([([0], [1.0])] * n))
+    >>> recent.batch().n_docs
+    3
+    """
+
+    def __init__(self, max_docs: int) -> None:
+        if isinstance(max_docs, bool) or not isinstance(max_docs, int) or max_docs < 1:
+            raise ValueError(f"max_docs must be a positive integer, got {max_docs!r}")
+        self.max_docs = max_docs
+        self._batches: deque[Batch] = deque()
+        self._docs = 0
+
+    def append(self, batch: Batch) -> None:
+        self._batches.append(batch)
+        self._docs += batch.n_docs
+        while self._docs - self._batches[0].n_docs >= self.max_docs:
+            self._docs -= self._batches.popleft().n_docs
+
+    def batch(self) -> Batch | None:
+        """The latest ``max_docs`` documents as one batch, oldest first; ``None`` before any."""
+        return recent_batch(list(self._batches), self.max_docs)
 
 
 def take_docs(docs: Batch, rows: NDArray[np.int64]) -> Batch:

@@ -28,7 +28,6 @@ import contextlib
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any, Unpack, cast
 
@@ -37,7 +36,7 @@ from confluent_kafka import OFFSET_BEGINNING, Message
 from numpy.typing import NDArray
 
 from kernels import Batch, TopicModel
-from kernels.hygiene import Event, SupportsTopicMoves, TopicHygiene, recent_batch
+from kernels.hygiene import Event, RecentDocs, SupportsTopicMoves, TopicHygiene, recent_batch
 from kernels.registry import kernel_class
 
 from .checkpoint import Capture, SnapshotWriter
@@ -57,9 +56,9 @@ __all__ = ["Learner", "LeaseLost", "StateMismatch"]
 
 log = logging.getLogger(__name__)
 
-#: Documents topic hygiene is planned on: the latest learned, and for the held-out delete move as many of the
-#: next ones (docs/topic-hygiene.md).
-HYGIENE_DOCS = 256
+#: Documents the held-out delete move of topic hygiene is scored on: the next ones learned after the copy it is
+#: planned on (docs/topic-hygiene.md, "In the service").
+UNSEEN_DOCS = 256
 #: Fewer unseen documents than this (a stream gone quiet between two snapshots) and the plan skips the delete move:
 #: document completion on a handful of documents would delete or keep topics by chance.
 UNSEEN_MIN_DOCS = 64
@@ -95,9 +94,10 @@ class Learner(BatchWorker):
         moves_ok = hygiene_on and isinstance(self.model, SupportsTopicMoves)
         tidy = {**(defaults or {}), "max_splits": s.topic_hygiene_splits}
         self.hygiene = TopicHygiene(**tidy) if moves_ok else None
-        self._recent: deque[Batch] = deque(maxlen=4)  # the latest batches, for the birth move
+        #: The latest documents learned, that hygiene is planned on.
+        self._recent = RecentDocs(self.hygiene.recent_window if self.hygiene is not None else 1)
         #: With the held-out delete move: the batches learned since the last capture that hygiene was planned on
-        #: (that capture's copy never learned them), up to HYGIENE_DOCS documents; None while none is waiting.
+        #: (that capture's copy never learned them), up to UNSEEN_DOCS documents; None while none is waiting.
         self._unseen: list[Batch] | None = None
         #: Writer thread: the copy hygiene is planned on once the next capture brings its unseen documents, and
         #: the recent documents captured with it.
@@ -252,7 +252,7 @@ class Learner(BatchWorker):
             return np.zeros((0, self.settings.topics))
         if self.hygiene is not None:
             self._recent.append(batch.encoded.batch)
-            if self._unseen is not None and sum(b.n_docs for b in self._unseen) < HYGIENE_DOCS:
+            if self._unseen is not None and sum(b.n_docs for b in self._unseen) < UNSEEN_DOCS:
                 self._unseen.append(batch.encoded.batch)
         return self.model.partial_fit_transform(batch.encoded.batch)
 
@@ -321,11 +321,11 @@ class Learner(BatchWorker):
                 model = cast(SupportsTopicMoves, self.model)  # checked in __init__
                 events = self.lineage.record(self.hygiene.replay(model, planned), 0, time.time())
             if self._unseen is not None:
-                unseen, self._unseen = recent_batch(self._unseen, HYGIENE_DOCS), None
+                unseen, self._unseen = recent_batch(self._unseen, UNSEEN_DOCS), None
             now = time.monotonic()
             if now - self._last_hygiene >= s.topic_hygiene_every_s:
                 self._last_hygiene = now
-                recent = recent_batch(list(self._recent), HYGIENE_DOCS)
+                recent = self._recent.batch()
                 if recent is not None and self.hygiene.delete_tries > 0:
                     self._unseen = []
         meta = {"algorithm": s.algorithm, "topics": s.topics, "articles_learned": articles_learned}

@@ -9,6 +9,8 @@ LDA topic (clean recoveries sit at 0.06–0.16).
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -16,6 +18,7 @@ from kernels import SCVB0, Batch, OnlineHDP, ParticleFilterLDA
 from kernels.hygiene import (
     DEFAULT_THRESHOLD,
     Event,
+    RecentDocs,
     TopicHygiene,
     hellinger_matrix,
     mass_topics,
@@ -202,6 +205,10 @@ def test_hygiene_refuses_kernels_without_moves_and_bad_settings():
         TopicHygiene().apply(StickBreakingHDP(n_topics=4, n_words=10, seed=0), None)
     with pytest.raises(ValueError, match="threshold"):
         TopicHygiene(threshold=0.0)
+    with pytest.raises(ValueError, match="recent_window"):
+        TopicHygiene(recent_window=0)
+    with pytest.raises(ValueError, match="max_docs"):
+        RecentDocs(0)
     with pytest.raises(ValueError, match="kind"):
         Event("mystery", (0,))
     m = SCVB0(n_topics=3, n_words=10, seed=0)
@@ -219,6 +226,42 @@ def test_recent_batch_keeps_the_newest_documents_in_order():
     for i in range(12):
         np.testing.assert_array_equal(got.doc(i)[0], docs.doc(18 + i)[0])
     assert recent_batch([], 5) is None
+
+
+def test_recent_docs_keeps_whole_batches_holding_the_newest_documents():
+    """Bounded by documents, not batches: every batch it keeps is needed for the newest ``max_docs``."""
+    _, docs = lda_corpus(60, 5)
+    recent = RecentDocs(12)
+    assert recent.batch() is None
+    for start, stop in ((0, 10), (10, 25), (25, 30), (30, 31), (31, 60)):
+        recent.append(docs.slice(start, stop))
+        sizes = [b.n_docs for b in recent._batches]
+        assert sum(sizes) - sizes[0] < 12  # the oldest kept batch still holds some of the newest 12
+        got = recent.batch()
+        assert got is not None and got.n_docs == min(12, stop)
+        for i in range(got.n_docs):
+            np.testing.assert_array_equal(got.doc(i)[0], docs.doc(stop - got.n_docs + i)[0])
+
+
+def test_apply_plans_on_the_latest_recent_window_documents():
+    """Given more recent documents than ``recent_window``, the moves see only the newest that many: the same
+    events as when given exactly those."""
+    truth, docs = lda_corpus(1500, 3)
+    model = SCVB0(n_topics=len(truth) + 4, n_words=truth.shape[1], seed=3)
+    for start in range(0, 1200, 100):
+        model.partial_fit(docs.slice(start, start + 100))
+    settings = {"warmup_docs": 0, "merge_correlation": 0.05}  # merges by co-occurrence: they depend on the documents
+    window = TopicHygiene(**settings, recent_window=200)
+    exact = TopicHygiene(**settings, recent_window=200)
+    a, b = copy.deepcopy(model), copy.deepcopy(model)
+    got = window.apply(a, docs.slice(900, 1200))
+    want = exact.apply(b, docs.slice(1000, 1200))
+    assert [(e.kind, e.topics, e.into) for e in got] == [(e.kind, e.topics, e.into) for e in want]
+    np.testing.assert_array_equal(a.topic_word(), b.topic_word())
+    assert got  # the test means something: the moves were made ...
+    c = copy.deepcopy(model)  # (20 documents hold too little of each topic to correlate: kernels/_cooccur.py)
+    fewer = TopicHygiene(**settings, recent_window=20).apply(c, docs.slice(900, 1200))
+    assert len(fewer) < len(got)  # ... and depend on how many documents are seen
 
 
 def test_mass_topics_counts_the_topics_that_hold_the_mass():
