@@ -24,6 +24,12 @@ delete (held-out)
     past the warm-up, live topics under ``delete_below`` are deleted, smallest first in groups, when document
     completion on ``unseen_docs`` does not drop by more than ``delete_tolerance`` (:mod:`kernels._delete`); they
     are retire events. Scored on documents already learned, the topics born from them would pass. For the HDP.
+background merge (held-out)
+    Off by default (``merge_background=False``). With ``unseen_docs``, past the warm-up and while the model marks
+    no background topic: the two topics nearest the corpus-wide word distribution are merged when the merged
+    topic is then the background and document completion on ``unseen_docs`` does not drop by more than
+    ``delete_tolerance`` (:mod:`kernels._background_merge`: a background learned as two topics, which neither
+    merge below sees). For the HDP.
 merge
     Two live topics whose word distributions are closer than ``threshold`` in Hellinger distance,
     H(p, q) = sqrt(1 − Σ_w sqrt(p_w q_w)), are merged: the smaller into the larger (the larger keeps its id).
@@ -80,8 +86,10 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ._background_merge import heldout_background_merge
 from ._base import check_interval, check_non_negative_int, check_positive_int
 from ._batch import Batch, RecentDocs, as_batch, recent_batch, take_docs
+from ._birth import birth_proposal
 from ._cooccur import correlated_merges
 from ._delete import heldout_deletes
 from ._events import Event, SupportsTopicMoves
@@ -170,6 +178,8 @@ class TopicHygiene:
     delete_tries, delete_below, delete_tolerance
         Scored proposals per call of the held-out delete move (0 disables), the weight under which a topic is a
         candidate, and the drop of the completion score (nats per token) still accepted.
+    merge_background : bool
+        Try the held-out background merge (above) once per call.
     recent_window : int
         How many of the latest learned documents the moves are planned on: :meth:`apply` uses the last this many
         of ``recent_docs``, and a caller keeps that many (:class:`RecentDocs`). The co-occurrence merge needs
@@ -199,6 +209,7 @@ class TopicHygiene:
         delete_below: float = 0.05,
         delete_tolerance: float = 0.0,
         merge_correlation: float | None = None,
+        merge_background: bool = False,
         recent_window: int = 256,
     ) -> None:
         check_interval("threshold", threshold, 0.0, 1.0, low_open=True)
@@ -240,6 +251,9 @@ class TopicHygiene:
         if merge_correlation is not None:
             check_interval("merge_correlation", merge_correlation, 0.0, 1.0, high_open=True)
         self.merge_correlation = merge_correlation
+        if not isinstance(merge_background, bool):
+            raise ValueError(f"merge_background must be a bool, got {merge_background!r}")
+        self.merge_background = merge_background
         check_positive_int("recent_window", recent_window)
         self.recent_window = int(recent_window)
 
@@ -273,6 +287,9 @@ class TopicHygiene:
                         max_tries=self.delete_tries,
                     )
                 ]
+            if unseen is not None and self.merge_background:
+                joined = heldout_background_merge(model, unseen, tolerance=self.delete_tolerance)
+                events += [joined] if joined is not None else []
             merges = self._merge(model)
             if docs is not None and self.merge_correlation is not None:
                 merges += correlated_merges(
@@ -443,7 +460,7 @@ class TopicHygiene:
             free = np.flatnonzero(model.topic_weights() < self.empty_below)
             if free.size == 0:
                 break
-            proposal = self._propose(model, build, phi)
+            proposal = birth_proposal(model, build, phi, self.birth_quantile, self.em_iterations)
             if proposal is None:
                 break
             ids, probs, share = proposal
@@ -458,46 +475,6 @@ class TopicHygiene:
             events.append(Event("birth", (k,), None, float(gain), proposal=(ids, probs, share)))
             phi, base = phi_new, score
         return events
-
-    def _propose(
-        self, model: SupportsTopicMoves, build: Batch, phi: NDArray[np.float64]
-    ) -> tuple[NDArray[np.int64], NDArray[np.float64], float] | None:
-        """ψ, the words it covers, and its share of the build tokens, fitted to the worst-explained documents."""
-        theta = model.transform(build)
-        p = token_probs(theta, phi, build)
-        doc_of = np.repeat(np.arange(build.n_docs), np.diff(build.indptr))
-        c = build.counts
-        n_d = np.bincount(doc_of, weights=c, minlength=build.n_docs)
-        ll_d = np.bincount(doc_of, weights=c * np.log(p), minlength=build.n_docs) / np.maximum(n_d, 1e-300)
-        ll_d[n_d <= 0] = np.inf
-        n_worst = max(1, int(np.ceil(self.birth_quantile * np.count_nonzero(n_d > 0))))
-        worst = np.argsort(ll_d, kind="stable")[:n_worst]
-        sel = np.zeros(build.n_docs, dtype=bool)
-        sel[worst] = True
-        entries = np.flatnonzero(sel[doc_of])
-        words, w_of = np.unique(build.word_ids[entries], return_inverse=True)
-        d_of = doc_of[entries]
-        ce, pe = c[entries], p[entries]
-        # start: the worst document's words, weighted by their surprise
-        seed_doc = worst[0]
-        psi: NDArray[np.float64] = np.bincount(
-            w_of, weights=np.where(d_of == seed_doc, ce / pe, 0.0), minlength=words.size
-        ).astype(np.float64)
-        psi = psi / psi.sum() + 1e-12
-        pi = np.where(np.arange(build.n_docs) == seed_doc, 0.5, 0.1)
-        for _ in range(self.em_iterations):
-            num = pi[d_of] * psi[w_of]
-            r = num / (num + (1.0 - pi[d_of]) * pe)
-            cr = ce * r
-            pi = np.bincount(d_of, weights=cr, minlength=build.n_docs) / np.maximum(n_d, 1e-300)
-            pi = np.clip(pi, 1e-6, 1.0 - 1e-6)
-            psi = np.bincount(w_of, weights=cr, minlength=words.size).astype(np.float64) + 1e-12
-            psi /= psi.sum()
-        share = float(cr.sum() / c.sum())
-        keep = psi > 1e-4 * psi.max()
-        if not 0.0 < share < 1.0 or not keep.any():
-            return None
-        return words[keep], psi[keep], share
 
 
 # ------------------------------------------------------------------------------------------------ helpers

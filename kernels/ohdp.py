@@ -127,10 +127,17 @@ class OnlineHDP(OnlineHDPBase):
     #: HDP's threshold 0.35 (its copies of one topic lie at 0.25–0.35; at 0.25 the demo kept its generic words in
     #: two topics and one desk twice) and by co-occurrence, on the latest 1,024 documents (on 256 its small
     #: splinters hold too few documents' worth to be judged); the held-out delete move, scored on documents not
-    #: yet learned (the learner collects them after the snapshot it plans on); no births, since the HDP opens
-    #: topics on its own.
+    #: yet learned (the learner collects them after the snapshot it plans on), and the held-out merge of a
+    #: background learned as two topics; no births, since the HDP opens topics on its own.
     hygiene_defaults: ClassVar[Mapping[str, Any] | None] = MappingProxyType(
-        {"threshold": 0.35, "max_births": 0, "merge_correlation": 0.3, "delete_tries": 8, "recent_window": 1024}
+        {
+            "threshold": 0.35,
+            "max_births": 0,
+            "merge_correlation": 0.3,
+            "delete_tries": 8,
+            "merge_background": True,
+            "recent_window": 1024,
+        }
     )
 
     #: The learned state after the corpus statistics (:attr:`OnlineHDPBase.saved`): the expected tables (under

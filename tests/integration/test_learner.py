@@ -238,8 +238,8 @@ def test_hdp_deletes_are_scored_on_documents_its_snapshot_never_learned(settings
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
 def test_each_kernel_gets_its_own_hygiene_by_default(settings: Settings, algorithm: str) -> None:
     """``TOPICSTREAM_TOPIC_HYGIENE`` unset: the learner runs the hygiene its kernel's ``hygiene_defaults`` name
-    (SCVB0 births and merges; the online HDP merges and held-out deletes, no births), none for the particle
-    filter."""
+    (SCVB0 births and merges; the online HDP merges, held-out deletes and the background merge, no births), none
+    for the particle filter."""
     learner = Learner(settings.model_copy(update={"algorithm": algorithm, "topic_hygiene": None}))
     try:
         defaults = type(learner.model).hygiene_defaults
