@@ -4,6 +4,8 @@ planted number at two truncations, with the held-out delete move (kernels/_delet
 The corpus: tests/synthetic.py's 8 block topics over W = 240 words, 2,000 documents in batches of 100. η = 0.1
 as in tests/test_ohdp.py (with W = 240 the news default η = 0.01 gives a new topic only 2.4 prior pseudo-tokens;
 docs/ohdp.md). Hygiene every third batch and before the last, prequentially: on the batch about to be learned.
+
+And the service's default hygiene for the HDP on the demo generator's stream (16 planted topics) at T = 50 and 300.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import pytest
 
 from kernels import Batch
 from kernels._delete import completion_halves
-from kernels.hygiene import TopicHygiene, hellinger_matrix, mass_topics
+from kernels.hygiene import RecentDocs, TopicHygiene, hellinger_matrix, mass_topics
 from kernels.ohdp import OnlineHDP
 from tests.synthetic import block_topics_corpus
 
@@ -63,3 +65,45 @@ def test_completion_halves_deal_every_token_once() -> None:
     assert first.n_docs == second.n_docs == 1  # the one-token document is left out
     assert first.counts.sum() + second.counts.sum() == 5.0
     assert abs(first.counts.sum() - second.counts.sum()) <= 1.0
+
+
+@pytest.fixture(scope="module")
+def generator_stream() -> tuple[np.ndarray, Batch]:
+    """The demo generator's first 5,000 articles in stream order, and its 16 planted topics (15 desks and the
+    background words) over the same vocabulary: ``benchmarks/hdp_truncation.py --corpus generator``."""
+    from evaluation import prepare_corpus
+    from service.dev.generator import generate_articles, planted_distributions
+
+    arts = list(generate_articles(5_000, seed=0))
+    c = prepare_corpus(arts, arts[:1], vocab_size=5000, seed=0, shuffle=False)
+    return planted_distributions(c.vocab, background=True), c.train
+
+
+@pytest.mark.parametrize("T", [50, 300])
+def test_the_services_hygiene_keeps_the_generators_planted_topics(generator_stream, T: int) -> None:
+    """The online HDP's default hygiene, run as the service runs it (OnlineHDP.hygiene_defaults; merges on the
+    latest 1,024 documents, held-out moves on the batch about to be learned), chooses the demo generator's number
+    of topics whatever the truncation: 16 planted ± 2 hold 95 % of the mass at T = 50 and 300, every planted topic
+    lies within 0.35 of a learned topic holding ≥ 0.5 %, and no two learned topics holding the mass are
+    duplicates. Without hygiene the count follows T (``test_without_the_delete_move_the_truncation_chooses``;
+    docs/ohdp.md: 33 and 41)."""
+    truth, docs = generator_stream
+    model = OnlineHDP(T, int(docs.word_ids.max()) + 1, seed=0, window=docs.n_docs)
+    hygiene = TopicHygiene(**{**(OnlineHDP.hygiene_defaults or {}), "warmup_docs": 1000})
+    recent = RecentDocs(hygiene.recent_window)
+    for i, start in enumerate(range(0, docs.n_docs, 256), 1):
+        batch = docs.slice(start, min(docs.n_docs, start + 256))
+        if i % 10 == 0 or start + 256 >= docs.n_docs:
+            hygiene.apply(model, recent.batch(), unseen_docs=batch)
+        model.partial_fit(batch)
+        recent.append(batch)
+    w = model.topic_weights()
+    n = mass_topics(w, 0.95)
+    assert abs(n - len(truth)) <= 2, n
+    phi = model.topic_word()
+    held = np.flatnonzero(w >= 0.005)
+    to_planted = hellinger_matrix(np.vstack([truth, phi[held]]))[: len(truth), len(truth) :]
+    assert to_planted.min(axis=1).max() < 0.35, to_planted.min(axis=1).round(2)
+    pairs = hellinger_matrix(phi[np.argsort(-w)[:n]])
+    np.fill_diagonal(pairs, np.inf)
+    assert pairs.min() > DUPLICATE
