@@ -262,6 +262,9 @@ def show_topics(
     ctx: typer.Context,
     redis_url: RedisUrl = None,
     limit: Annotated[int | None, typer.Option(help="Show only the N most prevalent topics")] = None,
+    show_empty: Annotated[
+        bool, typer.Option("--all", help="Also show the empty topic slots (unused, or freed by topic hygiene)")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON")] = False,
 ) -> None:
     """Print the current topics (top words, prevalence, drift) from the newest snapshot in Redis."""
@@ -281,7 +284,7 @@ def show_topics(
     if as_json:
         print(json.dumps(summary))
     else:
-        Console().print(topics_table(summary, limit=limit, names=names))
+        Console().print(topics_table(summary, limit=limit, names=names, show_empty=show_empty))
         if events:
             Console().print("recent topic events (newest first):\n  " + "\n  ".join(render_lineage(events)))
 

@@ -6,15 +6,30 @@ from typing import Any
 
 from rich.table import Table
 
-__all__ = ["topics_table"]
+__all__ = ["EMPTY", "topics_table"]
+
+#: A topic slot holding less of the corpus than this is empty: never used yet, or freed by topic hygiene (a merge
+#: or a retirement moved its tokens away). Topic hygiene's own line (``TopicHygiene.empty_below``).
+EMPTY = 1e-4
 
 
 def topics_table(
-    summary: dict[str, Any], n_words: int = 8, limit: int | None = None, names: dict[int, str] | None = None
+    summary: dict[str, Any],
+    n_words: int = 8,
+    limit: int | None = None,
+    names: dict[int, str] | None = None,
+    show_empty: bool = False,
 ) -> Table:
     """The topics of a snapshot summary as a rich table, most prevalent first (with their names, if any); the
-    background topic (the words every article uses) is marked as such."""
+    background topic (the words every article uses) is marked as such. Empty slots (:data:`EMPTY`) are left out
+    unless ``show_empty``: their top words are leftovers, and an online HDP has most of its truncation empty; the
+    caption says how many were left out."""
+    rows = sorted(summary["topics"], key=lambda t: -t["prevalence"])
+    hidden = 0 if show_empty else sum(1 for t in rows if t["prevalence"] < EMPTY)
+    rows = rows if show_empty else [t for t in rows if t["prevalence"] >= EMPTY]
     table = Table(
+        caption=f"{hidden} empty topic slots not shown (--all shows them)" if hidden else None,
+        caption_justify="left",
         title=f"{summary['algorithm']} · snapshot v{summary['version']} · "
         f"{summary['articles_learned']:,} articles · {summary['topics_used']} topics used · "
         f"drift {summary['model_drift']:.3f}",
@@ -26,7 +41,6 @@ def topics_table(
     table.add_column("prevalence", justify="right")
     table.add_column("drift", justify="right")
     table.add_column("top words")
-    rows = sorted(summary["topics"], key=lambda t: -t["prevalence"])
     for t in rows[:limit]:
         label = f"{t['topic']} (background)" if t.get("background") else str(t["topic"])
         cells = [label] + ([names.get(t["topic"], "")] if names else [])

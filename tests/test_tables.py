@@ -1,0 +1,30 @@
+"""The topics table a person reads (service/tables.py)."""
+
+from __future__ import annotations
+
+from service.tables import EMPTY, topics_table
+
+
+def summary(prevalences: list[float]) -> dict:
+    return {
+        "algorithm": "ohdp",
+        "version": 7,
+        "articles_learned": 1000,
+        "topics_used": sum(p >= 0.01 for p in prevalences),
+        "model_drift": 0.0,
+        "topics": [
+            {"topic": k, "prevalence": p, "drift": 0.0, "top_words": [f"w{k}"], "background": False}
+            for k, p in enumerate(prevalences)
+        ],
+    }
+
+
+def test_empty_slots_are_left_out_and_counted_unless_asked_for() -> None:
+    s = summary([0.5, 0.0, 0.3, EMPTY / 2, 0.2 - EMPTY / 2, EMPTY])
+    table = topics_table(s)
+    assert list(table.columns[0].cells) == ["0", "2", "4", "5"]  # most prevalent first; EMPTY itself is a topic
+    assert table.caption == "2 empty topic slots not shown (--all shows them)"
+    everything = topics_table(s, show_empty=True)
+    assert list(everything.columns[0].cells) == ["0", "2", "4", "5", "3", "1"] and everything.caption is None
+    assert list(topics_table(s, limit=2).columns[0].cells) == ["0", "2"]
+    assert topics_table(summary([0.6, 0.4])).caption is None
