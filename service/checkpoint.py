@@ -145,9 +145,9 @@ class SnapshotWriter:
         cap.slot_words = slot_words
         return cap
 
-    def _describe(self, cap: Capture) -> None:
+    def _describe(self, cap: Capture) -> float:
         """Labels, drift and the background topic from the captured state (writer thread): a throw-away model
-        rebuilt from the copy."""
+        rebuilt from the copy; and the topic-hygiene plan, if one is due (``plan``). Returns the plan's seconds."""
         shadow = cap.model_class.from_state(cap.payload["kernel"])
         phi = shadow.topic_word()
         cap.background = shadow.background_topic(phi)
@@ -158,8 +158,13 @@ class SnapshotWriter:
             cap.drift = hellinger_rows(phi, self._prev_phi)
         self._prev_phi = phi.astype(np.float32)
         del phi
-        if self.plan is not None and (shadow is not None or cap.unseen_docs is not None):
-            self.plan(shadow, cap)
+        if self.plan is None or (shadow is None and cap.unseen_docs is None):
+            return 0.0
+        t0 = time.perf_counter()
+        self.plan(shadow, cap)
+        spent = time.perf_counter() - t0
+        self.metrics.hygiene_plan_duration.observe(spent)
+        return spent
 
     def submit(self, capture: Future[Capture]) -> None:
         self._idle.clear()
@@ -194,7 +199,7 @@ class SnapshotWriter:
             log.exception("capturing the state for a snapshot failed")
             return
         try:
-            self._describe(cap)
+            t0 += self._describe(cap)  # the hygiene plan's time is its own series, not the snapshot's
         except Exception:
             self.metrics.snapshot_failures.inc()
             log.exception("describing the captured state failed")

@@ -98,6 +98,12 @@ class Metrics:
         self.snapshot_age = gauge("topicstream_snapshot_age_seconds", "Seconds since the newest snapshot was written")
         self.snapshot_age.set_function(self._snapshot_age)
         self.snapshot_failures = counter("topicstream_snapshot_failures_total", "Snapshot writes or loads that failed")
+        self.hygiene_plan_duration = histogram(
+            "topicstream_topic_hygiene_plan_seconds",
+            "Time the snapshot writer spent planning topic hygiene on a snapshot's copy (learner; not part of "
+            "topicstream_snapshot_duration_seconds): docs/topic-hygiene.md",
+            buckets=_DURATION_BUCKETS,
+        )
 
         # The model.
         self.vocabulary_words = gauge("topicstream_vocabulary_words", "Words currently holding a vocabulary slot")

@@ -233,6 +233,8 @@ def test_hdp_deletes_are_scored_on_documents_its_snapshot_never_learned(settings
     assert retired  # retire_below is 0: only the delete move retires
     assert all(e.version >= 3 for e in retired)  # planned on a copy, scored at the next capture, made after it
     assert sample(learner.metrics, "topicstream_topic_events_total", kind="retire") == len(retired)
+    # every plan is timed in its own series: the captures that held a copy, and those that planned on one
+    assert sample(learner.metrics, "topicstream_topic_hygiene_plan_seconds_count") >= 2 * len(scored)
 
 
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
