@@ -17,19 +17,19 @@ Moves and their acceptance rules, in the order ``apply`` runs them:
 
 retire
     A live topic whose weight (``model.topic_weights()``) is below ``retire_below`` is deleted; its tokens go
-    to the other topics by responsibility (bnpy's delete move). Off by default for SCVB0-sized K; for the HDP it
-    is what makes the number of topics follow the data rather than the truncation.
+    to the other topics by responsibility (bnpy's delete move). Off by default (``retire_below=0``): on real
+    corpora it bounds the HDP's count at a cost in held-out likelihood (``docs/ohdp.md``), so the HDP deletes by
+    the held-out move below instead.
 delete (held-out)
     Off by default (``delete_tries=0``). With ``unseen_docs`` (documents the model has not learned yet) and
     past the warm-up, live topics under ``delete_below`` are deleted, smallest first in groups, when document
     completion on ``unseen_docs`` does not drop by more than ``delete_tolerance`` (:mod:`kernels._delete`); they
     are retire events. Scored on documents already learned, the topics born from them would pass. For the HDP.
 background merge (held-out)
-    Off by default (``merge_background=False``). With ``unseen_docs``, past the warm-up and while the model marks
-    no background topic: the two topics nearest the corpus-wide word distribution are merged when the merged
-    topic is then the background and document completion on ``unseen_docs`` does not drop by more than
-    ``delete_tolerance`` (:mod:`kernels._background_merge`: a background learned as two topics, which neither
-    merge below sees). For the HDP.
+    Off by default (``merge_background=False``). With ``unseen_docs`` and past the warm-up: the two heaviest
+    topics are merged when the merged topic is then the background the model marks and document completion on
+    ``unseen_docs`` does not drop by more than ``delete_tolerance`` (:mod:`kernels._background_merge`: the
+    generic words learned as two topics, which neither merge below sees). For the HDP.
 merge
     Two live topics whose word distributions are closer than ``threshold`` in Hellinger distance,
     H(p, q) = sqrt(1 − Σ_w sqrt(p_w q_w)), are merged: the smaller into the larger (the larger keeps its id).
@@ -256,6 +256,12 @@ class TopicHygiene:
         self.merge_background = merge_background
         check_positive_int("recent_window", recent_window)
         self.recent_window = int(recent_window)
+
+    @property
+    def scores_unseen(self) -> bool:
+        """True when a move is scored on documents the model has not learned (``unseen_docs`` of :meth:`apply`):
+        the held-out delete move or the background merge."""
+        return self.delete_tries > 0 or self.merge_background
 
     # ------------------------------------------------------------------ the entry point
     def apply(

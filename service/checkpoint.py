@@ -75,7 +75,7 @@ class Capture:
     topic_ids: list[int] = field(default_factory=list)  # stable id of each slot
     hygiene_docs: Any = None  # recent documents (a kernels.Batch) when topic hygiene is to be planned on this copy
     #: Documents learned since the last capture with ``hygiene_docs``, which that capture's copy never learned (a
-    #: kernels.Batch): the held-out delete move of the plan made on that copy is scored on them.
+    #: kernels.Batch): the held-out moves of the plan made on that copy are scored on them.
     unseen_docs: Any = None
     background: int | None = None  # slot of the background topic (TopicModel.background_topic), set by the writer
 

@@ -56,11 +56,11 @@ __all__ = ["Learner", "LeaseLost", "StateMismatch"]
 
 log = logging.getLogger(__name__)
 
-#: Documents the held-out delete move of topic hygiene is scored on: the next ones learned after the copy it is
+#: Documents the held-out moves of topic hygiene are scored on: the next ones learned after the copy they are
 #: planned on (docs/topic-hygiene.md, "In the service").
 UNSEEN_DOCS = 256
-#: Fewer unseen documents than this (a stream gone quiet between two snapshots) and the plan skips the delete move:
-#: document completion on a handful of documents would delete or keep topics by chance.
+#: Fewer unseen documents than this (a stream gone quiet between two snapshots) and the plan skips the held-out
+#: moves: document completion on a handful of documents would delete, merge or keep topics by chance.
 UNSEEN_MIN_DOCS = 64
 
 
@@ -96,7 +96,7 @@ class Learner(BatchWorker):
         self.hygiene = TopicHygiene(**tidy) if moves_ok else None
         #: The latest documents learned, that hygiene is planned on.
         self._recent = RecentDocs(self.hygiene.recent_window if self.hygiene is not None else 1)
-        #: With the held-out delete move: the batches learned since the last capture that hygiene was planned on
+        #: With held-out moves: the batches learned since the last capture that hygiene was planned on
         #: (that capture's copy never learned them), up to UNSEEN_DOCS documents; None while none is waiting.
         self._unseen: list[Batch] | None = None
         #: Writer thread: the copy hygiene is planned on once the next capture brings its unseen documents, and
@@ -326,7 +326,7 @@ class Learner(BatchWorker):
             if now - self._last_hygiene >= s.topic_hygiene_every_s:
                 self._last_hygiene = now
                 recent = self._recent.batch()
-                if recent is not None and self.hygiene.delete_tries > 0:
+                if recent is not None and self.hygiene.scores_unseen:
                     self._unseen = []
         meta = {"algorithm": s.algorithm, "topics": s.topics, "articles_learned": articles_learned}
         extra = {"articles_learned": articles_learned, "lineage": self.lineage.state_dict()}
@@ -343,9 +343,9 @@ class Learner(BatchWorker):
         unseen ones: plan topic hygiene; the moves are made on the live model at the next capture
         (:meth:`TopicHygiene.replay`).
 
-        With the held-out delete move the plan waits for the next capture: the move must be scored on documents
-        the copy never learned (``kernels/_delete.py``), and those are the ones learned in between
-        (``cap.unseen_docs``). The copy is held meanwhile, one K×W array."""
+        With held-out moves (the delete move, the background merge) the plan waits for the next capture: they must
+        be scored on documents the copy never learned (``kernels/_delete.py``), and those are the ones learned in
+        between (``cap.unseen_docs``). The copy is held meanwhile, one K×W array."""
         hygiene = self.hygiene
         assert hygiene is not None  # the hook is given to the writer only with hygiene on
         if self._held is not None and cap.unseen_docs is not None:
@@ -353,7 +353,7 @@ class Learner(BatchWorker):
             unseen = cap.unseen_docs if cap.unseen_docs.n_docs >= UNSEEN_MIN_DOCS else None
             self._planned = hygiene.apply(cast(SupportsTopicMoves, held), recent, unseen)
         if shadow is not None:
-            if hygiene.delete_tries > 0:
+            if hygiene.scores_unseen:
                 self._held = (shadow, cap.hygiene_docs)
             else:
                 self._planned = hygiene.apply(cast(SupportsTopicMoves, shadow), cap.hygiene_docs)
