@@ -32,8 +32,8 @@ column "service": the service's default hygiene for the HDP (``OnlineHDP.hygiene
 0.35 and by co-occurrence, :mod:`kernels._cooccur`, ``merge_correlation=0.3``; the held-out delete move; no
 births) in one call before every 10th and the last batch, as the learner plans it on a snapshot's copy: merges on
 the latest documents learned (``recent_window``: 1,024 for the HDP; ``--recent-window`` replaces it), the delete
-move scored on the batch about to be learned, which the copy never learns; column "cooccur": the same without the
-delete move.
+move and the background merge scored on the batch about to be learned, which the copy never learns; column
+"cooccur": the same without those held-out moves.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def run(
     elif hygiene == "delete":
         tidy = TopicHygiene(threshold=0.35, warmup_docs=warmup, delete_tries=8, max_births=0)
     elif hygiene in ("service", "cooccur"):
-        no_delete = {"delete_tries": 0} if hygiene == "cooccur" else {}
+        no_delete = {"delete_tries": 0, "merge_background": False} if hygiene == "cooccur" else {}
         tidy = TopicHygiene(**{**(OnlineHDP.hygiene_defaults or {}), "warmup_docs": warmup, **no_delete})
     if tidy is not None and recent_window is not None:
         tidy.recent_window = recent_window
