@@ -41,7 +41,11 @@ from ._pf_gibbs import InitPlan, TokenDocs, gibbs_init, install_init
 from ._pf_pools import forget_words
 from ._pf_readout import fold_in_mean_field, mean_phi_columns
 
-__all__ = ["ParticleFilterLDA"]
+__all__ = ["BACKGROUND_DOCS", "ParticleFilterLDA"]
+
+#: How many times as many documents as the next topic the background topic must be used by
+#: (:meth:`ParticleFilterLDA.background_topic`; the online HDP's ``BACKGROUND_TABLES`` is the same ratio of tables).
+BACKGROUND_DOCS = 1.5
 
 _MODES = ("none", "reservoir", "history")
 # Python-side state besides the bundles: the buffer of the initial sample.
@@ -316,6 +320,25 @@ class ParticleFilterLDA(TopicModel):
         if tot <= 0:
             return np.full(self.n_topics, 1.0 / self.n_topics)
         return np.asarray(nk / tot, dtype=np.float64)
+
+    def background_topic(self, phi: NDArray[np.float64] | None = None) -> int | None:
+        """The topic the most documents use, if at least :data:`BACKGROUND_DOCS` times as many as use the next
+        topic, else None (``phi`` is not needed).
+
+        The documents are those the filter still keeps counts for (the reservoir's, and the open one), with their
+        whole document–topic counts n_d· in the heaviest particle: a document uses topic k when n_dk > 0. Every
+        article uses the generic words, a desk's words only its own articles, so the background is the topic that
+        stands out by documents, as the online HDP's does by tables (``OnlineHDP.background_topic``); the test on
+        φ that SCVB0 uses picked the football desk on the particle filter's demo stream.
+        """
+        docs = self.doc_rows_
+        held = np.flatnonzero(docs.slot_refs[:-1] > 0)  # the last slot is scratch
+        if held.size < 2 or self.n_topics < 2:
+            return None
+        heaviest = int(np.argmax(self.particles_.weights))
+        using = np.count_nonzero(docs.drows[docs.dptr[held, heaviest]] > 0, axis=0)
+        first, second = np.argsort(-using, kind="stable")[:2]
+        return int(first) if using[first] > 0 and using[first] >= BACKGROUND_DOCS * using[second] else None
 
     def reset_words(self, word_ids: ArrayLike) -> None:
         ids = self._check_word_ids(word_ids)

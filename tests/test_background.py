@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kernels import SCVB0, Batch, background_topic
+from kernels import SCVB0, Batch, ParticleFilterLDA, background_topic
 from kernels.background import background_distances
 from kernels.hygiene import hellinger_matrix
 from kernels.ohdp import OnlineHDP
@@ -143,3 +143,19 @@ def test_topic_table_marks_the_background_topic() -> None:
     }
     cells = [list(col.cells) for col in topics_table(summary).columns]
     assert cells[0] == ["0 (background)", "1"]
+
+
+@pytest.mark.parametrize(("generic", "expected"), [(True, 0), (False, None)])
+def test_particle_filter_marks_the_topic_every_document_uses(generic: bool, expected: int | None) -> None:
+    """The particle filter's background topic is the one the most documents it keeps counts for use, by at least
+    ``kernels.particle_filter.BACKGROUND_DOCS`` times the next. The model starts from given topic assignments: 40
+    documents of 10 tokens; with ``generic`` half of every document's tokens are topic 0 and the rest one of topics
+    1–3 in turn, else each document is all one topic of four in turn."""
+    docs = Batch.from_docs([(np.arange(10) + 10 * (d % 4), np.ones(10)) for d in range(40)])
+    if generic:
+        z = np.concatenate([[0] * 5 + [1 + d % 3] * 5 for d in range(40)])
+    else:
+        z = np.concatenate([[d % 4] * 10 for d in range(40)])
+    model = ParticleFilterLDA(n_topics=4, n_words=40, seed=0, init_docs=0)
+    model.initialize_from(docs, z)
+    assert model.background_topic() == expected
