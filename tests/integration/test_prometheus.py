@@ -163,7 +163,13 @@ def running(settings: Settings, prometheus_binary: str, tmp_path: Path) -> Itera
     """Learner, replica, a steady producer and Prometheus, all running; yields (Prometheus, replica's server)."""
     # The deployed topology: replicas publish, the learner does not (deploy/README.md, "Who publishes").
     s = settings.model_copy(
-        update={"vocab_size": 16384, "snapshot_every_s": 1.0, "snapshot_every_batches": 5, "learner_publish": False}
+        update={
+            "vocab_size": 16384,
+            "snapshot_every_s": 1.0,
+            "snapshot_every_batches": 5,
+            "learner_publish": False,
+            "topic_hygiene_every_s": 1.0,  # plans often enough for the hygiene-plan histogram's panel query
+        }
     )
     rs = s.model_copy(update={"output_topic": s.output_topic + "-replica", "group_id": s.group_id + "-replicas"})
     ensure_topics(rs, {rs.output_topic: 1})
