@@ -29,7 +29,7 @@ from ._batch import Batch
 from ._events import SupportsTopicMoves
 from ._moves import mean_loglik
 
-__all__ = ["completion_halves", "heldout_deletes"]
+__all__ = ["completion_halves", "completion_score", "heldout_deletes"]
 
 
 def completion_halves(docs: Batch) -> tuple[Batch, Batch]:
@@ -46,6 +46,12 @@ def completion_halves(docs: Batch) -> tuple[Batch, Batch]:
             u, c = np.unique(part, return_counts=True)
             out.append((u.astype(np.int64), c.astype(np.float64)))
     return Batch.from_docs(first), Batch.from_docs(second)
+
+
+def completion_score(model: SupportsTopicMoves, observed: Batch, held_out: Batch) -> float:
+    """Document completion: the mean per-token log-likelihood of ``held_out`` with θ inferred from ``observed``
+    (:func:`completion_halves`) and the model's topics fixed."""
+    return mean_loglik(model.transform(observed), model.topic_word(), held_out)
 
 
 def heldout_deletes(
@@ -65,7 +71,7 @@ def heldout_deletes(
     weights = model.topic_weights()
     live = weights >= empty_below
     cand = [int(k) for k in np.argsort(weights, kind="stable") if live[k] and weights[k] < candidates_below]
-    base = mean_loglik(model.transform(observed), model.topic_word(), held_out)
+    base = completion_score(model, observed, held_out)
     done: list[tuple[int, float]] = []
     size = (len(cand) + 1) // 2
     tries = 0
@@ -78,7 +84,7 @@ def heldout_deletes(
         trial = copy.deepcopy(model)
         for k in group:
             trial.delete_topic(k)
-        score = mean_loglik(trial.transform(observed), trial.topic_word(), held_out)
+        score = completion_score(trial, observed, held_out)
         tries += 1
         if score >= base - tolerance:
             for k in group:

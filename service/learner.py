@@ -36,7 +36,7 @@ from confluent_kafka import OFFSET_BEGINNING, Message
 from numpy.typing import NDArray
 
 from kernels import Batch, TopicModel
-from kernels.hygiene import Event, RecentDocs, SupportsTopicMoves, TopicHygiene, recent_batch
+from kernels.hygiene import Event, RecentDocs, SupportsTopicMoves, TopicHygiene
 from kernels.registry import kernel_class
 
 from .checkpoint import Capture, SnapshotWriter
@@ -96,9 +96,9 @@ class Learner(BatchWorker):
         self.hygiene = TopicHygiene(**tidy) if moves_ok else None
         #: The latest documents learned, that hygiene is planned on.
         self._recent = RecentDocs(self.hygiene.recent_window if self.hygiene is not None else 1)
-        #: With held-out moves: the batches learned since the last capture that hygiene was planned on
-        #: (that capture's copy never learned them), up to UNSEEN_DOCS documents; None while none is waiting.
-        self._unseen: list[Batch] | None = None
+        #: With held-out moves: the latest UNSEEN_DOCS documents learned since the last capture that hygiene was
+        #: planned on (that capture's copy never learned them); None while no copy waits for them.
+        self._unseen: RecentDocs | None = None
         #: Writer thread: the copy hygiene is planned on once the next capture brings its unseen documents, and
         #: the recent documents captured with it.
         self._held: tuple[TopicModel, Batch] | None = None
@@ -252,7 +252,7 @@ class Learner(BatchWorker):
             return np.zeros((0, self.settings.topics))
         if self.hygiene is not None:
             self._recent.append(batch.encoded.batch)
-            if self._unseen is not None and sum(b.n_docs for b in self._unseen) < UNSEEN_DOCS:
+            if self._unseen is not None:
                 self._unseen.append(batch.encoded.batch)
         return self.model.partial_fit_transform(batch.encoded.batch)
 
@@ -321,13 +321,13 @@ class Learner(BatchWorker):
                 model = cast(SupportsTopicMoves, self.model)  # checked in __init__
                 events = self.lineage.record(self.hygiene.replay(model, planned), 0, time.time())
             if self._unseen is not None:
-                unseen, self._unseen = recent_batch(self._unseen, UNSEEN_DOCS), None
+                unseen, self._unseen = self._unseen.batch(), None
             now = time.monotonic()
             if now - self._last_hygiene >= s.topic_hygiene_every_s:
                 self._last_hygiene = now
                 recent = self._recent.batch()
                 if recent is not None and self.hygiene.scores_unseen:
-                    self._unseen = []
+                    self._unseen = RecentDocs(UNSEEN_DOCS)
         meta = {"algorithm": s.algorithm, "topics": s.topics, "articles_learned": articles_learned}
         extra = {"articles_learned": articles_learned, "lineage": self.lineage.state_dict()}
         cap = self.writer.capture(seq, self.model, vocab_state, slot_words, offsets, extra, meta)

@@ -9,7 +9,8 @@ from rich.table import Table
 __all__ = ["EMPTY", "topics_table"]
 
 #: A topic slot holding less of the corpus than this is empty: never used yet, or freed by topic hygiene (a merge
-#: or a retirement moved its tokens away). Topic hygiene's own line (``TopicHygiene.empty_below``).
+#: or a retirement moved its tokens away). Topic hygiene's own line (``TopicHygiene.empty_below``), written again
+#: rather than imported: importing ``kernels`` would load numba into every command that prints a table.
 EMPTY = 1e-4
 
 
