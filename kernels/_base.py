@@ -31,7 +31,15 @@ from numpy.typing import ArrayLike, NDArray
 
 from ._batch import Batch, Docs, as_batch
 
-__all__ = ["EXACT_FASTMATH", "Saved", "TopicModel", "check_interval", "check_positive_int", "state_array"]
+__all__ = [
+    "EXACT_FASTMATH",
+    "Saved",
+    "TopicModel",
+    "check_interval",
+    "check_positive_int",
+    "mass_topics",
+    "state_array",
+]
 
 #: numba ``fastmath`` flags of the kernels' loops: every LLVM fast-math flag except ``reassoc``. With reassociation
 #: LLVM may split a sum into vector lanes in a way that depends on where the arrays start in memory, and SCVB0 and
@@ -43,6 +51,18 @@ T = TypeVar("T", bound="TopicModel")
 
 # State values must be one of these so that snapshots can store them without pickle.
 StateValue = np.ndarray | int | float | str | bool | dict | list | None
+
+
+def mass_topics(weights: ArrayLike, mass: float = 0.95) -> int:
+    """The fewest topics whose weights add up to ``mass`` of the total (how many topics the model uses).
+
+    >>> mass_topics([0.6, 0.3, 0.08, 0.02])
+    3
+    """
+    w = np.sort(np.asarray(weights, dtype=np.float64))[::-1]
+    if w.size == 0 or not w.sum() > 0:
+        return 0
+    return min(int(w.size), int(np.searchsorted(np.cumsum(w) / w.sum(), mass)) + 1)
 
 
 def check_positive_int(name: str, value: Any) -> None:
@@ -275,6 +295,12 @@ class TopicModel(abc.ABC):
     def topics_used(self, threshold: float = 0.01) -> int:
         """Number of topics whose prevalence is at least ``threshold``."""
         return int(np.count_nonzero(self.topic_weights() >= threshold))
+
+    def topics_holding(self, mass: float = 0.95) -> int:
+        """The fewest topics whose prevalence adds up to ``mass`` (:func:`mass_topics`). For the online HDP, near
+        ``n_topics`` it says that the truncation, not the data, limits the number of topics (docs/ohdp.md, "When
+        the truncation limits the count")."""
+        return mass_topics(self.topic_weights(), mass)
 
     def background_topic(self, phi: NDArray[np.float64] | None = None) -> int | None:
         """The background topic (the words every document uses), or None; ``phi``: :meth:`topic_word`, if the

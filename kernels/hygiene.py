@@ -84,10 +84,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import NDArray
 
 from ._background_merge import heldout_background_merge
-from ._base import check_interval, check_non_negative_int, check_positive_int
+from ._base import check_interval, check_non_negative_int, check_positive_int, mass_topics
 from ._batch import Batch, RecentDocs, as_batch, recent_batch, take_docs
 from ._birth import birth_proposal
 from ._cooccur import correlated_merges
@@ -120,14 +120,6 @@ def hellinger_matrix(phi: NDArray[np.floating]) -> NDArray[np.float64]:
     root = np.sqrt(np.asarray(phi, dtype=np.float64))
     bc = root @ root.T
     return np.sqrt(np.clip(1.0 - bc, 0.0, 1.0))
-
-
-def mass_topics(weights: ArrayLike, mass: float = 0.95) -> int:
-    """The fewest topics whose weights add up to ``mass`` of the total (how many topics the model uses)."""
-    w = np.sort(np.asarray(weights, dtype=np.float64))[::-1]
-    if w.size == 0 or not w.sum() > 0:
-        return 0
-    return min(int(w.size), int(np.searchsorted(np.cumsum(w) / w.sum(), mass)) + 1)
 
 
 class TopicHygiene:

@@ -401,6 +401,7 @@ class Learner(BatchWorker):
             "created_at": info.created_at,
             "articles_learned": cap.meta["articles_learned"],
             "topics_used": cap.topics_used,
+            "topics_holding_95": cap.topics_holding,
             "model_drift": model_drift,
             "topics": [
                 {
@@ -436,6 +437,7 @@ class Learner(BatchWorker):
         for k, w in enumerate(self.model.topic_weights()):
             m.topic_prevalence.labels(topic=str(ids[k])).set(float(w))
         m.topics_used.set(self.model.topics_used())
+        m.topics_holding.set(self.model.topics_holding())
         m.vocabulary_words.set(len(self.vocab))
         for name, value in self.model.diagnostics().items():
             m.kernel_stat.labels(stat=name).set(value)

@@ -124,6 +124,12 @@ class Metrics:
             "Prevalence-weighted mean Hellinger distance of the topics since the previous snapshot",
         )
         self.topics_used = gauge("topicstream_topics_used", "Topics holding at least 1% of the corpus weight")
+        self.topics_holding = gauge(
+            "topicstream_topics_holding_mass",
+            "The fewest topics holding 95% of the corpus weight (ohdp: above 0.8 of topicstream_topic_slots, the "
+            "truncation limits the number of topics: docs/ohdp.md)",
+        )
+        self.topic_slots = gauge("topicstream_topic_slots", "Topic slots K (ohdp: the truncation)")
         self.background_topic = gauge(
             "topicstream_background_topic",
             "Id of the background topic (the words every article uses: TopicModel.background_topic), -1 if none",
@@ -163,6 +169,7 @@ class Metrics:
 
     def describe_model(self, algorithm: str, n_topics: int, capacity: int) -> None:
         self.info.info({"algorithm": algorithm, "topics": str(n_topics), "role": self.role})
+        self.topic_slots.set(n_topics)
         self.vocabulary_capacity.set(capacity)
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:

@@ -6,12 +6,17 @@ from typing import Any
 
 from rich.table import Table
 
-__all__ = ["EMPTY", "topics_table"]
+__all__ = ["EMPTY", "TRUNCATION_LIMITS", "topics_table"]
 
 #: A topic slot holding less of the corpus than this is empty: never used yet, or freed by topic hygiene (a merge
 #: or a retirement moved its tokens away). Topic hygiene's own line (``TopicHygiene.empty_below``), written again
 #: rather than imported: importing ``kernels`` would load numba into every command that prints a table.
 EMPTY = 1e-4
+
+#: An online HDP whose topics holding 95 % of the weight fill more than this share of its truncation K is limited by
+#: K, not by the data (docs/ohdp.md, "When the truncation limits the count"); the alert
+#: ``TopicstreamTruncationLimitsTopics`` (deploy/prometheus/alerts.yml) uses the same share.
+TRUNCATION_LIMITS = 0.8
 
 
 def topics_table(
@@ -24,12 +29,20 @@ def topics_table(
     """The topics of a snapshot summary as a rich table, most prevalent first (with their names, if any); the
     background topic (the words every article uses) is marked as such. Empty slots (:data:`EMPTY`) are left out
     unless ``show_empty``: their top words are leftovers, and an online HDP has most of its truncation empty; the
-    caption says how many were left out."""
+    caption says how many were left out, and, for an online HDP, when its truncation limits the number of topics
+    (:data:`TRUNCATION_LIMITS`)."""
     rows = sorted(summary["topics"], key=lambda t: -t["prevalence"])
     hidden = 0 if show_empty else sum(1 for t in rows if t["prevalence"] < EMPTY)
     rows = rows if show_empty else [t for t in rows if t["prevalence"] >= EMPTY]
+    notes = [f"{hidden} empty topic slots not shown (--all shows them)"] if hidden else []
+    holding, slots = summary.get("topics_holding_95"), len(summary["topics"])
+    if summary["algorithm"] == "ohdp" and holding is not None and holding > TRUNCATION_LIMITS * slots:
+        notes.append(
+            f"{holding} of the {slots} topic slots hold 95 % of the weight: the truncation, not the data, limits "
+            "the number of topics; raise TOPICSTREAM_TOPICS (docs/ohdp.md)"
+        )
     table = Table(
-        caption=f"{hidden} empty topic slots not shown (--all shows them)" if hidden else None,
+        caption="\n".join(notes) or None,
         caption_justify="left",
         title=f"{summary['algorithm']} · snapshot v{summary['version']} · "
         f"{summary['articles_learned']:,} articles · {summary['topics_used']} topics used · "

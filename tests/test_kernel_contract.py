@@ -148,6 +148,10 @@ def test_topic_word_and_topic_weights_are_distributions(cls: type[TopicModel], t
         assert weights.shape == (K,) and np.all(weights >= 0)
         assert weights.sum() == pytest.approx(1.0, abs=1e-12)
         assert 0 <= model.topics_used() <= K
+        # The fewest topics holding 95 % of the weight: drop any one of them and the rest hold less.
+        held = model.topics_holding()
+        top = np.sort(weights)[::-1]
+        assert 1 <= held <= K and top[:held].sum() >= 0.95 - 1e-12 and top[: held - 1].sum() < 0.95
 
 
 def test_background_topic_is_a_topic_or_none_with_or_without_phi(trained: TopicModel) -> None:

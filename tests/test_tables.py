@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.tables import EMPTY, topics_table
+from service.tables import EMPTY, TRUNCATION_LIMITS, topics_table
 
 
 def summary(prevalences: list[float]) -> dict:
@@ -28,3 +28,14 @@ def test_empty_slots_are_left_out_and_counted_unless_asked_for() -> None:
     assert list(everything.columns[0].cells) == ["0", "2", "4", "5", "3", "1"] and everything.caption is None
     assert list(topics_table(s, limit=2).columns[0].cells) == ["0", "2"]
     assert topics_table(summary([0.6, 0.4])).caption is None
+
+
+def test_an_online_hdp_limited_by_its_truncation_is_told_to_raise_it() -> None:
+    crowded = summary([0.1] * 10) | {"topics_holding_95": 9}  # 9 of 10 slots hold 95 %: > TRUNCATION_LIMITS
+    caption = topics_table(crowded).caption
+    assert isinstance(caption, str) and "9 of the 10 topic slots hold 95 %" in caption
+    assert "raise TOPICSTREAM_TOPICS" in caption
+    assert topics_table(crowded | {"topics_holding_95": int(TRUNCATION_LIMITS * 10)}).caption is None
+    assert topics_table(crowded | {"algorithm": "scvb0"}).caption is None  # K is the number of topics asked for
+    both = topics_table(crowded | {"topics": crowded["topics"] + summary([0.0])["topics"]}).caption
+    assert isinstance(both, str) and both.splitlines()[0].startswith("1 empty topic slots not shown")

@@ -144,6 +144,9 @@ def test_snapshots_are_versioned_and_old_ones_expire(settings: Settings) -> None
     assert all(0 < ttl[v] <= s.snapshot_ttl_s for v in range(1, latest - 1))
     summary = store.summary()
     assert summary["version"] == latest and len(summary["topics"]) == s.topics
+    top = sorted((t["prevalence"] for t in summary["topics"]), reverse=True)
+    held = summary["topics_holding_95"]  # the fewest topics holding 95 % (the table's truncation caption reads it)
+    assert 1 <= held <= s.topics and sum(top[:held]) >= 0.95 - 1e-9 and sum(top[: held - 1]) < 0.95
 
 
 def test_topic_hygiene_planned_on_snapshots_merges_duplicates_in_the_live_model(settings: Settings) -> None:

@@ -85,6 +85,10 @@ def test_metrics_and_sigterm(settings: Settings) -> None:
         prevalence = [v for (n, _), v in samples.items() if n == "topicstream_topic_prevalence"]
         assert len(prevalence) == s.topics and abs(sum(prevalence) - 1) < 1e-6
         assert 1 <= value(samples, "topicstream_topics_used") <= s.topics
+        assert value(samples, "topicstream_topic_slots") == s.topics
+        top = sorted(prevalence, reverse=True)
+        held = int(value(samples, "topicstream_topics_holding_mass"))  # the fewest topics holding 95 %
+        assert 1 <= held <= s.topics and sum(top[:held]) >= 0.95 - 1e-6 and sum(top[: held - 1]) < 0.95
         lags = [v for (n, _), v in samples.items() if n == "topicstream_consumer_lag_messages"]
         assert lags and all(v >= 0 for v in lags)
         assert (
