@@ -195,8 +195,7 @@ class Learner(BatchWorker):
         # Continue above everything this prefix has seen, even versions whose data is unreadable.
         self.version = max([int(meta["version"]), *(v for v, _ in loaded.skipped)])
         self.articles_learned = int(payload.get("articles_learned", 0))
-        self.metrics.snapshot_version.set(self.version)
-        self.metrics.snapshot_timestamp.set(float(meta["created_at"]))
+        self.metrics.snapshot_seen(self.version, float(meta["created_at"]))
         log.info(
             "restored snapshot %d (%d articles learned); offsets %s",
             loaded.version,
@@ -417,9 +416,7 @@ class Learner(BatchWorker):
         self.store.put_summary(summary)
         SummaryHistory(self.store.r, self.store.prefix).append(summary)
         m = self.metrics
-        m.snapshot_size.set(info.size_bytes)
-        m.snapshot_version.set(info.version)
-        m.snapshot_timestamp.set(info.created_at)
+        m.snapshot_seen(info.version, info.created_at, info.size_bytes)
         m.model_drift.set(model_drift)
         m.background_topic.set(-1 if background is None else ids[background])
         for k, d in enumerate(cap.drift):

@@ -43,6 +43,7 @@ class Metrics:
         gauge = partial(Gauge, registry=r)
         histogram = partial(Histogram, registry=r)
         self.role = role
+        self._snapshot_created_at = 0.0  # of the newest snapshot seen (snapshot_seen), for the age gauge
 
         # Throughput.
         self.consumed = counter("topicstream_articles_consumed_total", "Messages read from the input topic")
@@ -163,8 +164,17 @@ class Metrics:
         for kind in ERROR_KINDS:
             self.errors.labels(kind=kind)
 
+    def snapshot_seen(self, version: int, created_at: float, size_bytes: int | None = None) -> None:
+        """The newest snapshot written (learner), restored (learner) or loaded (replica): its version, time and,
+        when known, size; the age gauge counts from ``created_at``."""
+        self._snapshot_created_at = created_at
+        self.snapshot_version.set(version)
+        self.snapshot_timestamp.set(created_at)
+        if size_bytes is not None:
+            self.snapshot_size.set(size_bytes)
+
     def _snapshot_age(self) -> float:
-        ts = self.snapshot_timestamp._value.get()
+        ts = self._snapshot_created_at
         return max(0.0, time.time() - ts) if ts > 0 else 0.0
 
     def describe_model(self, algorithm: str, n_topics: int, capacity: int) -> None:

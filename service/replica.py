@@ -126,9 +126,7 @@ class Replica(BatchWorker):
                 continue
             m = self.metrics
             m.snapshot_duration.observe(time.perf_counter() - t0)
-            m.snapshot_version.set(served.ref.version)
-            m.snapshot_size.set(int(meta.get("size_bytes", 0)))
-            m.snapshot_timestamp.set(float(meta["created_at"]))
+            m.snapshot_seen(served.ref.version, float(meta["created_at"]), int(meta.get("size_bytes", 0)))
             m.describe_model(served.ref.algorithm, served.model.n_topics, served.model.n_words)
             log.info("loaded snapshot %d", served.ref.version)
             return served
