@@ -53,6 +53,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 _PROCESS_FIELDS = (
     *CONNECTION_FIELDS,
     *TEST_SIZE_FIELDS,
+    "algorithm",
+    "topic_hygiene_every_s",
     "lease_ttl_s",
     "snapshot_every_batches",
     "snapshot_every_s",
