@@ -172,12 +172,13 @@ def kill_during_snapshot_write(stack: FaultStack, proc: Proc, timeout: float = 2
     return False
 
 
-@pytest.mark.parametrize("algorithm", ["scvb0", "ohdp"])
+@pytest.mark.parametrize("algorithm", ["scvb0", "ohdp", "pf"])
 def test_learner_killed_at_random_moments_loses_nothing_and_learns_each_article_once(
     make_stack: Callable[..., FaultStack], algorithm: str
 ) -> None:
-    """Also with the online HDP, whose topic hygiene holds a snapshot's copy between captures and makes its
-    moves at a later capture (planned every second here, so kills land between plans and moves)."""
+    """Every kernel (each restores its own state: the particle filter's reservoir and random generator too); the
+    online HDP's topic hygiene holds a snapshot's copy between captures and makes its moves at a later capture
+    (planned every second here, so kills land between plans and moves)."""
     hdp = algorithm == "ohdp"
     stack = make_stack(
         snapshot_every_batches=1,
