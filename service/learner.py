@@ -404,7 +404,9 @@ class Learner(BatchWorker):
             "model_drift": model_drift,
             "topics": [
                 {
-                    "topic": k,
+                    "topic": ids[k],  # the stable id, as in outputs, headers and gauges
+                    "slot": k,
+                    **({"name": self._names[ids[k]]} if ids[k] in self._names else {}),
                     "prevalence": float(cap.weights[k]),
                     "drift": float(cap.drift[k]),
                     "top_words": labels.top_words[k],

@@ -152,7 +152,8 @@ def test_snapshots_are_versioned_and_old_ones_expire(settings: Settings) -> None
 def test_topic_hygiene_planned_on_snapshots_merges_duplicates_in_the_live_model(settings: Settings) -> None:
     """The learner plans hygiene on a snapshot's copy (writer thread) and makes the moves at the next capture:
     on the demo generator's planted topics with spare slots, duplicates form and are merged in the live model,
-    the lineage in Redis says so, and the merged-away ids no longer label any topic."""
+    the lineage in Redis says so, and the merged-away ids no longer label any topic, in the model or in the
+    summary that ``topicstream topics`` and ``subscribe --words`` read."""
     from service.dev.generator import PLANTED_TOPICS, generate_articles
     from service.lineage import LineageStore
 
@@ -186,6 +187,10 @@ def test_topic_hygiene_planned_on_snapshots_merges_duplicates_in_the_live_model(
     live = set(learner.lineage.slot_ids)
     assert not {e.topic for e in merges} & live  # a merged-away id labels no slot any more
     assert {e.into for e in merges} <= live | {e.topic for e in merges}
+    # The summary (topicstream topics, subscribe --words, label) names topics by the same stable ids, with slots.
+    summary = learner.store.summary()
+    assert [(t["topic"], t["slot"]) for t in summary["topics"]] == list(zip(learner.lineage.slot_ids, range(s.topics)))
+    assert any(t["topic"] != t["slot"] for t in summary["topics"])  # the merges gave some slots new ids
 
 
 def test_hdp_deletes_are_scored_on_documents_its_snapshot_never_learned(settings: Settings) -> None:
