@@ -20,8 +20,9 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
  && pip install -r /tmp/requirements.txt
 COPY kernels ./kernels
 COPY service ./service
+COPY evaluation ./evaluation
 RUN pip install --no-deps . \
- && python -c "import kernels, service.cli"
+ && python -c "import kernels, service.cli, evaluation.command"
 
 # ---- runtime
 FROM ${PYTHON_IMAGE}
@@ -39,6 +40,7 @@ RUN groupadd --system --gid 10001 topicstream \
 USER 10001:10001
 WORKDIR /home/topicstream
 EXPOSE 9100
-# No HEALTHCHECK here: only `run` and `replica` serve /metrics (docker-compose.yml and the k8s probes check it).
+# No HEALTHCHECK here: only `run`, `replica` and `feeds` serve /metrics (docker-compose.yml and the k8s probes
+# check it where they run).
 ENTRYPOINT ["topicstream"]
 CMD ["--help"]

@@ -242,7 +242,7 @@ def feeds(
             timeout_s=s.feed_timeout_s,
             backoff_max_s=s.feed_backoff_max_s,
         )
-        poller.metrics.serve(s.metrics_port)
+        poller.metrics.serve(s.metrics_port, s.metrics_host)
         err.print(f"polling {len(urls)} feed(s) every {s.feed_interval_s:g}s into {s.input_topic}")
         try:
             if once:

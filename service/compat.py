@@ -47,9 +47,10 @@ REDIS_MAX_BULK_BYTES = 512 * 1024**2
 #: A vocabulary slot in a snapshot: its count (8 bytes), its word in the JSON header (a 3–30 letter word, quoted)
 #: and, the candidate table holding up to half as many entries, half a candidate's word and count. An estimate.
 VOCAB_BYTES_PER_SLOT = 48
-#: Python, numpy, numba and the clients before any model: the README's 490 MB at W = 65,536, K = 100 less the
-#: 3 × 52 MB + 26 MB of :func:`learner_peak_bytes`.
-PROCESS_BYTES = 300 * 1024**2
+#: Python, numpy, numba, the clients and the batch pipeline's buffers: the learner's measured peak (627 MB in the
+#: backlog of the README's "Performance" table, W = 65,536, K = 100) less the 28 B·W·K + 48 B·W of
+#: :func:`learner_peak_bytes`, rounded up.
+PROCESS_BYTES = 420 * 1024**2
 #: The settings that give a kernel its ``n_topics``, ``n_words`` and ``seed``.
 BASE_SETTINGS = {"n_topics": "TOPICSTREAM_TOPICS", "n_words": "TOPICSTREAM_VOCAB_SIZE", "seed": "TOPICSTREAM_SEED"}
 
