@@ -3,10 +3,11 @@
 A collapsed, zero-order (CVB0) treatment of the HDP after Sato, Kurihara & Nakagawa, "Practical collapsed
 variational Bayes inference for hierarchical Dirichlet process" (KDD 2012), run stochastically like SCVB0 (seed
 000). The topics are collapsed: a document's word–topic responsibilities are γ_wk ∝ φ̂_kw (N_jk^{¬w} + α0 β_k)
-with φ̂_kw = (N_wk + η)/(N_k + Wη) held fixed during the document; the corpus stick β is the posterior mean of
+with φ̂_kw = (N_wk + η)/(N_k + Vη) held fixed during the document (V: the vocabulary in use, estimated from the
+slots' tokens, not the capacity W; docs/ohdp.md, "The vocabulary in use"); the corpus stick β is the posterior mean of
 the top-level stick given the expected number of "tables" per topic (E[m_jk], Sato et al.), with the sticks
 ordered by size (the size-biased order of the GEM prior). New topics are *born* from the remaining stick: an
-empty topic explains every word with φ̂ = 1/W, so a document whose words the existing topics explain badly opens
+empty topic explains every word with φ̂ = 1/V, so a document whose words the existing topics explain badly opens
 one. Inside a minibatch, documents see the raw counts and tables of the documents processed before them (as the
 sequential first sweep of a collapsed sampler does), so topics are born at the data's own scale rather than all
 at once. The W×K statistics G = N^Φ, the step size and the window D are those of :mod:`kernels._hdp_base`.
