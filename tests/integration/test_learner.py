@@ -189,7 +189,9 @@ def test_topic_hygiene_planned_on_snapshots_merges_duplicates_in_the_live_model(
     assert {e.into for e in merges} <= live | {e.topic for e in merges}
     # The summary (topicstream topics, subscribe --words, label) names topics by the same stable ids, with slots.
     summary = learner.store.summary()
-    assert [(t["topic"], t["slot"]) for t in summary["topics"]] == list(zip(learner.lineage.slot_ids, range(s.topics)))
+    assert [(t["topic"], t["slot"]) for t in summary["topics"]] == list(
+        zip(learner.lineage.slot_ids, range(s.topics), strict=True)
+    )
     assert any(t["topic"] != t["slot"] for t in summary["topics"])  # the merges gave some slots new ids
 
 
@@ -205,9 +207,9 @@ def test_hdp_deletes_are_scored_on_documents_its_snapshot_never_learned(settings
     s = settings.model_copy(
         update={
             "algorithm": "ohdp",
-            "topics": 30,
+            "topics": 50,
             "topic_hygiene": None,
-            "topic_hygiene_every_s": 0.5,
+            "topic_hygiene_every_s": 0.01,
             "snapshot_every_batches": 3,
             "batch_size": 200,
         }
@@ -241,8 +243,8 @@ def test_hdp_deletes_are_scored_on_documents_its_snapshot_never_learned(settings
     assert retired  # retire_below is 0: only the delete move retires
     assert all(e.version >= 3 for e in retired)  # planned on a copy, scored at the next capture, made after it
     assert sample(learner.metrics, "topicstream_topic_events_total", kind="retire") == len(retired)
-    # every plan is timed in its own series: the captures that held a copy, and those that planned on one
-    assert sample(learner.metrics, "topicstream_topic_hygiene_plan_seconds_count") >= 2 * len(scored)
+    # every plan is timed in its own series: here every capture plans on the copy it held before and holds its own
+    assert sample(learner.metrics, "topicstream_topic_hygiene_plan_seconds_count") >= len(scored) + 1
 
 
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
