@@ -29,11 +29,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Unpack, cast
+from typing import Any, cast
 
 import numpy as np
 from confluent_kafka import OFFSET_BEGINNING, Message
 from numpy.typing import NDArray
+from typing_extensions import Unpack  # typing.Unpack from Python 3.11
 
 from kernels import Batch, TopicModel
 from kernels.hygiene import Event, RecentDocs, SupportsTopicMoves, TopicHygiene

@@ -17,11 +17,12 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Unpack
+from typing import Any
 
 import numpy as np
 from confluent_kafka import Message
 from numpy.typing import NDArray
+from typing_extensions import Unpack  # typing.Unpack from Python 3.11
 
 from kernels import TopicModel
 from kernels.registry import kernel_class
