@@ -16,7 +16,7 @@ Vocabulary (fixed, so that every method sees the same word ids)
     The words of the *training* documents with document frequency ≥ 2, the ``vocab_size`` most frequent by
     token count (ties by the word itself), numbered in that order. Test words outside it are dropped.
 
-Held-out log-likelihood per word (document completion, as in the architecture notes)
+Held-out log-likelihood per word (document completion; docs/benchmarks.md states it for every method)
     Each test document's in-vocabulary tokens are shuffled (NumPy PCG64 seeded with ``seed``, documents in
     file order) and split: the first ⌊n/2⌋ tokens are *observed*, the other ⌈n/2⌉ are *held out*. Documents
     with fewer than 2 tokens are skipped. θ_d is inferred from the observed half with the topics fixed

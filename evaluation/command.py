@@ -42,7 +42,7 @@ def evaluate(
     """Train ``algorithm`` on ``train_articles`` in a single pass and score it on ``test_articles``.
 
     ``on_batch(docs_done, docs_total)`` is called after every training batch (a progress bar). Returns the
-    ``topicstream eval`` JSON object (see the module docstring for how each value is measured).
+    ``topicstream eval`` JSON object (the package docstring, :mod:`evaluation`, says how each value is measured).
     """
     if algorithm not in ALGORITHM_NAMES:
         raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {sorted(ALGORITHM_NAMES)}")

@@ -56,7 +56,8 @@ def _doc_word_presence(reference: Batch, n_words: int) -> Any:
 
 
 def npmi_per_topic(top_ids: Sequence[Sequence[int]], reference: Batch, n_words: int) -> list[float]:
-    """NPMI coherence of each list of word ids over the documents of ``reference`` (see module docstring)."""
+    """NPMI coherence of each list of word ids over the documents of ``reference`` (defined in the package
+    docstring, :mod:`evaluation`)."""
     n_docs = reference.n_docs
     if n_docs == 0:
         return [float("nan")] * len(top_ids)

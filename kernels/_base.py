@@ -313,8 +313,8 @@ class TopicModel(abc.ABC):
     def diagnostics(self) -> dict[str, float]:
         """Kernel-specific numbers worth a dashboard (e.g. ESS, resamplings, current step size).
 
-        The service exports each as ``topicstream_kernel_stat{stat="<name>"}``. Default: the current step size
-        and nothing else is assumed; subclasses extend.
+        The service exports each as ``topicstream_kernel_stat{stat="<name>"}``. The base class reports nothing;
+        each kernel returns its own (step sizes, ESS, resamplings, ...).
         """
         return {}
 

@@ -23,8 +23,9 @@ __all__ = ["birth_proposal"]
 def birth_proposal(
     model: SupportsTopicMoves, build: Batch, phi: NDArray[np.float64], quantile: float, iterations: int
 ) -> tuple[NDArray[np.int64], NDArray[np.float64], float] | None:
-    """ψ, the words it covers, and its share of the build tokens, fitted by ``iterations`` EM steps to the worst
-    ``quantile`` of the ``build`` documents (see the module docstring); None when the fit takes no tokens."""
+    """``(words, psi, share)``: the words ψ covers, ψ on them, and its share of the build tokens, fitted by
+    ``iterations`` EM steps to the worst ``quantile`` of the ``build`` documents (see the module docstring); None
+    when the fit takes no tokens."""
     theta = model.transform(build)
     p = token_probs(theta, phi, build)
     doc_of = np.repeat(np.arange(build.n_docs), np.diff(build.indptr))

@@ -157,7 +157,7 @@ def _sum4(x: NDArray[np.float64]) -> float:  # pragma: no cover (compiled)
 
 
 # log(1 − x) by its series below this x (see :func:`cvb_batch`): through x⁸, the first term left out is below
-# x⁹/9 ≤ 2⁻⁶³/9, i.e. < 1e-18 relative to |log(1 − x)| ≥ x, under the rounding of ``np.log1p`` itself.
+# x⁸/9 relative to |log(1 − x)| ≥ x, i.e. ≤ 2⁻⁵⁶/9 ≈ 1.5e-18, under the rounding of ``np.log1p`` itself.
 _SERIES_BELOW = 1.0 / 128.0
 
 
@@ -235,7 +235,8 @@ def _add_doc(
 @njit(cache=True, nogil=True, fastmath=EXACT_FASTMATH)
 def cvb_batch(docs: CSR, fixed: Fixed, step: Step, out: Written) -> int:
     """The collapsed document step for a minibatch, accumulating Ĝ (``stat``, raw c·γ per distinct word) and
-    the expected tables Σ_j E[m_jk] = Σ_j α0β_k (ψ(α0β_k + N_jk) − ψ(α0β_k)) (Antoniak; Sato et al. 2012).
+    the expected tables Σ_j E[m_jk] ≈ Σ_j p_jk α0β_k (ψ(α0β_k + N_jk/p_jk) − ψ(α0β_k)), p_jk = P(n_jk > 0)
+    (the Antoniak mean given that topic k is used at all; Sato et al. 2012; see the comment in the loop).
 
     φ̂_kw = (N^Φ_wk + η)/(N^Z_k + Vη) from ``fixed`` (:class:`Fixed`), V = ``step.vocab``; if
     ``step.sequential``, the raw statistics of the minibatch's earlier documents are added to N^Φ for the later

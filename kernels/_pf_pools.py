@@ -1,10 +1,10 @@
 """Copy-on-write pools of the particle filter: count rows shared between particles, document slots.
 
-A particle writes a word-count row (:func:`own_row`) or a document-count row (:func:`own_drow`) only after
-making it private, so resampling copies a particle by copying row pointers, not its K·W counts, and a token
-step copies at most one K-long row per particle. :func:`copy_pairs` (the copy of step 4) visits only what can
-differ between particles: the words on the divergent-word list, the document slots in use and the reservoir
-tokens on the divergent-token list. :func:`forget_words` serves ``reset_words``. The layout is that of
+A particle writes a word-count row (:func:`own_row`) or a document-count row (:func:`own_drow`) only after making
+it private, so resampling copies a particle by copying row pointers, not its K·W counts, and a token step copies at
+most two K-long rows per particle (its word's and its document's). :func:`copy_pairs` (the copy of step 4) visits
+only what can differ between particles: the words on the divergent-word list, the document slots in use and the
+reservoir tokens on the divergent-token list. :func:`forget_words` serves ``reset_words``. The layout is that of
 :mod:`kernels._pf_state`; the design is described in ``docs/particle-filter.md``, "Storage".
 """
 

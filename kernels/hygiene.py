@@ -161,7 +161,7 @@ class TopicHygiene:
     birth_min_gain : float
         Held-out gain (nats per token) a birth must bring to be kept.
     em_iterations : int
-        EM iterations of a birth proposal.
+        EM iterations of a birth proposal and of a split's two halves.
     merge_correlation : float or None
         With ``recent_docs``, merge two live topics whose proportions θ_·k in them correlate above this (Pearson;
         :mod:`kernels._cooccur`); ``None`` (the default) disables it. On the planted corpora every pair above 0.3
@@ -473,6 +473,3 @@ class TopicHygiene:
             events.append(Event("birth", (k,), None, float(gain), proposal=(ids, probs, share)))
             phi, base = phi_new, score
         return events
-
-
-# ------------------------------------------------------------------------------------------------ helpers

@@ -294,8 +294,8 @@ def _elog_rows(G: CorpusStat, rows: NDArray[np.int64], eta: float) -> NDArray[np
 class StickBreakingHDP(OnlineHDPBase):
     """Seed 004's online variational HDP with corpus truncation K = ``n_topics``, ``algorithm = "ohdp-stick"``.
 
-    Parameters are those of :class:`kernels.ohdp.OnlineHDP` (``seed`` draws the initial topics,
-    λ ~ Gamma(1, 1)·D·100/(K·W) as in the paper's code; ``tol`` is the relative change of the document's
+    Parameters are those of :class:`kernels.ohdp.OnlineHDP` (``seed`` draws the initial topics, λ = η +
+    Gamma(1, 1)·D·100/(K·W), the paper's code's draw above the prior; ``tol`` is the relative change of the document's
     objective; ``max_iter`` caps its coordinate-ascent iterations), without ``sequential``, ``settle_docs`` and
     ``settled_tol``, and:
 
@@ -334,7 +334,8 @@ class StickBreakingHDP(OnlineHDPBase):
 
     def _init_state(self) -> None:
         K, W = int(self.n_topics), int(self.n_words)
-        # The paper's code (and gensim): λ ~ Gamma(1, 1)·D·100/(K·W), i.e. G = λ − η.
+        # The paper's code (and gensim) draws λ ~ Gamma(1, 1)·D·100/(K·W); we store G = λ − η, so G gets the draw
+        # and λ = η + G (a difference of η, 0.01, against draws of order D·100/(K·W)).
         self._init_corpus_state(self.rng_.gamma(1.0, 1.0, (W, K)) * (float(self.window) * 100.0 / (K * W)))
         # (u, v) of q(β'_k), k < K (Eq. 13), at the prior (1, γ).
         self.stick_u_ = np.ones(K - 1)

@@ -10,7 +10,7 @@ has acknowledged (otherwise a crash after the write would resume past outputs th
 2. **describe** (writer thread, :meth:`SnapshotWriter._describe`): φ, the topic labels and the drift against the
    previous snapshot, from a model rebuilt from the copy; then, for a capture that carries recent documents,
    the ``plan`` hook, which may change that throw-away model at will (the learner plans topic hygiene on it:
-   a second of work that never holds up a batch);
+   one to three seconds of a core that never hold up a batch);
 3. **wait** (writer thread) until every batch up to the captured one is acknowledged; a failed delivery discards
    the capture, and the learner stops;
 4. **write** (writer thread): pack, checksum and store in Redis (seconds for a large model), then the summary.

@@ -1,6 +1,7 @@
-"""The tables of README.md and docs/ that are generated from the code, and the one command that rewrites them.
+"""The tables of README.md (and of any page of docs/ that holds such a block) that are generated from the code, and
+the one command that rewrites them.
 
-``python -m service.doctables README.md docs/architecture.md`` (``make docs``) rewrites, in each file, every block
+``python -m service.doctables README.md docs/*.md`` (``make docs``) rewrites, in each file, every block
 between ``<!-- doctables:NAME -->`` and ``<!-- /doctables:NAME -->`` with the table :data:`GENERATORS` makes
 for NAME; ``--check`` only reports stale blocks (exit 1). ``tests/test_docs.py`` fails when a block differs from
 what the code says, so a renamed metric, a new setting or a new command cannot leave the README behind.
@@ -15,7 +16,8 @@ What each table is generated from:
   entry in :data:`HEADER_DOCS`, or generation fails);
 * ``dead-letter-reasons``: the reasons :func:`service.schemas.decode_article` can return (each needs an entry in
   :data:`REASON_DOCS`, or generation fails);
-* ``commands``: the typer app of :mod:`service.cli` (names, arguments, options and the first line of each help);
+* ``commands``: the typer app of :mod:`service.cli` (names, arguments, options and the first paragraph of each
+  help);
 * ``packages``: every Python package's docstring (first paragraph), plus :data:`DIRECTORY_DOCS` for the
   directories that are not packages;
 * ``service-benchmark``: the runs saved by ``python -m benchmarks.bench_service --save LABEL`` in
@@ -90,8 +92,8 @@ DIRECTORY_DOCS: dict[str, str] = {
     "Grafana dashboard and its provisioning, Kubernetes manifests; `deploy/README.md` explains them and the "
     "`docker-compose.yml` of the repository root.",
     "docs": "Not a package: the design the code relies on (`docs/architecture.md`), the kernels' notes, topic "
-    "hygiene, experiments and benchmark results (`docs/benchmarks.md` and `docs/experiments/` are written by "
-    "`make bench`).",
+    "hygiene, experiments and benchmark results (`docs/benchmarks.md` is written by `make bench`, "
+    "`docs/experiments/` by `python -m benchmarks.pf_experiment --out docs/experiments`).",
 }
 
 #: Options every command that talks to Kafka or Redis takes; left out of the commands table (said below it).

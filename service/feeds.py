@@ -9,8 +9,8 @@ acknowledged ones seen.
 
 A feed that fails (timeout, connection refused, an HTTP error, a body that is not a feed) is retried after
 ``interval · 2^(failures-1)`` seconds, capped at ``backoff_max_s``, less up to 10 % of jitter
-(:class:`service.backoff.Backoff`), and never sooner than a ``Retry-After`` header asks; its first success resets
-that.
+(:class:`service.backoff.Backoff`), and never sooner than a ``Retry-After`` header asks (up to the same cap); its
+first success resets that.
 """
 
 from __future__ import annotations

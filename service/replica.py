@@ -5,8 +5,8 @@ batch loop as the learner (:class:`service.worker.BatchWorker`: stage timings, l
 are the same metrics). They never change the model or the vocabulary. Bad input is the learner's to dead-letter; a
 replica skips it and counts it under ``topicstream_articles_rejected_total{reason}``.
 
-A follower thread polls Redis for a newer snapshot every ``poll_s`` seconds, loads it in the background (falling
-back to the newest readable kept version when the newest is corrupt) and the loop switches to it between two
+A follower thread polls Redis for a newer snapshot every ``poll_s`` seconds, loads it in the background (when the
+newest is unreadable, trying each older version down to the one it serves) and the loop switches to it between two
 batches. Any Redis error is logged, counted (``topicstream_errors_total{kind="redis"}``) and retried: the replica
 keeps serving its last model through a Redis outage and picks up new versions once Redis is back.
 """

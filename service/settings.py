@@ -63,7 +63,7 @@ class Settings(BaseSettings):
         gt=0,
         description="Topic hygiene is planned with a snapshot at most this often, seconds (on the snapshot "
         "writer's copy: one to three seconds of a core at K = 100, W = 65,536; the moves are made at the next "
-        "snapshot, those of the online HDP's held-out moves at the one after)",
+        "snapshot, or, with held-out moves as in the online HDP's default, the whole plan at the one after)",
     )
     topic_hygiene_splits: int = Field(
         0,

@@ -151,7 +151,11 @@ def matching_articles(
     reader: OutputReader, choice: TopicChoice, min_weight: float = 0.0
 ) -> Iterator[dict[str, Any] | None]:
     """Endless: one dict (id, title, topic, weight, model version) per output tagged with a followed topic whose
-    weight is at least ``min_weight``, and None after each quiet poll (so the caller can check for a stop)."""
+    weight is at least ``min_weight``, and None after each quiet poll (so the caller can check for a stop).
+
+    Topics are stable ids, and an output's ``mixture`` is indexed by slot, which differs from the id once topic
+    hygiene has moved a topic: the weight is read from the output's ``top_topics`` (id and weight), the entries
+    its ``X-Topics`` header lists."""
     while True:
         choice.update()
         msg = reader.poll(0.5)
@@ -162,9 +166,9 @@ def matching_articles(
         if not hit:
             continue
         event = json.loads(msg.value() or b"{}")
-        mixture = event.get("mixture") or []
-        topic = max(hit, key=lambda k: mixture[k] if k < len(mixture) else 0.0)
-        weight = mixture[topic] if topic < len(mixture) else 0.0
+        weights = {int(t["topic"]): float(t["weight"]) for t in event.get("top_topics") or []}
+        topic = max(hit, key=lambda k: weights.get(k, 0.0))
+        weight = weights.get(topic, 0.0)
         if weight < min_weight:
             continue
         yield {

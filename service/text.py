@@ -197,7 +197,7 @@ class Vocabulary:
     ----------
     capacity : number of slots (the kernels' ``n_words``).
     admit_count : occurrences (decayed) a new word needs before it gets a slot.
-    max_candidates : bound on the candidate table; default ``capacity // 2``.
+    max_candidates : bound on the candidate table; default ``max(16, capacity // 2)``.
     half_life_tokens : tokens after which a count has halved; default ``20 * capacity``.
 
     >>> v = Vocabulary(capacity=2, admit_count=1)

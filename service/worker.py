@@ -15,8 +15,9 @@ snapshot follower), :meth:`reject`, their consumer group and snapshot store (:me
 :meth:`open_store`) and, for the learner, when it must stop on its own (:meth:`must_stop`, :meth:`after_run`).
 
 Delivery guarantee (at least once, never lost): a batch's offsets are committed only when the broker has
-acknowledged every output and dead letter of *that* batch and of every batch before it. Commits are asynchronous
-and a failed commit is only counted: the learner's positions come from its snapshot, and a replica that restarts
+acknowledged every output and dead letter of *that* batch and of every batch before it. Commits between batches
+are asynchronous (``flush``, on a revocation, on close and at a checkpoint, commits and waits), and a failed commit
+is only counted: the learner's positions come from its snapshot, and a replica that restarts
 behind its committed offsets publishes duplicates, never gaps. A delivery that fails for good stops the worker
 (:class:`~service.kafka.DeliveryError`) before anything later is committed.
 """

@@ -1,7 +1,8 @@
 """``topicstream demo`` (what ``make run`` starts): the whole pipeline on one machine, with live topics.
 
-1. Start a local Kafka-protocol broker and Redis from pip-installed binaries, unless
-   ``TOPICSTREAM_KAFKA_BOOTSTRAP`` / ``TOPICSTREAM_REDIS_URL`` point at real ones.
+1. Start a local Kafka-protocol broker and Redis from pip-installed binaries, unless the environment sets
+   ``TOPICSTREAM_KAFKA_BOOTSTRAP`` and ``TOPICSTREAM_REDIS_URL`` to real ones (both, or neither: one alone is
+   refused with a clear message rather than half a local stack).
 2. Create the topics; start the learner (``topicstream run``) as a child process.
 3. Stream articles in (``topicstream produce``): a JSONL file, or generated articles by default.
 4. Show the live topics from the learner's snapshots in Redis, with throughput; Ctrl-C stops everything that
@@ -57,7 +58,15 @@ def run_demo(
     if articles is not None and not articles.exists():
         console.print(f"[red]no such file: {articles}[/red]")
         raise SystemExit(2)
-    use_local = "TOPICSTREAM_KAFKA_BOOTSTRAP" not in os.environ and "TOPICSTREAM_REDIS_URL" not in os.environ
+    configured = [name for name in ("TOPICSTREAM_KAFKA_BOOTSTRAP", "TOPICSTREAM_REDIS_URL") if name in os.environ]
+    if len(configured) == 1:
+        missing = ({"TOPICSTREAM_KAFKA_BOOTSTRAP", "TOPICSTREAM_REDIS_URL"} - set(configured)).pop()
+        console.print(
+            f"[red]{configured[0]} is set but {missing} is not: set both to use real services, or neither for a "
+            "local broker and Redis[/red]"
+        )
+        raise SystemExit(2)
+    use_local = not configured
     stack = LocalStack() if use_local else None
     workdir = Path(".topicstream")
     workdir.mkdir(exist_ok=True)

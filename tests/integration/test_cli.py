@@ -60,6 +60,17 @@ def test_topics_without_a_snapshot_says_so(settings: Settings) -> None:
     assert result.exit_code == 1 and "no snapshot" in result.output
 
 
+def test_demo_refuses_half_a_configuration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real broker but no Redis named (or the reverse): one clear line, exit 2, nothing started."""
+    for name in [k for k in os.environ if k.startswith("TOPICSTREAM_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["demo", "--duration", "1"], env={"TOPICSTREAM_KAFKA_BOOTSTRAP": "kafka:9092"})
+    assert result.exit_code == 2
+    assert "TOPICSTREAM_KAFKA_BOOTSTRAP is set but TOPICSTREAM_REDIS_URL is not" in result.output
+    assert not (tmp_path / ".topicstream").exists()
+
+
 def test_make_run_demo_invites_a_second_terminal_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     """`make run`'s demo starts a broker, Redis, learner and producer; the commands it prints for a second
     terminal (with the settings it writes to .topicstream/demo.env) see its model, which is the kernel and the

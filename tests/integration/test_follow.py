@@ -104,11 +104,16 @@ def test_words_are_re_resolved_when_a_new_summary_appears(settings: Settings) ->
     assert changes == [[3], [5]]
 
 
-def output(i: int, topics: list[int]) -> tuple[bytes, list[tuple[str, bytes]]]:
+def output(i: int, topics: list[int], slots: dict[int, int] | None = None) -> tuple[bytes, list[tuple[str, bytes]]]:
+    """An output event as the pipeline writes it: ``topics`` (stable ids) share the mixture equally; topic t sits in
+    slot ``slots[t]`` (default: t), as after a topic-hygiene move gave a slot a new id."""
+    slots = slots or {}
     mixture = [0.0] * 8
-    for k in topics:
-        mixture[k] = 1 / len(topics)
-    event = {"id": f"o{i}", "title": f"t{i}", "mixture": mixture, "model": {"version": 1}}
+    top = []
+    for t in topics:
+        mixture[slots.get(t, t)] = 1 / len(topics)
+        top.append({"topic": t, "weight": 1 / len(topics), "slot": slots.get(t, t)})
+    event = {"id": f"o{i}", "title": f"t{i}", "mixture": mixture, "top_topics": top, "model": {"version": 1}}
     return json.dumps(event).encode(), [(H_TOPICS, ",".join(map(str, topics)).encode())]
 
 
@@ -148,6 +153,30 @@ def test_reader_starts_now_without_a_group_join(settings: Settings) -> None:
         reader.close()
     assert got == [f"o{i}" for i in range(20, 40) if i % 3 == 1]
     print(f"\nsubscriber: first article {first_at:.2f}s after start (no group join)")
+
+
+def test_a_followed_topic_in_another_slot_gets_its_own_weight(settings: Settings) -> None:
+    """After hygiene, topic 31 lives in slot 3 (the mixture's index) and slot 31 does not exist: the subscriber
+    reads 31's weight from ``top_topics``, so ``min_weight`` keeps its articles and drops those where it is weak."""
+    s = settings
+    producer = Producer({"bootstrap.servers": s.kafka_bootstrap})
+    for i in range(6):  # o0, o2, o4: 31 alone (weight 1); o1, o3, o5: 31 beside 12 (0.5 each)
+        value, headers = output(i, [31] if i % 2 == 0 else [31, 12], slots={31: 3, 12: 1})
+        producer.produce(s.output_topic, value=value, headers=headers)
+    assert producer.flush(30) == 0
+    reader = OutputReader(s, s.output_topic, from_beginning=True)
+    choice = TopicChoice(SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix), fixed=frozenset({31}))
+    got: list[tuple[str, int, float]] = []
+    try:
+        lines = matching_articles(reader, choice, min_weight=0.75)
+        deadline = time.monotonic() + 30
+        while len(got) < 3 and time.monotonic() < deadline:
+            line = next(lines)
+            if line is not None:
+                got.append((line["id"], line["topic"], line["weight"]))
+    finally:
+        reader.close()
+    assert got == [("o0", 31, 1.0), ("o2", 31, 1.0), ("o4", 31, 1.0)]
 
 
 DESKS = {
