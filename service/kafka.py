@@ -66,7 +66,12 @@ def make_consumer(settings: Settings, group_id: str, **overrides: Any) -> _Consu
 
 
 def make_producer(settings: Settings, **overrides: str | int | bool) -> Producer:
-    """A producer that waits for all in-sync replicas and retries without reordering."""
+    """A producer that waits for all in-sync replicas and retries until the broker answers.
+
+    It is not idempotent (librdkafka's default): with five requests in flight, a batch retried after a broker
+    error may land after a later one, or twice. Delivery is at least once either way, and outputs and dead
+    letters are keyed by article id; ``TOPICSTREAM_KAFKA_CONFIG='{"enable.idempotence": "true"}'`` keeps the order
+    where the brokers support it."""
     conf: dict[str, str | int | bool] = {
         **_base(settings),
         "acks": "all",
