@@ -178,7 +178,7 @@ def test_learner_killed_at_random_moments_loses_nothing_and_learns_each_article_
 ) -> None:
     """Every kernel (each restores its own state: the particle filter's reservoir and random generator too); the
     online HDP's topic hygiene holds a snapshot's copy between captures and makes its moves at a later capture
-    (planned every second here, so kills land between plans and moves)."""
+    (planned every second here, so a kill can land between a plan and its moves)."""
     hdp = algorithm == "ohdp"
     stack = make_stack(
         snapshot_every_batches=1,
