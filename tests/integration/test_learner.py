@@ -253,7 +253,14 @@ def test_each_kernel_gets_its_own_hygiene_by_default(settings: Settings, algorit
             assert learner.hygiene is not None
             assert all(getattr(learner.hygiene, name) == value for name, value in defaults.items())
         assert (learner.hygiene is not None) == (algorithm != "pf")
-        assert algorithm != "ohdp" or (learner.hygiene is not None and learner.hygiene.merge_correlation == 0.3)
+        hygiene = learner.hygiene
+        if algorithm == "scvb0":  # TopicHygiene's own defaults: merges by distance and births, no held-out moves
+            assert hygiene is not None and hygiene.max_births > 0 and hygiene.threshold == 0.25
+            assert not hygiene.scores_unseen
+        if algorithm == "ohdp":
+            assert hygiene is not None and hygiene.max_births == 0 and hygiene.threshold == 0.35
+            assert hygiene.merge_correlation == 0.3 and hygiene.delete_tries > 0 and hygiene.merge_background
+            assert hygiene.scores_unseen
     finally:
         learner.close()
 

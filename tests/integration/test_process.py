@@ -67,8 +67,13 @@ def test_metrics_and_sigterm(settings: Settings) -> None:
                 pass
             time.sleep(0.3)
         assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
-        time.sleep(1.0)  # let the batch's acknowledgements land in the counters
-        samples = scrape(port)
+        # The last batch's acknowledgements land in the counters a moment after it is consumed.
+        while time.monotonic() < deadline:
+            samples = scrape(port)
+            acked = value(samples, "topicstream_articles_published_total") >= len(good)
+            if acked and total(samples, "topicstream_articles_dead_lettered_total") >= len(BAD):
+                break
+            time.sleep(0.2)
 
         assert value(samples, "topicstream_articles_consumed_total") == n_all
         assert value(samples, "topicstream_articles_published_total") == len(good)
