@@ -11,10 +11,11 @@ per word, NPMI of the topics with E[β] ≥ 1 % over the test documents). Printe
 holding 95 % of E[β] (:func:`kernels.hygiene.mass_topics`), the number holding ≥ 1/(10 T) of it, the final γ
 and α0 in use, training tokens/s (``partial_fit`` only) and the seconds hygiene took.
 
-Corpora from :func:`benchmarks._corpus.load`, as ``benchmarks/run_all.py`` prepares them
-(:func:`evaluation.prepare_corpus`, vocabulary 10,000, corpus seed ``--seed``, cached): 20 Newsgroups' train/test
-files, BBC with a seeded 20 % test split; ``--max-train-docs`` keeps a seeded random subset of the training
-documents. Planted corpora (``--corpus generator,lda``): the demo generator's articles (16 planted topics: 15 desks
+Corpora from :func:`benchmarks._corpus.load`, by ``benchmarks/run_all.py``'s recipe
+(:func:`evaluation.prepare_corpus`, vocabulary 10,000, corpus seed ``--seed``, cached) but without its caps: all of
+20 Newsgroups' train/test files (11,314 / 7,532 documents, so a vocabulary of its own), BBC with a seeded 20 % test
+split; ``--max-train-docs`` keeps a seeded random subset of the training documents.
+Planted corpora (``--corpus generator,lda``): the demo generator's articles (16 planted topics: 15 desks
 and the background words; ``--max-train-docs`` training articles, default 5,000, in stream order) and an
 LDA-drawn corpus with known φ (:func:`benchmarks._corpus.lda_corpus`: 20 topics over 2,000 words); for them the
 table adds planted topics recovered (a planted topic is recovered when a learned topic among those holding 95 %

@@ -1,7 +1,8 @@
-"""All benchmarks, one command: ``python -m benchmarks.run_all`` (``make bench``).
+"""All benchmarks against the peers, one command: ``python -m benchmarks.run_all`` (the first step of ``make bench``).
 
 For each corpus the documents are tokenised once (``service.text.Tokenizer``) into one fixed vocabulary and
-stored as ``benchmarks/results/cache/<corpus>.npz``; every method then runs in its own process
+stored as ``benchmarks/results/cache/<corpus>-v<vocabulary>-s<seed>-tr<train cap>-te<test cap>.npz`` (with a
+``.json`` of its description); every method then runs in its own process
 (``python -m benchmarks.peers``) with every thread pool pinned to one thread, one after the other, so that
 speed and peak memory are comparable. Per corpus and K:
 
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         "--corpus-topics", default="20ng=50,reuters=50", help="per-corpus K override, e.g. 20ng=50;reuters=50"
     )
     p.add_argument("--checkpoints", type=int, default=8, help="points on each log-likelihood curve")
-    p.add_argument("--modes", default="single,time", help="single (one pass) and/or time (equal wall clock)")
+    p.add_argument("--modes", default="single,time", help="single (one pass) and/or time (equal CPU time)")
     p.add_argument("--batch-size", type=int, default=100)
     p.add_argument("--vocab-size", type=int, default=10_000)
     p.add_argument("--seed", type=int, default=0)
@@ -122,7 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hdp-truncation", type=int, default=150, help="T of ohdp and gensim HDP")
     p.add_argument("--max-train-docs", default="20ng=6000", help="per corpus cap, e.g. 20ng=6000,reuters=10000")
     p.add_argument("--max-test-docs", type=int, default=2000, help="random test subset per corpus")
-    p.add_argument("--ref-seconds", type=float, default=None, help="equal-time budget without running the reference")
+    p.add_argument(
+        "--ref-seconds",
+        type=float,
+        default=None,
+        help="equal-time budget (CPU seconds) when the batch reference is not among --methods (else its own time)",
+    )
     p.add_argument("--max-time-seconds", type=float, default=60.0, help="cap on the equal-time budget")
     p.add_argument("--curve-docs", type=int, default=500, help="test documents scored at each checkpoint")
     p.add_argument("--timeout", type=float, default=300.0, help="per run, seconds")

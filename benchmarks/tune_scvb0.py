@@ -43,8 +43,8 @@ def vary(label: str, setting: str, values: str, kind: type = float) -> list[Conf
 CONFIGS: list[Config] = [
     ("seed: Φ s=10 τ=1000 κ=.9, B=100, fixed C", {**SEED_PHI, "batch_size": 100, "window": 1e12}, True),
     ("seed: Φ s=10 τ=1000 κ=.9, B=256, fixed C", {**SEED_PHI, "batch_size": 256, "window": 1e12}, True),
-    ("s=1 τ=1 κ=.7, B=64, no floor, fixed C", {**STATIONARY}, True),
-    ("s=1 τ=1 κ=.7, B=64, no floor, C=seen", {**STATIONARY}, False),
+    ("s=1 τ=1 κ=.7, B=100, no floor, fixed C", {**STATIONARY}, True),
+    ("s=1 τ=1 κ=.7, B=100, no floor, C=seen", {**STATIONARY}, False),
     ("defaults", {}, False),
     *vary("B", "batch_size", "16 32 128 256", int),
     *vary("κ", "phi_kappa", "0.5 0.6 0.9"),
