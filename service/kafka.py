@@ -53,7 +53,7 @@ def make_consumer(settings: Settings, group_id: str, **overrides: Any) -> _Consu
         # A third of the session timeout, as Kafka advises: librdkafka's fixed 3 s default lets any short session
         # (tests use 3 s) expire on one late heartbeat, and every expiry is a rebalance.
         "heartbeat.interval.ms": max(100, min(settings.session_timeout_ms, settings.max_poll_interval_ms) // 3),
-        # Prefetch a few batches, not librdkafka's default 64 MB per partition: memory stays flat and small.
+        # Prefetch a few batches, not librdkafka's default 64 MB of queued messages: memory stays flat and small.
         "queued.max.messages.kbytes": 16384,
         # How long a broker may hold a fetch that finds no new data. Kafka answers as soon as data arrives, so
         # this only sets how often an idle consumer asks (20 times a second); brokers that hold every fetch for
