@@ -127,8 +127,8 @@ class Metrics:
         self.topics_used = gauge("topicstream_topics_used", "Topics holding at least 1% of the corpus weight")
         self.topics_holding = gauge(
             "topicstream_topics_holding_mass",
-            "The fewest topics holding 95% of the corpus weight (ohdp: above 0.8 of topicstream_topic_slots, the "
-            "truncation limits the number of topics: docs/ohdp.md)",
+            "The fewest topics holding 95% of the corpus weight (ohdp: above 0.8 of topicstream_topic_slots, or with "
+            "topicstream_topics_used at 0.9 of them, the truncation limits the number of topics: docs/ohdp.md)",
         )
         self.topic_slots = gauge("topicstream_topic_slots", "Topic slots K (ohdp: the truncation)")
         self.background_topic = gauge(

@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.table import Table
 
-__all__ = ["EMPTY", "TRUNCATION_LIMITS", "topics_table"]
+__all__ = ["EMPTY", "TRUNCATION_LIMITS", "TRUNCATION_USED", "topics_table"]
 
 #: A topic slot holding less of the corpus than this is empty: never used yet, or freed by topic hygiene (a merge
 #: or a retirement moved its tokens away). Topic hygiene's own line (``TopicHygiene.empty_below``), written again
@@ -17,6 +17,9 @@ EMPTY = 1e-4
 #: K, not by the data (docs/ohdp.md, "When the truncation limits the count"); the alert
 #: ``TopicstreamTruncationLimitsTopics`` (deploy/prometheus/alerts.yml) uses the same share.
 TRUNCATION_LIMITS = 0.8
+#: ... and so is one with at least this share of its slots holding 1 % of the weight or more: a K far too small,
+#: where the HDP joins subjects into muddled topics rather than spreading its mass over every slot.
+TRUNCATION_USED = 0.9
 
 
 def topics_table(
@@ -30,16 +33,17 @@ def topics_table(
     background topic (the words every article uses) is marked as such. Empty slots (:data:`EMPTY`) are left out
     unless ``show_empty``: their top words are leftovers, and an online HDP has most of its truncation empty; the
     caption says how many were left out, and, for an online HDP, when its truncation limits the number of topics
-    (:data:`TRUNCATION_LIMITS`)."""
+    (:data:`TRUNCATION_LIMITS`, :data:`TRUNCATION_USED`)."""
     rows = sorted(summary["topics"], key=lambda t: -t["prevalence"])
     hidden = 0 if show_empty else sum(1 for t in rows if t["prevalence"] < EMPTY)
     rows = rows if show_empty else [t for t in rows if t["prevalence"] >= EMPTY]
     notes = [f"{hidden} empty topic slots not shown (--all shows them)"] if hidden else []
-    holding, slots = summary.get("topics_holding_95"), len(summary["topics"])
-    if summary["algorithm"] == "ohdp" and holding is not None and holding > TRUNCATION_LIMITS * slots:
+    holding, used, slots = summary.get("topics_holding_95"), summary["topics_used"], len(summary["topics"])
+    crowded = holding is not None and (holding > TRUNCATION_LIMITS * slots or used >= TRUNCATION_USED * slots)
+    if summary["algorithm"] == "ohdp" and crowded:
         notes.append(
-            f"{holding} of the {slots} topic slots hold 95 % of the weight: the truncation, not the data, limits "
-            "the number of topics; raise TOPICSTREAM_TOPICS (docs/ohdp.md)"
+            f"{holding} of the {slots} topic slots hold 95 % of the weight and {used} hold at least 1 %: the "
+            "truncation, not the data, limits the number of topics; raise TOPICSTREAM_TOPICS (docs/ohdp.md)"
         )
     table = Table(
         caption="\n".join(notes) or None,

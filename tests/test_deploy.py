@@ -18,7 +18,7 @@ import pytest
 
 from service.metrics import Metrics
 from service.settings import Settings
-from service.tables import TRUNCATION_LIMITS
+from service.tables import TRUNCATION_LIMITS, TRUNCATION_USED
 
 yaml = pytest.importorskip("yaml")
 
@@ -168,6 +168,9 @@ def test_alerts_use_real_metric_names_and_cover_the_brief() -> None:
     assert lag["for"] == "10m"
     truncation = next(r for r in rules if r["alert"] == "TopicstreamTruncationLimitsTopics")
     assert f"> {TRUNCATION_LIMITS} * topicstream_topic_slots" in truncation["expr"]  # the table's caption agrees
+    assert (
+        f'topicstream_topics_used{{job="learner"}} >= {TRUNCATION_USED} * topicstream_topic_slots' in truncation["expr"]
+    )
 
 
 def test_prometheus_scrapes_learner_and_replicas() -> None:
@@ -231,6 +234,7 @@ def _normal_operation(replicas: int, minutes: int = 90) -> list[dict[str, str]]:
         add("topicstream_errors_total", job, instance, f"0x{n}", kind="kafka")
     add("topicstream_model_drift", "learner", "learner:9100", f"0.02x{n}")
     add("topicstream_topics_holding_mass", "learner", "learner:9100", f"40x{n}")
+    add("topicstream_topics_used", "learner", "learner:9100", f"15x{n}")
     add("topicstream_topic_slots", "learner", "learner:9100", f"100x{n}")
     add("topicstream_model_info", "learner", "learner:9100", f"1x{n}", algorithm="ohdp", role="learner", topics="100")
     add("topicstream_tokens_total", "learner", "learner:9100", f"0+120000x{n}")

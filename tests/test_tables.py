@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.tables import EMPTY, TRUNCATION_LIMITS, topics_table
+from service.tables import EMPTY, TRUNCATION_LIMITS, TRUNCATION_USED, topics_table
 
 
 def summary(prevalences: list[float]) -> dict:
@@ -33,9 +33,16 @@ def test_empty_slots_are_left_out_and_counted_unless_asked_for() -> None:
 def test_an_online_hdp_limited_by_its_truncation_is_told_to_raise_it() -> None:
     crowded = summary([0.1] * 10) | {"topics_holding_95": 9}  # 9 of 10 slots hold 95 %: > TRUNCATION_LIMITS
     caption = topics_table(crowded).caption
-    assert isinstance(caption, str) and "9 of the 10 topic slots hold 95 %" in caption
+    assert isinstance(caption, str) and "9 of the 10 topic slots hold 95 % of the weight and 10 hold" in caption
     assert "raise TOPICSTREAM_TOPICS" in caption
-    assert topics_table(crowded | {"topics_holding_95": int(TRUNCATION_LIMITS * 10)}).caption is None
     assert topics_table(crowded | {"algorithm": "scvb0"}).caption is None  # K is the number of topics asked for
+    # 8 of 10 hold 95 % (not more than TRUNCATION_LIMITS): quiet while fewer than 9 hold 1 % (TRUNCATION_USED) ...
+    roomy = summary([0.3, 0.2, 0.1, 0.1, 0.1, 0.1, 0.05, 0.04, 0.005, 0.005]) | {"topics_holding_95": 8}
+    assert roomy["topics_used"] == 8 and int(TRUNCATION_LIMITS * 10) == 8 and TRUNCATION_USED * 10 == 9
+    assert topics_table(roomy).caption is None
+    # ... and not when muddles hold the mass and every slot carries at least 1 %.
+    muddled = summary([0.3, 0.2, 0.1, 0.1, 0.1, 0.1, 0.05, 0.03, 0.01, 0.01]) | {"topics_holding_95": 8}
+    caption = topics_table(muddled).caption
+    assert isinstance(caption, str) and "8 of the 10 topic slots hold 95 % of the weight and 10 hold" in caption
     both = topics_table(crowded | {"topics": crowded["topics"] + summary([0.0])["topics"]}).caption
     assert isinstance(both, str) and both.splitlines()[0].startswith("1 empty topic slots not shown")
