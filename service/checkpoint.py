@@ -69,7 +69,6 @@ class Capture:
     drift: NDArray[np.float64]
     topics_used: int
     taken_at: float
-    topics_holding: int = 0  # the fewest topics holding 95 % of the weights (TopicModel.topics_holding)
     events: list[Any] = field(default_factory=list)  # lineage events of the hygiene moves made just before
     model_class: Any = None  # the kernel's class, to rebuild the captured state on the writer thread
     slot_words: list[str] = field(default_factory=list)
@@ -142,7 +141,6 @@ class SnapshotWriter:
         weights = model.topic_weights()
         empty = np.zeros(len(weights))
         cap = Capture(seq, payload, meta, None, weights, empty, model.topics_used(), time.time())
-        cap.topics_holding = model.topics_holding()
         cap.model_class = type(model)
         cap.slot_words = slot_words
         return cap

@@ -37,7 +37,7 @@ from numpy.typing import NDArray
 from typing_extensions import Unpack  # typing.Unpack from Python 3.11
 
 from kernels import Batch, TopicModel
-from kernels.hygiene import Event, RecentDocs, SupportsTopicMoves, TopicHygiene
+from kernels.hygiene import Event, RecentDocs, SupportsTopicMoves, TopicHygiene, mass_topics
 from kernels.registry import kernel_class
 
 from .checkpoint import Capture, SnapshotWriter
@@ -401,7 +401,7 @@ class Learner(BatchWorker):
             "created_at": info.created_at,
             "articles_learned": cap.meta["articles_learned"],
             "topics_used": cap.topics_used,
-            "topics_holding_95": cap.topics_holding,
+            "topics_holding_95": mass_topics(cap.weights),  # TopicModel.topics_holding of the captured state
             "model_drift": model_drift,
             "topics": [
                 {

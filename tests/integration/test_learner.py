@@ -167,8 +167,8 @@ def test_topic_hygiene_planned_on_snapshots_merges_duplicates_in_the_live_model(
     from service.dev.generator import PLANTED_TOPICS, generate_articles
     from service.lineage import LineageStore
 
-    s = settings.model_copy(update={**DETERMINISTIC_CAPTURES, "topics": len(PLANTED_TOPICS) + 5, "topic_hygiene": True})
-    s = s.model_copy(update={"topic_hygiene_splits": 2})
+    planted = {"topics": len(PLANTED_TOPICS) + 5, "topic_hygiene": True, "topic_hygiene_splits": 2}
+    s = settings.model_copy(update={**DETERMINISTIC_CAPTURES, **planted})
     values = [json.dumps(a).encode() for a in generate_articles(4000, seed=0)]
     produce(s, values, partition=0)  # one partition: the same stream order in every run
     learner = Learner(s)
