@@ -65,7 +65,16 @@ DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 _SPLIT = re.compile(r"[^a-z]+")
 _STOP = frozenset(ENGLISH_STOP_WORDS)
 K = 3
-PF = {"n_particles": 100, "ess_threshold": 0.2, "n_rejuvenate": 30, "alpha": 0.1, "beta": 0.01, "pool_factor": 100.0}
+# The seed's filter: one initial Gibbs sample, no refinement of it (``refine_docs`` = 0).
+PF = {
+    "n_particles": 100,
+    "ess_threshold": 0.2,
+    "n_rejuvenate": 30,
+    "alpha": 0.1,
+    "beta": 0.01,
+    "pool_factor": 100.0,
+    "refine_docs": 0,
+}
 
 
 # ------------------------------------------------------------------------------------------ data
@@ -355,7 +364,15 @@ def exp_tp(
     n = min(max_docs, len(corpus.train))
     extra: dict[str, Any] = {} if pool_factor is None else {"pool_factor": pool_factor}
     model = ParticleFilterLDA(
-        topics, max(corpus.W, 2), 0, n_particles=particles, init_docs=100, init_sweeps=20, init_restarts=1, **extra
+        topics,
+        max(corpus.W, 2),
+        0,
+        n_particles=particles,
+        init_docs=100,
+        init_sweeps=20,
+        init_restarts=1,
+        refine_docs=0,
+        **extra,
     )
     model.partial_fit(corpus.batch(0, 100))
     tok0 = int(model.particles_.ctr[st.TOKENS])

@@ -2,8 +2,9 @@
 finding: the initial model matters most).
 
 Collapsed Gibbs sampling for LDA (Griffiths & Steyvers 2004) on the buffered initial sample, the seed's
-label-free best-of-N choice by held-out perplexity (document completion), and :func:`install_init`, which starts
-every particle from the chosen assignments. :func:`fold_in_gibbs` is the seed's evaluation (Gibbs fold-in with
+label-free best-of-N choice by held-out perplexity (document completion), :func:`gibbs_refine`, which runs Gibbs
+again on a grown sample from the earlier assignments, and :func:`install_init`, which starts every particle from
+the chosen assignments. :func:`fold_in_gibbs` is the seed's evaluation (Gibbs fold-in with
 the topics fixed), used by the experiments in ``benchmarks/pf_experiment.py``.
 """
 
@@ -29,6 +30,7 @@ __all__ = [
     "fold_in_gibbs",
     "gibbs_chain",
     "gibbs_init",
+    "gibbs_refine",
     "heldout_loglik",
     "install_init",
     "new_chain",
@@ -246,17 +248,51 @@ def gibbs_init(
                 best_ll, best_z = score, zc
         z[:cut] = best_z
         # Fold the held-out documents into the chosen chain, then a few sweeps over the whole sample.
-        chain = new_chain(n_docs, V, K)
-        gibbs_chain(Tokens(local[:cut], doc_of[:cut], z[:cut]), chain, prior, 0, False, rng)
-        _gibbs_add_docs(Tokens(local, doc_of, z), cut, chain, prior, rng)
-        chain = new_chain(n_docs, V, K)
-        gibbs_chain(Tokens(local, doc_of, z), chain, prior, max(5, sweeps // 10), False, rng)
+        chain = _extend_and_sweep(Tokens(local, doc_of, z), cut, n_docs, V, K, prior, max(5, sweeps // 10), rng)
     else:
         chain = new_chain(n_docs, V, K)
         gibbs_chain(Tokens(local, doc_of, z), chain, prior, sweeps, True, rng)
+    return z, _chain_theta(chain, doc_ptr, alpha)
+
+
+def gibbs_refine(
+    sample: TokenDocs, z_known: NDArray[np.int64], prior: Prior, n_topics: int, sweeps: int, rng: NDArray[np.uint64]
+) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    """Collapsed Gibbs on a grown ``sample``, warm-started from the topics of its first tokens: ``z_known``
+    (the previous Gibbs run's assignments of the documents it had). The later documents' tokens are added one at
+    a time, each drawn from its conditional given everything added before, then ``sweeps`` sweeps run over all.
+    Starting from the earlier chain keeps each topic in its slot (no fresh random start, no best-of-N), so a
+    refinement changes what the topics say without relabelling them. Returns the topic of every token and the
+    documents' mixtures (n_dk + α)/(n_d + Kα), like :func:`gibbs_init`."""
+    doc_ptr, words = sample
+    n_docs = doc_ptr.shape[0] - 1
+    vocab, local = np.unique(words, return_inverse=True)
+    doc_of = np.repeat(np.arange(n_docs, dtype=np.int64), np.diff(doc_ptr))
+    z = np.zeros(words.size, dtype=np.int64)
+    z[: z_known.size] = z_known
+    toks = Tokens(local.astype(np.int64), doc_of, z)
+    chain = _extend_and_sweep(toks, z_known.size, n_docs, max(int(vocab.size), 1), n_topics, prior, sweeps, rng)
+    return z, _chain_theta(chain, doc_ptr, prior.alpha)
+
+
+def _extend_and_sweep(
+    toks: Tokens, cut: int, n_docs: int, V: int, K: int, prior: Prior, sweeps: int, rng: NDArray[np.uint64]
+) -> Chain:
+    """A chain from the assignments ``toks.z[:cut]``, the tokens ``cut:`` added one at a time
+    (:func:`_gibbs_add_docs`), then ``sweeps`` sweeps over all the tokens. Returns the final chain."""
+    words, doc_of, z = toks
+    chain = new_chain(n_docs, V, K)
+    gibbs_chain(Tokens(words[:cut], doc_of[:cut], z[:cut]), chain, prior, 0, False, rng)
+    _gibbs_add_docs(toks, cut, chain, prior, rng)
+    chain = new_chain(n_docs, V, K)
+    gibbs_chain(toks, chain, prior, sweeps, False, rng)
+    return chain
+
+
+def _chain_theta(chain: Chain, doc_ptr: NDArray[np.int64], alpha: float) -> NDArray[np.float64]:
+    """The documents' mixtures (n_dk + α)/(n_d + Kα) from a chain's counts."""
     nd = np.diff(doc_ptr).astype(np.float64)
-    theta = (chain.ndk + alpha) / (nd[:, None] + K * alpha)
-    return z, theta
+    return np.asarray((chain.ndk + alpha) / (nd[:, None] + chain.nk.shape[0] * alpha), dtype=np.float64)
 
 
 @njit(cache=True, nogil=True)

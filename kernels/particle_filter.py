@@ -18,6 +18,12 @@ the prior mean (1/K for every topic) for documents that went into the buffer of 
 Gibbs mixtures (n_dk + α)/(n_d + Kα) for the buffered documents of the batch that completes the buffer;
 ``transform`` uses the (empty, hence uniform) topic–word counts.
 
+**Refinement** (up to ``refine_docs`` documents): after initialisation the filter runs while the buffer keeps
+every document, and each time it has doubled (2·``init_docs``, 4·``init_docs``, …, the last at ``refine_docs``
+documents or when ``init_max_tokens`` is reached), Gibbs runs again on the whole buffer, warm-started from the
+previous run's assignments so that topics keep their slots (:func:`kernels._pf_gibbs.gibbs_refine`), and every
+particle restarts from it. The filter's own mixtures are returned meanwhile; then the buffer is emptied.
+
 Token counts: a document's word counts are rounded to integers (at least 1 per listed word): the filter
 samples one topic per token. Counts are int32 per (topic, word) and int64 per topic: a stream would need 2^31
 tokens of one word in one topic to overflow.
@@ -37,7 +43,7 @@ from . import _pf_state as st
 from ._base import StateValue, TopicModel, check_interval, check_non_negative_int, check_positive_int
 from ._batch import CSR, Batch
 from ._pf_filter import filter_docs
-from ._pf_gibbs import InitPlan, TokenDocs, gibbs_init, install_init
+from ._pf_gibbs import InitPlan, TokenDocs, gibbs_init, gibbs_refine, install_init
 from ._pf_pools import forget_words
 from ._pf_readout import fold_in_mean_field, mean_phi_columns
 
@@ -48,8 +54,10 @@ __all__ = ["BACKGROUND_DOCS", "ParticleFilterLDA"]
 BACKGROUND_DOCS = 1.5
 
 _MODES = ("none", "reservoir", "history")
-# Python-side state besides the bundles: the buffer of the initial sample.
-_BUFFERS = ("buf_words_", "buf_doc_ptr_")
+# Python-side state besides the bundles: the buffer of the initial sample and the topics Gibbs gave its tokens.
+_BUFFERS = ("buf_words_", "buf_z_", "buf_doc_ptr_")
+# Counters of ``Particles.ctr`` that add up over the whole stream: a refinement's fresh state carries them over.
+_CUMULATIVE = (st.RESAMPLES, st.REJUVENATIONS, st.COLLAPSES, st.COPIED, st.COW_ROWS, st.PEAK_ROWS)
 
 
 @dataclass(eq=False, repr=False, kw_only=True)
@@ -61,7 +69,7 @@ class ParticleFilterLDA(TopicModel):
     n_topics, n_words, seed
         K, W and the random seed.
     n_particles
-        P (the seed: 100; the service default 16 keeps memory ≈ 66 MB at K = 100, W = 65,536).
+        P (the seed: 100; the service default 16 keeps memory ≈ 72 MB at K = 100, W = 65,536).
     ess_threshold
         Resample when ESS < ess_threshold · P (``docs/particle-filter.md``: P/5). Since ESS ≥ 1,
         ess_threshold · P must exceed 1 when P ≥ 2 (else resampling could never trigger: ``ValueError``); e.g.
@@ -79,6 +87,9 @@ class ParticleFilterLDA(TopicModel):
         Symmetric Dirichlet priors (0.1, 0.01).
     init_docs, init_max_tokens
         Documents buffered for the Gibbs initialisation, and the token cap of that buffer (0 docs: no Gibbs).
+    refine_docs
+        Keep buffering after initialisation and run Gibbs again on the whole buffer each time it doubles, up to
+        this many documents (``docs/particle-filter.md``, "Initialisation"); at most ``init_docs``: never.
     init_sweeps, init_restarts, init_holdout
         Gibbs sweeps; number of chains N of the best-of-N choice by held-out perplexity; held-out fraction.
     pool_factor
@@ -89,9 +100,9 @@ class ParticleFilterLDA(TopicModel):
     #: Fixed on a restored model, besides K, W and the seed: every setting that sizes an array of the state —
     #: P (``n_particles``), the pool (``pool_factor``, and ``n_rejuvenate`` through C), the reservoir or
     #: history (``rejuvenation``, ``reservoir_size``, ``history_tokens``, ``history_docs``) and the Gibbs
-    #: buffer (``init_docs``, ``init_max_tokens``). The rest can change: α and β enter each proposal afresh,
-    #: ``ess_threshold`` only decides when to resample, and the Gibbs settings (``init_sweeps``,
-    #: ``init_restarts``, ``init_holdout``) act at initialisation only (not at all once it has happened).
+    #: buffer (``init_docs``, ``init_max_tokens``, ``refine_docs``). The rest can change: α and β enter each
+    #: proposal afresh, ``ess_threshold`` only decides when to resample, and the Gibbs settings (``init_sweeps``,
+    #: ``init_restarts``, ``init_holdout``) act in the Gibbs runs only (none once the last refinement has run).
     restore_fixed: ClassVar[frozenset[str]] = TopicModel.restore_fixed | {
         "n_particles",
         "pool_factor",
@@ -102,6 +113,7 @@ class ParticleFilterLDA(TopicModel):
         "history_docs",
         "init_docs",
         "init_max_tokens",
+        "refine_docs",
     }
 
     @classmethod
@@ -111,12 +123,12 @@ class ParticleFilterLDA(TopicModel):
         m = cls._settings_only(n_topics=n_topics, n_words=n_words, **params)
         P, W, K = int(m.n_particles), int(n_words), int(n_topics)
         C, R, D = m._sizes()
-        cap = int(m.init_max_tokens) if m.init_docs > 0 else 1
+        cap, n_buf = m._buffer_sizes()
         pool = 4 * C * K + 8 * C + 8 * C + 4 * W * P + 4 * W + W  # rows, refcnt, free, ptr, div, div_mark
         particles = 8 * P * K + 8 * P  # nk, weights
         reservoir = 4 * R + 4 * R + 2 * R * P + 4 * R + R  # res_w, res_slot, res_z, rdiv, rdiv_mark
         docs = 4 * (D * P + 1) * K + 16 * (D * P + 1) + 4 * D * P + 24 * D  # drows, dref+dfree, dptr, slot_*
-        rest = 8 * (st.N_CTR + st.N_FST) + 8 * 4 + 4 * cap + 8 * (int(m.init_docs) + 1)  # ctr, fst, prng, buffer
+        rest = 8 * (st.N_CTR + st.N_FST) + 8 * 4 + 6 * cap + 8 * (n_buf + 1)  # ctr, fst, prng, buffer
         return pool + particles + reservoir + docs + rest
 
     # Settings (meanings in the class docstring), stored untouched by the generated ``__init__``.
@@ -130,7 +142,8 @@ class ParticleFilterLDA(TopicModel):
     alpha: float = 0.1
     beta: float = 0.01
     init_docs: int = 200
-    init_max_tokens: int = 50_000
+    init_max_tokens: int = 1_000_000
+    refine_docs: int = 4000
     init_sweeps: int = 100
     init_restarts: int = 4
     init_holdout: float = 0.2
@@ -154,7 +167,7 @@ class ParticleFilterLDA(TopicModel):
             )
         if self.rejuvenation not in _MODES:
             raise ValueError(f"rejuvenation must be one of {_MODES}, got {self.rejuvenation!r}")
-        for name in ("n_rejuvenate", "init_docs", "init_sweeps"):
+        for name in ("n_rejuvenate", "init_docs", "init_sweeps", "refine_docs"):
             check_non_negative_int(name, getattr(self, name))
         for name in ("reservoir_size", "history_tokens", "history_docs", "init_max_tokens", "init_restarts"):
             check_positive_int(name, getattr(self, name))
@@ -163,7 +176,18 @@ class ParticleFilterLDA(TopicModel):
         check_interval("init_holdout", self.init_holdout, 0.0, 1.0, low_open=True, high_open=True)
         check_interval("pool_factor", self.pool_factor, 1.0, float(max(self.n_particles, 1)))
 
+    @classmethod
+    def params_from_state(cls, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Snapshots written before ``refine_docs`` existed never refined: they read as ``refine_docs = 0``."""
+        return {"refine_docs": 0, **params}
+
     # ------------------------------------------------------------------ sizes
+    def _buffer_sizes(self) -> tuple[int, int]:
+        """(token slots, document slots) of the Gibbs buffer: none without an initial sample."""
+        if self.init_docs == 0:
+            return 1, 0
+        return int(self.init_max_tokens), max(int(self.init_docs), int(self.refine_docs))
+
     def _sizes(self) -> tuple[int, int, int]:
         """(pool rows C, reservoir slots R, document slots D incl. the scratch slot)."""
         P, W = self.n_particles, self.n_words
@@ -188,16 +212,23 @@ class ParticleFilterLDA(TopicModel):
         return int(bundles + sum(getattr(self, a).nbytes for a in _BUFFERS))
 
     def _init_state(self) -> None:
-        P, W, K = self.n_particles, self.n_words, self.n_topics
-        C, R, D = self._sizes()
         prng = self.rng_.integers(0, 2**63, size=4, dtype=np.int64).astype(np.uint64)
         prng[0] |= np.uint64(1)  # xoshiro's state must not be all zero
-        self.words_, self.doc_rows_, self.reservoir_, self.particles_ = st.allocate(P, W, K, C, R, D, prng)
-        cap = self.init_max_tokens if self.init_docs > 0 else 1
+        self._allocate(prng)
+        cap, n_buf = self._buffer_sizes()
         self.buf_words_ = np.zeros(cap, dtype=np.int32)
-        self.buf_doc_ptr_ = np.zeros(self.init_docs + 1, dtype=np.int64)
+        self.buf_z_ = np.zeros(cap, dtype=np.int16)  # topics of the tokens of the last Gibbs run's documents
+        self.buf_doc_ptr_ = np.zeros(n_buf + 1, dtype=np.int64)
         self.buf_docs_ = 0
+        self.gibbs_docs_ = 0  # documents in the last Gibbs run (their tokens' topics are in buf_z_)
+        self.gibbs_at_ = int(self.init_docs)  # buffered documents at which Gibbs runs next; 0: never again
         self.initialized_ = self.init_docs == 0
+
+    def _allocate(self, prng: NDArray[np.uint64]) -> None:
+        """Empty bundles (:func:`kernels._pf_state.allocate`) driven by the generator state ``prng``."""
+        P, W, K = self.n_particles, self.n_words, self.n_topics
+        C, R, D = self._sizes()
+        self.words_, self.doc_rows_, self.reservoir_, self.particles_ = st.allocate(P, W, K, C, R, D, prng)
 
     # ------------------------------------------------------------------ learning
     @staticmethod
@@ -205,63 +236,84 @@ class ParticleFilterLDA(TopicModel):
         return np.maximum(1, np.rint(batch.counts)).astype(np.int64)
 
     def _partial_fit(self, batch: Batch) -> NDArray[np.float64]:
-        K = self.n_topics
-        theta = np.full((batch.n_docs, K), 1.0 / K)
-        start = 0
-        if not self.initialized_:
-            start = self._buffer(batch, theta)
-        if start < batch.n_docs:
-            rest = batch.slice(start, batch.n_docs)
-            counts = self._int_counts(rest)
-            cs = np.concatenate(([0], np.cumsum(counts)))
-            per_doc = cs[rest.indptr[1:]] - cs[rest.indptr[:-1]]
-            max_len = max(1, int(per_doc.max())) if per_doc.size else 1
-            tok = np.zeros(max_len, dtype=np.int64)
-            out = np.empty((rest.n_docs, K), dtype=np.float64)
-            rc = filter_docs(CSR(rest.indptr, rest.word_ids, counts), tok, self._config(), self._bundles(), out)
-            if rc != 0:  # pragma: no cover - excluded by the validated pool size
-                raise RuntimeError("particle filter: count-row pool exhausted")
-            theta[start:] = out
+        theta = np.full((batch.n_docs, self.n_topics), 1.0 / self.n_topics)
+        d = 0
+        while d < batch.n_docs:
+            want = self.gibbs_at_ - self.buf_docs_  # documents until the next Gibbs run (if any)
+            if not self.initialized_:  # buffer only; the first Gibbs run gives these documents' mixtures
+                end, full = self._keep(batch, d, min(batch.n_docs, d + want))
+                if full or self.buf_docs_ >= self.gibbs_at_:
+                    n = self.buf_docs_  # the batch's documents are the buffer's last end - d
+                    theta[d:end] = self._gibbs(last=full)[n - (end - d) : n]
+                d = end
+            else:  # filter, and keep the documents while refining
+                end = min(batch.n_docs, d + want) if self.gibbs_at_ else batch.n_docs
+                theta[d:end] = self._filter(batch.slice(d, end))
+                if self.gibbs_at_:
+                    _, full = self._keep(batch, d, end)
+                    if full or self.buf_docs_ >= self.gibbs_at_:
+                        self._gibbs(last=full)
+                d = end
         return theta
 
-    def _buffer(self, batch: Batch, theta: NDArray[np.float64]) -> int:
-        """Add documents to the initialisation buffer; initialise when it is full. Returns the first document
-        of ``batch`` that was not buffered."""
+    def _filter(self, batch: Batch) -> NDArray[np.float64]:
+        """Steps 1–6 over every token of ``batch`` (:func:`kernels._pf_filter.filter_docs`); the mixtures."""
         counts = self._int_counts(batch)
-        first = self.buf_docs_
-        d = 0
-        full = False
-        while d < batch.n_docs and not full:
-            lo, hi = int(batch.indptr[d]), int(batch.indptr[d + 1])
-            toks = np.repeat(batch.word_ids[lo:hi], counts[lo:hi]).astype(np.int32)
+        cs = np.concatenate(([0], np.cumsum(counts)))
+        per_doc = cs[batch.indptr[1:]] - cs[batch.indptr[:-1]]
+        max_len = max(1, int(per_doc.max())) if per_doc.size else 1
+        tok = np.zeros(max_len, dtype=np.int64)
+        out = np.empty((batch.n_docs, self.n_topics), dtype=np.float64)
+        rc = filter_docs(CSR(batch.indptr, batch.word_ids, counts), tok, self._config(), self._bundles(), out)
+        if rc != 0:  # pragma: no cover - excluded by the validated pool size
+            raise RuntimeError("particle filter: count-row pool exhausted")
+        return out
+
+    def _keep(self, batch: Batch, lo: int, hi: int) -> tuple[int, bool]:
+        """Append documents ``lo:hi`` of ``batch`` to the Gibbs buffer. Returns (the first document not appended,
+        whether the buffer's tokens are full: that document did not fit)."""
+        counts = self._int_counts(batch)
+        for d in range(lo, hi):
+            a, b = int(batch.indptr[d]), int(batch.indptr[d + 1])
+            toks = np.repeat(batch.word_ids[a:b], counts[a:b])
             used = int(self.buf_doc_ptr_[self.buf_docs_])
             if used + toks.size > self.buf_words_.size:
-                full = True
-                break
+                return d, True
             self.buf_words_[used : used + toks.size] = toks
             self.buf_docs_ += 1
             self.buf_doc_ptr_[self.buf_docs_] = used + toks.size
-            d += 1
-            full = self.buf_docs_ >= self.init_docs
-        if full:
-            theta_buf = self._initialize()
-            theta[:d] = theta_buf[first : first + d]
-        return d
+        return hi, False
 
-    def _initialize(self) -> NDArray[np.float64]:
-        """Collapsed Gibbs on the buffered sample (best of ``init_restarts`` by held-out perplexity), then
-        start every particle from it. Returns the Gibbs mixtures of the buffered documents."""
+    def _gibbs(self, last: bool) -> NDArray[np.float64]:
+        """Gibbs on the buffered documents — the initialisation (best of ``init_restarts``), or a refinement
+        warm-started from the previous run — then every particle starts from it. The next run is due when the
+        buffer has doubled, up to ``refine_docs``; after the last (or when ``last``: the buffer's tokens are full)
+        the buffer is emptied. Returns the Gibbs mixtures of the buffered documents."""
         n_docs = self.buf_docs_
         doc_ptr = self.buf_doc_ptr_[: n_docs + 1].copy()
-        words = self.buf_words_[: doc_ptr[-1]].astype(np.int64)
-        sample = TokenDocs(doc_ptr, words)
+        sample = TokenDocs(doc_ptr, self.buf_words_[: doc_ptr[-1]].astype(np.int64))
         prior = st.Prior(float(self.alpha), float(self.beta), self.n_words * float(self.beta))
-        plan = InitPlan(self.init_sweeps, self.init_restarts, self.init_holdout)
-        z, theta = gibbs_init(sample, self.n_topics, prior, plan, self.particles_.prng)
+        parts = self.particles_
+        if not self.initialized_:
+            plan = InitPlan(self.init_sweeps, self.init_restarts, self.init_holdout)
+            z, theta = gibbs_init(sample, self.n_topics, prior, plan, parts.prng)
+        else:
+            known = self.buf_z_[: self.buf_doc_ptr_[self.gibbs_docs_]].astype(np.int64)
+            z, theta = gibbs_refine(sample, known, prior, self.n_topics, self.init_sweeps, parts.prng)
+            self._allocate(parts.prng.copy())  # the particles restart from the new sample
+            self.particles_.ctr[list(_CUMULATIVE)] = parts.ctr[list(_CUMULATIVE)]
+            self.particles_.fst[st.LOG_EVIDENCE] = parts.fst[st.LOG_EVIDENCE]
         self._install(sample, z, theta)
-        self.buf_words_[:] = 0
-        self.buf_doc_ptr_[:] = 0
-        self.buf_docs_ = 0
+        self.gibbs_at_ = 0 if last or n_docs >= self.refine_docs else min(2 * n_docs, int(self.refine_docs))
+        if self.gibbs_at_:
+            self.buf_z_[: z.size] = z
+            self.gibbs_docs_ = n_docs
+        else:  # done: empty the buffer (it keeps its size, so memory stays constant)
+            self.gibbs_at_ = 0
+            self.buf_words_[:] = 0
+            self.buf_z_[:] = 0
+            self.buf_doc_ptr_[:] = 0
+            self.buf_docs_ = self.gibbs_docs_ = 0
         return theta
 
     def _install(self, sample: TokenDocs, z: NDArray[np.int64], theta: NDArray[np.float64]) -> None:
@@ -347,15 +399,15 @@ class ParticleFilterLDA(TopicModel):
         mask = np.zeros(self.n_words, dtype=np.bool_)
         mask[ids] = True
         forget_words(ids, mask, self._bundles())
-        if self.buf_docs_:  # drop the words from the initialisation buffer too
+        if self.buf_docs_:  # drop the words from the Gibbs buffer too, with the topics of their tokens
             ptr = self.buf_doc_ptr_[: self.buf_docs_ + 1]
-            words = self.buf_words_[: ptr[-1]]
-            keep = ~mask[words]
+            keep = ~mask[self.buf_words_[: ptr[-1]]]
             kept_before = np.concatenate(([0], np.cumsum(keep)))
-            new_words = words[keep]
+            for buf in (self.buf_words_, self.buf_z_):
+                kept = buf[: ptr[-1]][keep]
+                buf[:] = 0
+                buf[: kept.size] = kept
             self.buf_doc_ptr_[: self.buf_docs_ + 1] = kept_before[ptr]
-            self.buf_words_[:] = 0
-            self.buf_words_[: new_words.size] = new_words
 
     def diagnostics(self) -> dict[str, float]:
         C, R, _ = self._sizes()
@@ -375,6 +427,8 @@ class ParticleFilterLDA(TopicModel):
             "cow_rows": float(ctr[st.COW_ROWS]),
             "log_evidence_per_token": float(fst[st.LOG_EVIDENCE]) / toks,
             "initialized": float(self.initialized_),
+            "buffered_docs": float(self.buf_docs_),
+            "next_gibbs_at_docs": float(self.gibbs_at_),
             "state_mb": self.memory_bytes() / 1e6,
         }
 
@@ -389,6 +443,8 @@ class ParticleFilterLDA(TopicModel):
         for a in _BUFFERS:
             state[a.rstrip("_")] = getattr(self, a).copy()
         state["buf_docs"] = int(self.buf_docs_)
+        state["gibbs_docs"] = int(self.gibbs_docs_)
+        state["gibbs_at"] = int(self.gibbs_at_)
         state["initialized"] = bool(self.initialized_)
         return state
 
@@ -398,9 +454,12 @@ class ParticleFilterLDA(TopicModel):
         self.reservoir_ = st.restore(self.reservoir_, state)
         self.particles_ = st.restore(self.particles_, state)
         for a in _BUFFERS:
-            setattr(self, a, st.restore_array(a.rstrip("_"), getattr(self, a), state))
+            if a != "buf_z_" or "buf_z" in state:  # snapshots older than refine_docs have no buf_z (nor need it)
+                setattr(self, a, st.restore_array(a.rstrip("_"), getattr(self, a), state))
         self.buf_docs_ = int(state["buf_docs"])
         self.initialized_ = bool(state["initialized"])
+        self.gibbs_docs_ = int(state.get("gibbs_docs", 0))
+        self.gibbs_at_ = int(state.get("gibbs_at", 0 if self.initialized_ else self.init_docs))
 
     @classmethod
     def _unit_test_params(cls) -> dict[str, Any]:
@@ -411,6 +470,7 @@ class ParticleFilterLDA(TopicModel):
             "reservoir_size": 50,
             "init_docs": 3,
             "init_max_tokens": 500,
+            "refine_docs": 8,
             "init_sweeps": 5,
             "init_restarts": 2,
         }

@@ -11,11 +11,13 @@ import math
 import numpy as np
 import pytest
 from scipy import stats
+from scipy.optimize import linear_sum_assignment
 
 from kernels import ALGORITHMS, Batch, ParticleFilterLDA
 from kernels import _pf_state as st
 from kernels._pf_filter import proposal
 from tests.naive import pf as naive
+from tests.synthetic import block_topics_corpus
 
 
 def _batch(docs: list[list[int]]) -> Batch:
@@ -309,6 +311,81 @@ def test_initialisation_buffer_and_mixtures() -> None:
     assert capped.initialized_ and capped.particles_.nk[0].sum() == 16
 
 
+def _planted_cosines(m: ParticleFilterLDA, phi: np.ndarray) -> np.ndarray:
+    """Cosine of each planted topic with the learned topic matched to it (best one-to-one matching)."""
+    est = m.topic_word()
+    sim = (est / np.linalg.norm(est, axis=1, keepdims=True)) @ (phi / np.linalg.norm(phi, axis=1, keepdims=True)).T
+    r, c = linear_sum_assignment(-sim)
+    return np.asarray(sim[r, c])
+
+
+def test_refinement_doubles_keeps_slots_and_recovers_what_a_small_start_muddles() -> None:
+    """From a 10-document start, Gibbs runs again when the buffer reaches 20, 40, …, 320 and 400 documents
+    (``refine_docs``), then the buffer is emptied; each run keeps every topic in its slot (the best matching of
+    the topics before and after is the identity); the refined model recovers all 8 planted topics, which the
+    10-document start alone does not."""
+    phi, docs = block_topics_corpus(seed=0, n_docs=800)
+    refined = ParticleFilterLDA(8, 240, 0, init_docs=10, refine_docs=400)
+    alone = ParticleFilterLDA(8, 240, 0, init_docs=10, refine_docs=0)
+    due, prev = [refined.gibbs_at_], None
+    for i in range(0, 800, 20):
+        batch = Batch.from_docs(docs[i : i + 20])
+        before = refined.gibbs_at_
+        refined.partial_fit(batch)
+        alone.partial_fit(batch)
+        now = refined.topic_word()
+        if refined.gibbs_at_ != before:
+            due.append(refined.gibbs_at_)
+            if prev is not None:
+                dist = 1 - np.sqrt(prev) @ np.sqrt(now).T  # squared Hellinger distances, before × after
+                rows, cols = linear_sum_assignment(dist)
+                np.testing.assert_array_equal(cols, rows)
+        prev = now
+        _check_invariants(refined)
+    # 10 and 20 both fall in the first batch.
+    assert due == [10, 40, 80, 160, 320, 400, 0]
+    assert refined.diagnostics()["buffered_docs"] == 0 and not refined.buf_words_.any() and not refined.buf_z_.any()
+    assert np.all(refined.particles_.ctr[st.RESAMPLES] > 0)
+    assert _planted_cosines(refined, phi).min() > 0.99
+    assert alone.gibbs_at_ == 0 and _planted_cosines(alone, phi).min() < 0.9
+
+
+def test_reset_words_keeps_the_buffered_topics_with_their_tokens() -> None:
+    """Dropping a word from the Gibbs buffer mid-refinement drops the topics of its tokens with it."""
+    m = ParticleFilterLDA(3, 30, 0, n_particles=4, ess_threshold=0.5, init_docs=4, refine_docs=64, init_sweeps=10)
+    m.partial_fit(_random_stream(6, 8, 10, 0))  # Gibbs at 4 documents, 6 buffered, the next run at 8
+    assert m.gibbs_docs_ == 4 and m.buf_docs_ == 6
+    known = int(m.buf_doc_ptr_[m.gibbs_docs_])
+    words, z = m.buf_words_[:known].copy(), m.buf_z_[:known].copy()
+    gone = int(np.bincount(words).argmax())
+    m.reset_words([gone])
+    kept = words != gone
+    assert 0 < kept.sum() < known
+    np.testing.assert_array_equal(m.buf_words_[: kept.sum()], words[kept])
+    np.testing.assert_array_equal(m.buf_z_[: kept.sum()], z[kept])
+    assert int(m.buf_doc_ptr_[m.gibbs_docs_]) == kept.sum()
+    m.partial_fit(_random_stream(4, 8, 10, 1))  # the refinement at 8 documents runs on what is left
+    assert m.gibbs_at_ == 16
+    _check_invariants(m)
+
+
+def test_snapshots_from_before_refinement_load_and_never_refine() -> None:
+    """A state written before ``refine_docs`` existed (no such setting, no ``buf_z``, ``gibbs_*``) loads as
+    ``refine_docs = 0`` and continues exactly like a model with that setting."""
+    params = {**ParticleFilterLDA._unit_test_params(), "refine_docs": 0}
+    m = ParticleFilterLDA(4, 40, 3, **params)
+    m.partial_fit(_random_stream(2, 5, 40, 0))  # mid-buffer
+    old = m.state_dict()
+    del old["params"]["refine_docs"]
+    for key in ("buf_z", "gibbs_docs", "gibbs_at"):
+        del old["state"][key]
+    r = ParticleFilterLDA.from_state(old)
+    assert r.refine_docs == 0
+    for x in (_random_stream(6, 5, 40, 1), _random_stream(8, 7, 40, 2)):
+        np.testing.assert_array_equal(m.partial_fit_transform(x), r.partial_fit_transform(x))
+    assert r.gibbs_at_ == 0 and r.initialized_
+
+
 def test_recovers_planted_topics() -> None:
     """Two topics with disjoint vocabularies, no Gibbs initialisation: the filter separates them."""
     rng = np.random.default_rng(0)
@@ -327,7 +404,7 @@ def test_recovers_planted_topics() -> None:
 def test_reproducible_and_state_round_trip() -> None:
     """Same seed → identical state; from_state(state_dict()) continues bit-identically, also mid-buffer."""
     params = ParticleFilterLDA._unit_test_params()
-    batches = [_random_stream(2, 5, 40, 0), _random_stream(6, 5, 40, 1), _random_stream(8, 7, 40, 2)]
+    batches = [_random_stream(2, 5, 40, 0), _random_stream(3, 5, 40, 1), _random_stream(8, 7, 40, 2)]
     a = ParticleFilterLDA(4, 40, 11, **params)
     b = ParticleFilterLDA(4, 40, 11, **params)
     c = ParticleFilterLDA(4, 40, 12, **params)
@@ -342,7 +419,9 @@ def test_reproducible_and_state_round_trip() -> None:
         else:
             assert v == sb[key]
     assert not np.array_equal(sa["res_z"], c.state_dict()["state"]["res_z"])
-    for cut in (1, 2):  # restore mid-buffer (after batch 0) and after initialisation (after batch 1)
+    # Restore mid-buffer (after batch 0: 2 of init_docs = 3 documents) and mid-refinement (after batch 1:
+    # initialised at 3 documents, 5 buffered, the next Gibbs run due at 6).
+    for cut in (1, 2):
         m = ParticleFilterLDA(4, 40, 5, **params)
         for x in batches[:cut]:
             m.partial_fit(x)
