@@ -21,7 +21,16 @@ from numpy.typing import ArrayLike, NDArray
 
 from ._batch import Batch
 
-__all__ = ["Columns", "birth_column", "birth_counts", "delete_column", "mean_loglik", "merge_columns", "split_column"]
+__all__ = [
+    "Columns",
+    "birth_column",
+    "birth_counts",
+    "check_topic",
+    "delete_column",
+    "mean_loglik",
+    "merge_columns",
+    "split_column",
+]
 
 _BLOCK = 8192  # rows per vectorised block (bounds the temporaries to _BLOCK×K doubles)
 
@@ -37,7 +46,7 @@ class Columns(NamedTuple):
     scale: float
 
 
-def _check_topic(k: int, n_topics: int, what: str) -> int:
+def check_topic(k: int, n_topics: int, what: str) -> int:
     if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 0 <= k < n_topics:
         raise ValueError(f"{what} must be a topic id in [0, {n_topics}), got {k!r}")
     return int(k)
@@ -52,8 +61,8 @@ def merge_columns(cols: Columns, into: int, src: int) -> None:
     """
     M, total = cols.M, cols.total
     K = M.shape[1]
-    into = _check_topic(into, K, "into")
-    src = _check_topic(src, K, "src")
+    into = check_topic(into, K, "into")
+    src = check_topic(src, K, "src")
     if into == src:
         raise ValueError(f"cannot merge topic {src} into itself")
     M[:, into] += M[:, src]
@@ -75,7 +84,7 @@ def delete_column(
     """
     M, total, total_unit, scale = cols
     W, K = M.shape
-    k = _check_topic(k, K, "topic")
+    k = check_topic(k, K, "topic")
     denom = total * (scale / total_unit) + (W if vocab is None else vocab) * eta  # N^Z_j + Vη in count units
     weight = np.array(prior, dtype=np.float64, copy=True)
     weight[k] = 0.0
@@ -113,7 +122,7 @@ def birth_column(
     """
     M, total, total_unit, scale = cols
     K = M.shape[1]
-    k = _check_topic(k, K, "topic")
+    k = check_topic(k, K, "topic")
     ids = np.asarray(word_ids, dtype=np.int64)
     want = np.asarray(counts, dtype=np.float64)
     if ids.shape != want.shape or ids.ndim != 1:
@@ -174,8 +183,8 @@ def split_column(
     """
     M, total = cols.M, cols.total
     W, K = M.shape
-    k = _check_topic(k, K, "topic")
-    j = _check_topic(j, K, "new topic")
+    k = check_topic(k, K, "topic")
+    j = check_topic(j, K, "new topic")
     if j == k:
         raise ValueError(f"cannot split topic {k} into itself")
     ids = np.asarray(word_ids, dtype=np.int64)

@@ -255,15 +255,30 @@ class TopicHygiene:
         the held-out delete move or the background merge."""
         return self.delete_tries > 0 or self.merge_background
 
+    def missing_moves(self, model: object) -> list[str]:
+        """The kernel methods these settings need that ``model`` lacks: ``merge_topics`` always, ``delete_topic``
+        for retirements and the held-out delete, ``birth_topic`` and ``split_topic`` when births or splits are on
+        (the particle filter merges only: its ``hygiene_defaults`` turn births off)."""
+        needed = ["merge_topics"]
+        if self.retire_below > 0 or self.delete_tries > 0:
+            needed.append("delete_topic")
+        if self.max_births > 0:
+            needed.append("birth_topic")
+        if self.max_splits > 0:
+            needed.append("split_topic")
+        return [name for name in needed if not callable(getattr(model, name, None))]
+
     # ------------------------------------------------------------------ the entry point
     def apply(
         self, model: SupportsTopicMoves, recent_docs: Batch | None = None, unseen_docs: Batch | None = None
     ) -> list[Event]:
         """Retire, delete (held-out, scored on ``unseen_docs``), merge, split, then try births (on ``recent_docs``)
         on ``model`` in place; return what was done, in order."""
-        for name in ("merge_topics", "delete_topic", "birth_topic", "split_topic"):
-            if not callable(getattr(model, name, None)):
-                raise TypeError(f"{type(model).__name__} does not support topic moves (no {name})")
+        missing = self.missing_moves(model)
+        if missing:
+            raise TypeError(
+                f"{type(model).__name__} does not support the topic moves these settings use (no {', '.join(missing)})"
+            )
         events: list[Event] = []
         docs = as_batch(recent_docs, model.n_words) if recent_docs is not None else None
         if docs is not None and docs.n_docs > self.recent_window:

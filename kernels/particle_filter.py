@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import numpy as np
@@ -42,6 +43,7 @@ from numpy.typing import ArrayLike, NDArray
 from . import _pf_state as st
 from ._base import StateValue, TopicModel, check_interval, check_non_negative_int, check_positive_int
 from ._batch import CSR, Batch
+from ._moves import check_topic
 from ._pf_filter import filter_docs
 from ._pf_gibbs import InitPlan, TokenDocs, gibbs_init, gibbs_refine, install_init
 from ._pf_pools import forget_words
@@ -97,6 +99,9 @@ class ParticleFilterLDA(TopicModel):
     """
 
     algorithm: ClassVar[str] = "pf"
+    #: Topic hygiene merges duplicate topics (:meth:`merge_topics`, at the common threshold 0.25); the filter has
+    #: no birth, split or delete move (``docs/particle-filter.md``, "Topic hygiene: merges").
+    hygiene_defaults: ClassVar[Mapping[str, Any] | None] = MappingProxyType({"max_births": 0})
     #: Fixed on a restored model, besides K, W and the seed: every setting that sizes an array of the state —
     #: P (``n_particles``), the pool (``pool_factor``, and ``n_rejuvenate`` through C), the reservoir or
     #: history (``rejuvenation``, ``reservoir_size``, ``history_tokens``, ``history_docs``) and the Gibbs
@@ -328,7 +333,7 @@ class ParticleFilterLDA(TopicModel):
 
         ``docs`` is the initial sample and ``z`` the topic of each of its tokens, in the order of
         ``np.repeat(word_ids, rounded counts)`` document by document. Only allowed before any document was
-        seen. Returns the initial documents' mixtures.
+        seen. No refinement follows (the sample is not Gibbs's to redo). Returns the initial documents' mixtures.
         """
         if self.n_tokens_seen_ or self.particles_.ctr[st.TOKENS] or self.buf_docs_:
             raise ValueError("initialize_from needs a fresh model")
@@ -344,6 +349,7 @@ class ParticleFilterLDA(TopicModel):
         np.add.at(ndk, (np.repeat(np.arange(docs.n_docs), tok_len), zz), 1.0)
         theta = (ndk + self.alpha) / (tok_len[:, None] + self.n_topics * self.alpha)
         self._install(TokenDocs(doc_ptr, words), zz, theta)
+        self.gibbs_at_ = 0
         self.n_docs_seen_ += docs.n_docs
         self.n_tokens_seen_ += float(words.size)
         return theta
@@ -391,6 +397,25 @@ class ParticleFilterLDA(TopicModel):
         using = np.count_nonzero(docs.drows[docs.dptr[held, heaviest]] > 0, axis=0)
         first, second = np.argsort(-using, kind="stable")[:2]
         return int(first) if using[first] > 0 and using[first] >= BACKGROUND_DOCS * using[second] else None
+
+    def merge_topics(self, into: int, src: int) -> None:
+        """Merge topic ``src`` into ``into`` in every particle: each token assigned to ``src`` is relabelled
+        ``into`` — in the topic–word rows, the document–topic rows, n_k, the reservoir's z and the Gibbs buffer's
+        topics — so every particle holds exactly the counts its assignments would give had they said ``into``
+        wherever they said ``src`` (the merged topic is the union of the two: Bryant & Sudderth 2012's merge,
+        which for hard counts is exact). ``src`` is left empty."""
+        into = check_topic(into, self.n_topics, "into")
+        src = check_topic(src, self.n_topics, "src")
+        if into == src:
+            raise ValueError(f"cannot merge topic {src} into itself")
+        for counts in (self.words_.rows, self.doc_rows_.drows, self.particles_.nk):
+            counts[:, into] += counts[:, src]
+            counts[:, src] = 0
+        for z in (
+            self.reservoir_.res_z[: self.particles_.ctr[st.FILL]],
+            self.buf_z_[: self.buf_doc_ptr_[self.gibbs_docs_]],
+        ):
+            z[z == src] = into
 
     def reset_words(self, word_ids: ArrayLike) -> None:
         ids = self._check_word_ids(word_ids)

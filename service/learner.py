@@ -92,9 +92,10 @@ class Learner(BatchWorker):
             self.lineage = Lineage(s.topics)
         defaults = type(self.model).hygiene_defaults
         hygiene_on = s.topic_hygiene if s.topic_hygiene is not None else defaults is not None
-        moves_ok = hygiene_on and isinstance(self.model, SupportsTopicMoves)
-        tidy = {**(defaults or {}), "max_splits": s.topic_hygiene_splits}
-        self.hygiene = TopicHygiene(**tidy) if moves_ok else None
+        tidy = TopicHygiene(**{**(defaults or {}), "max_splits": s.topic_hygiene_splits}) if hygiene_on else None
+        # A kernel without a move these settings use (the particle filter has merges only) is refused before
+        # this, by service.compat's kernel_param_problems; this keeps hygiene off if one gets here all the same.
+        self.hygiene = tidy if tidy is not None and not tidy.missing_moves(self.model) else None
         #: The latest documents learned, that hygiene is planned on.
         self._recent = RecentDocs(self.hygiene.recent_window if self.hygiene is not None else 1)
         #: With held-out moves: the latest UNSEEN_DOCS documents learned since the last capture that hygiene was
@@ -318,7 +319,7 @@ class Learner(BatchWorker):
         if self.hygiene is not None:
             planned, self._planned = self._planned, []
             if planned:
-                model = cast(SupportsTopicMoves, self.model)  # checked in __init__
+                model = cast(SupportsTopicMoves, self.model)  # its moves checked in __init__
                 events = self.lineage.record(self.hygiene.replay(model, planned), 0, time.time())
             if self._unseen is not None:
                 unseen, self._unseen = self._unseen.batch(), None

@@ -56,7 +56,7 @@ class Settings(BaseSettings):
     topic_hygiene: bool | None = Field(
         None,
         description="Merge duplicate topics and give freed slots to new ones with a snapshot "
-        "(docs/topic-hygiene.md); default on for scvb0 and ohdp (each kernel's hygiene_defaults), off for pf",
+        "(docs/topic-hygiene.md); default on, with each kernel's hygiene_defaults (pf: merges only)",
     )
     topic_hygiene_every_s: float = Field(
         60.0,

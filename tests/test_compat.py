@@ -108,6 +108,19 @@ def test_values_that_do_not_go_together_are_one_problem() -> None:
     )
 
 
+@pytest.mark.parametrize("algorithm", ["scvb0", "ohdp", "pf"])
+def test_hygiene_splits_need_a_kernel_with_a_split_move(algorithm: str) -> None:
+    """The particle filter has merges only: asking it for splits is a problem, unless hygiene is off."""
+    problems = kernel_param_problems(load_settings(algorithm=algorithm, topic_hygiene_splits=2))
+    if algorithm == "pf":
+        assert problems == [
+            "TOPICSTREAM_TOPIC_HYGIENE_SPLITS: pf has no split move; leave it 0 (docs/topic-hygiene.md)"
+        ]
+    else:
+        assert problems == []
+    assert kernel_param_problems(load_settings(algorithm=algorithm, topic_hygiene_splits=2, topic_hygiene=False)) == []
+
+
 def test_problems_of_topics_and_seed_name_their_own_settings() -> None:
     s = load_settings(algorithm="ohdp", topics=1, kernel_params={"seed": 3, "sequential": False})
     problems = kernel_param_problems(s)

@@ -197,10 +197,41 @@ def test_moves_reassign_tokens_without_losing_any(cls):
     np.testing.assert_array_equal(stat, before)
 
 
+def test_particle_filter_merges_a_planted_duplicate():
+    """The particle filter's hygiene (its ``hygiene_defaults``: merges only). An initial model that puts half of
+    one planted topic's tokens, at random, in a second slot keeps the two as near copies while it filters; one
+    ``apply`` merges them (no other move), and then each planted topic is one learned topic."""
+    phi, docs = lda_corpus(1200, 0)
+    init = docs.slice(0, 300)
+    words = np.repeat(init.word_ids, np.maximum(1, np.rint(init.counts)).astype(np.int64))
+    z = words // 50  # the planted topic whose block the word is in
+    z[(z == 0) & (np.random.default_rng(0).random(z.size) < 0.5)] = 8
+    m = ParticleFilterLDA(n_topics=9, n_words=400, seed=0, init_docs=0)
+    m.initialize_from(init, z)
+    for start in range(300, 1200, 100):
+        m.partial_fit(docs.slice(start, start + 100))
+    assert hellinger_matrix(m.topic_word())[0, 8] < DEFAULT_THRESHOLD
+    defaults = ParticleFilterLDA.hygiene_defaults
+    assert defaults is not None
+    hygiene = TopicHygiene(**defaults, warmup_docs=0)
+    events = hygiene.apply(m, docs.slice(1000, 1200))
+    assert [(e.kind, {e.topics[0], e.into}) for e in events] == [("merge", {0, 8})]
+    live = np.flatnonzero(m.topic_weights() > 0)
+    assert live.size == 8
+    learned = m.topic_word()[live]
+    pairs = hellinger_matrix(learned)
+    np.fill_diagonal(pairs, np.inf)
+    assert pairs.min() > DEFAULT_THRESHOLD
+    nearest = np.sqrt(np.clip(1.0 - np.sqrt(phi) @ np.sqrt(learned).T, 0.0, 1.0)).min(axis=1)
+    assert nearest.max() < LDA_RECOVERY
+    with pytest.raises(TypeError, match="no birth_topic"):
+        TopicHygiene().apply(m, docs.slice(1000, 1200))
+
+
 def test_hygiene_refuses_kernels_without_moves_and_bad_settings():
     pf = ParticleFilterLDA(n_topics=3, n_words=10, seed=0)
-    with pytest.raises(TypeError, match="topic moves"):
-        TopicHygiene().apply(pf, None)
+    with pytest.raises(TypeError, match="topic moves these settings use"):
+        TopicHygiene(max_splits=1).apply(pf, None)
     with pytest.raises(TypeError, match="topic moves"):
         TopicHygiene().apply(StickBreakingHDP(n_topics=4, n_words=10, seed=0), None)
     with pytest.raises(ValueError, match="threshold"):

@@ -386,6 +386,48 @@ def test_snapshots_from_before_refinement_load_and_never_refine() -> None:
     assert r.gibbs_at_ == 0 and r.initialized_
 
 
+def _dense_counts(m: ParticleFilterLDA, p: int) -> tuple[np.ndarray, np.ndarray]:
+    """Particle p's n_kw (W×K) and n_dk of every document slot (D×K), read through its row pointers."""
+    return m.words_.rows[m.words_.ptr[:, p]].astype(np.int64), m.doc_rows_.drows[m.doc_rows_.dptr[:, p]]
+
+
+def test_merge_relabels_every_token_of_one_topic_in_every_particle() -> None:
+    """After ``merge_topics(a, b)`` each particle's counts are what its assignments would give with b read as a:
+    column a holds both, column b none, the other columns are unchanged; the reservoir's z and the Gibbs buffer's
+    topics say a where they said b; the pools stay consistent and the filter goes on from there."""
+    m = ParticleFilterLDA(4, 30, 0, n_particles=4, ess_threshold=0.6, init_docs=4, refine_docs=64, init_sweeps=10)
+    m.partial_fit(_random_stream(12, 8, 30, 0))  # refined at 8 documents; 12 buffered, the next run at 16
+    assert m.gibbs_at_ == 16 and m.gibbs_docs_ == 8
+    a, b = 2, 1
+    before = [_dense_counts(m, p) for p in range(m.n_particles)]
+    nk, weights = m.particles_.nk.copy(), m.topic_weights()
+    fill = int(m.particles_.ctr[st.FILL])
+    res_z = m.reservoir_.res_z[:fill].copy()
+    known = int(m.buf_doc_ptr_[m.gibbs_docs_])
+    buf_z = m.buf_z_[:known].copy()
+    assert (res_z == b).any() and (buf_z == b).any()
+    m.merge_topics(a, b)
+    for p in range(m.n_particles):
+        for old, new in zip(before[p], _dense_counts(m, p), strict=True):
+            np.testing.assert_array_equal(new[:, a], old[:, a] + old[:, b])
+            assert not new[:, b].any()
+            keep = [k for k in range(4) if k not in (a, b)]
+            np.testing.assert_array_equal(new[:, keep], old[:, keep])
+    np.testing.assert_array_equal(m.particles_.nk[:, a], nk[:, a] + nk[:, b])
+    np.testing.assert_allclose(m.topic_weights()[a], weights[a] + weights[b])
+    assert m.topic_weights()[b] == 0.0
+    np.testing.assert_array_equal(m.reservoir_.res_z[:fill], np.where(res_z == b, a, res_z))
+    np.testing.assert_array_equal(m.buf_z_[:known], np.where(buf_z == b, a, buf_z))
+    _check_invariants(m)
+    m.partial_fit(_random_stream(6, 8, 30, 1))  # the refinement at 16 documents starts from the merged topics
+    assert m.gibbs_at_ == 32
+    _check_invariants(m)
+    with pytest.raises(ValueError, match="into itself"):
+        m.merge_topics(a, a)
+    with pytest.raises(ValueError, match="topic id"):
+        m.merge_topics(0, 4)
+
+
 def test_recovers_planted_topics() -> None:
     """Two topics with disjoint vocabularies, no Gibbs initialisation: the filter separates them."""
     rng = np.random.default_rng(0)

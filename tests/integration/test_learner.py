@@ -242,8 +242,8 @@ def test_hdp_deletes_are_scored_on_documents_its_snapshot_never_learned(settings
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
 def test_each_kernel_gets_its_own_hygiene_by_default(settings: Settings, algorithm: str) -> None:
     """``TOPICSTREAM_TOPIC_HYGIENE`` unset: the learner runs the hygiene its kernel's ``hygiene_defaults`` name
-    (SCVB0 births and merges; the online HDP merges, held-out deletes and the background merge, no births), none
-    for the particle filter."""
+    (SCVB0 births and merges; the online HDP merges, held-out deletes and the background merge, no births; the
+    particle filter merges only)."""
     learner = Learner(settings.model_copy(update={"algorithm": algorithm, "topic_hygiene": None}))
     try:
         defaults = type(learner.model).hygiene_defaults
@@ -252,7 +252,7 @@ def test_each_kernel_gets_its_own_hygiene_by_default(settings: Settings, algorit
         else:
             assert learner.hygiene is not None
             assert all(getattr(learner.hygiene, name) == value for name, value in defaults.items())
-        assert (learner.hygiene is not None) == (algorithm != "pf")
+        assert learner.hygiene is not None and not learner.hygiene.missing_moves(learner.model)
         hygiene = learner.hygiene
         if algorithm == "scvb0":  # TopicHygiene's own defaults: merges by distance and births, no held-out moves
             assert hygiene is not None and hygiene.max_births > 0 and hygiene.threshold == 0.25
@@ -261,6 +261,9 @@ def test_each_kernel_gets_its_own_hygiene_by_default(settings: Settings, algorit
             assert hygiene is not None and hygiene.max_births == 0 and hygiene.threshold == 0.35
             assert hygiene.merge_correlation == 0.3 and hygiene.delete_tries > 0 and hygiene.merge_background
             assert hygiene.scores_unseen
+        if algorithm == "pf":
+            assert hygiene is not None and hygiene.max_births == 0 and hygiene.max_splits == 0
+            assert hygiene.threshold == 0.25 and not hygiene.scores_unseen
     finally:
         learner.close()
 
