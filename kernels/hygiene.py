@@ -1,8 +1,9 @@
 """Topic hygiene: merge duplicate topics, retire negligible ones, split muddled ones, and give a freed slot to what
 the model misses.
 
-Run at snapshot time, off the batch loop, on a kernel that supports topic moves (:class:`kernels.SCVB0`, and
-:class:`kernels.OnlineHDP`, the collapsed HDP)::
+Run at snapshot time, off the batch loop, on a kernel that supports the topic moves the settings use
+(:class:`kernels.SCVB0` and :class:`kernels.OnlineHDP`, the collapsed HDP, all of them;
+:class:`kernels.ParticleFilterLDA` merges only, with ``max_births=0``: :meth:`TopicHygiene.missing_moves`)::
 
     hygiene = TopicHygiene()
     events = hygiene.apply(model, recent_docs)   # recent_docs: a kernels.Batch of recent documents, or None
