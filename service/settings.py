@@ -70,7 +70,7 @@ class Settings(BaseSettings):
         ge=0,
         le=16,
         description="Muddled topics topic hygiene may split per pass, into free slots (docs/topic-hygiene.md, "
-        '"split"; 0: none — on the corpora measured so far splits did not beat births)',
+        '"split"; 0: none — on the corpora measured so far splits did not beat births; pf has no split move)',
     )
     seed: int = Field(0, ge=0, description="Random seed of the kernel")
 
