@@ -14,6 +14,9 @@ Subclasses say only what differs: :meth:`encode` and :meth:`compute` (learn and 
 snapshot follower), :meth:`reject`, their consumer group and snapshot store (:meth:`consumer_group`,
 :meth:`open_store`) and, for the learner, when it must stop on its own (:meth:`must_stop`, :meth:`after_run`).
 
+A kernel call that outlasts a third of ``max.poll.interval.ms`` does not cost the consumer its group: the main
+thread pauses the partitions and polls while it waits (:meth:`BatchWorker._keep_alive_until`).
+
 Delivery guarantee (at least once, never lost): a batch's offsets are committed only when the broker has
 acknowledged every output and dead letter of *that* batch and of every batch before it. Commits between batches
 are asynchronous (``flush``, on a revocation, on close and at a checkpoint, commits and waits), and a failed commit
@@ -31,12 +34,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 import numpy as np
-from confluent_kafka import KafkaError, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from numpy.typing import NDArray
 
 from .kafka import DeliveryError, DeliveryTracker, flush_all, make_consumer, make_producer, next_offsets
@@ -126,6 +129,8 @@ class BatchWorker(abc.ABC):
         self._acked = threading.Condition()
         self.broken = False  # a delivery failed for good: nothing after it may be committed or snapshotted
         self._last_consume = 0.0  # when the previous batch was taken (time.monotonic)
+        self._keeping_alive = False  # polling paused partitions while a long kernel call runs (_keep_alive_until)
+        self._early: list[Message] = []  # messages a keep-alive poll returned; the next batch takes them first
 
     # ------------------------------------------------------------------ what subclasses supply
     @abc.abstractmethod
@@ -216,9 +221,10 @@ class BatchWorker(abc.ABC):
         articles/s that extra wait capped the learner below the rate). An idle stream, once the timeout since the
         previous batch has passed, waits a fifth of it and then a full timeout more before it returns nothing."""
         n = self.settings.batch_size if limit is None else min(limit, self.settings.batch_size)
+        msgs, self._early = self._early[:n], self._early[n:]  # what a keep-alive poll returned comes first
         left = self._last_consume + timeout - time.monotonic()
-        # A fifth of the timeout at least: a fetch that is arriving completes the batch.
-        msgs = self.consumer.consume(num_messages=n, timeout=max(left, timeout / 5))
+        if len(msgs) < n:  # a fifth of the timeout at least: a fetch that is arriving completes the batch
+            msgs += self.consumer.consume(num_messages=n - len(msgs), timeout=max(left, timeout / 5))
         if not msgs and left <= 0:
             msgs = self.consumer.consume(num_messages=n, timeout=timeout)
         self._last_consume = time.monotonic()
@@ -329,12 +335,48 @@ class BatchWorker(abc.ABC):
 
     def drain(self) -> None:
         """Wait until the batch in the kernel lane, if any, is learned and published (its acknowledgements arrive
-        later)."""
-        batch, self._inflight = self._inflight, None
-        if batch is not None:
-            assert batch.result is not None
-            batch.result.result()
-            self.between_batches(batch)
+        later). A long wait keeps the consumer in its group (:meth:`_keep_alive_until`)."""
+        batch = self._inflight
+        if batch is None:
+            return
+        assert batch.result is not None
+        if not self._keeping_alive:
+            self._keep_alive_until(batch.result)
+        if self._inflight is not batch:
+            return  # a rebalance callback run by the keep-alive poll drained it meanwhile
+        self._inflight = None
+        batch.result.result()
+        self.between_batches(batch)
+
+    def _keep_alive_until(self, done: Future[Any]) -> None:
+        """Wait for the kernel lane; if it is still busy after a third of ``max.poll.interval.ms`` (the particle
+        filter's Gibbs refinements take seconds), pause the assigned partitions and poll until it is done, then
+        resume them. Polling is what tells the consumer the application is alive: without it, librdkafka leaves
+        the group once the interval has passed, and the partitions are lost until it rejoins. A paused partition
+        yields no message (librdkafka drops what it had prefetched and fetches it again after ``resume``); a
+        message that comes all the same (a partition assigned during the wait) is kept for the next batch."""
+        third = self.settings.max_poll_interval_ms / 3000
+        if wait([done], timeout=third).done:
+            return
+        paused = [TopicPartition(t, p) for t, p in sorted(self.assigned)]
+        self._keeping_alive = True
+        try:
+            self.consumer.pause(paused)
+            while not done.done():
+                msg = self.consumer.poll(min(third, 0.5))
+                if msg is None:
+                    continue
+                err = msg.error()
+                if err is None:
+                    self._early.append(msg)
+                elif err.code() != KafkaError._PARTITION_EOF:
+                    self.metrics.errors.labels(kind="consume").inc()
+                    log.warning("consumer error: %s", err)
+        finally:
+            self._keeping_alive = False
+            still = [tp for tp in paused if (tp.topic, tp.partition) in self.assigned]
+            with contextlib.suppress(KafkaException):  # a partition revoked meanwhile is no longer ours to resume
+                self.consumer.resume(still)
 
     def flush(self, timeout: float | None = None) -> None:
         """Drain, wait for every acknowledgement, commit."""

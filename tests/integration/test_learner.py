@@ -117,6 +117,28 @@ def test_restart_after_crash_learns_every_article_exactly_once(settings: Setting
     assert payload["kernel"]["state"]["n_docs_seen"] == len(values)
 
 
+def test_a_kernel_call_longer_than_max_poll_interval_keeps_the_partitions(settings: Settings) -> None:
+    """The particle filter's initial Gibbs run on one batch outlasts ``max.poll.interval.ms`` (3 s here): the
+    worker pauses its partitions and polls while it waits, so the consumer stays in its group (no partitions lost,
+    no MAXPOLL error), and every article is published once."""
+    gibbs = {"init_docs": 200, "init_sweeps": 16_000, "init_restarts": 1, "refine_docs": 0}
+    s = settings.model_copy(
+        update={"algorithm": "pf", "batch_size": 200, "kernel_params": gibbs, "topic_hygiene": False}
+    )
+    values = good_articles(400, seed=2)
+    produce(s, values)
+    learner = Learner(s)
+    run_until(learner, len(values))
+    kernel_calls = sample(learner.metrics, "topicstream_batch_duration_seconds_count", stage="kernel")
+    within_5s = sample(learner.metrics, "topicstream_batch_duration_seconds_bucket", stage="kernel", le="5.0")
+    assert within_5s < kernel_calls  # a call took over 5 s, beyond the 3 s interval
+    assert sample(learner.metrics, "topicstream_errors_total", kind="partitions_lost") == 0
+    assert sample(learner.metrics, "topicstream_errors_total", kind="consume") == 0
+    outputs = read_all(s, s.output_topic, len(values))
+    ids = [json.loads(m.value())["id"] for m in outputs]
+    assert sorted(ids) == sorted(json.loads(v)["id"] for v in values)
+
+
 def test_partition_first_seen_after_the_last_snapshot_is_not_lost(settings: Settings) -> None:
     s = settings.model_copy(update={"batch_size": 20, "snapshot_every_batches": 10**6, "snapshot_every_s": 3600})
     produce(s, good_articles(60, seed=8), partition=0)
