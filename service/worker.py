@@ -33,7 +33,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
@@ -129,7 +129,9 @@ class BatchWorker(abc.ABC):
         self._acked = threading.Condition()
         self.broken = False  # a delivery failed for good: nothing after it may be committed or snapshotted
         self._last_consume = 0.0  # when the previous batch was taken (time.monotonic)
-        self._keeping_alive = False  # polling paused partitions while a long kernel call runs (_keep_alive_until)
+        #: A consumer poll is on the stack (the keep-alive loop, or a rebalance callback run by a poll): a drain
+        #: then waits without polling again.
+        self._inside_poll = False
         self._early: list[Message] = []  # messages a keep-alive poll returned; the next batch takes them first
 
     # ------------------------------------------------------------------ what subclasses supply
@@ -185,8 +187,9 @@ class BatchWorker(abc.ABC):
 
     def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         # Finish what is in flight so its offsets are committed before another member takes over.
-        if not self.broken:
-            self.flush()
+        with self._in_callback():
+            if not self.broken:
+                self.flush()
         self._unassign(consumer, partitions)
 
     def _on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
@@ -194,9 +197,19 @@ class BatchWorker(abc.ABC):
         # still published; positions are re-established on the next assignment.
         self.metrics.errors.labels(kind="partitions_lost").inc()
         log.warning("partitions lost (group session expired): %s", [(tp.topic, tp.partition) for tp in partitions])
-        if not self.broken:
-            self.drain()
+        with self._in_callback():
+            if not self.broken:
+                self.drain()
         self._unassign(consumer, partitions)
+
+    @contextlib.contextmanager
+    def _in_callback(self) -> Iterator[None]:
+        """A rebalance callback runs inside a consumer poll: a drain in it must not poll again."""
+        outer, self._inside_poll = self._inside_poll, True
+        try:
+            yield
+        finally:
+            self._inside_poll = outer
 
     def _unassign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
@@ -340,7 +353,7 @@ class BatchWorker(abc.ABC):
         if batch is None:
             return
         assert batch.result is not None
-        if not self._keeping_alive:
+        if not self._inside_poll:
             self._keep_alive_until(batch.result)
         if self._inflight is not batch:
             return  # a rebalance callback run by the keep-alive poll drained it meanwhile
@@ -359,7 +372,7 @@ class BatchWorker(abc.ABC):
         if wait([done], timeout=third).done:
             return
         paused = [TopicPartition(t, p) for t, p in sorted(self.assigned)]
-        self._keeping_alive = True
+        self._inside_poll = True
         try:
             self.consumer.pause(paused)
             while not done.done():
@@ -373,7 +386,7 @@ class BatchWorker(abc.ABC):
                     self.metrics.errors.labels(kind="consume").inc()
                     log.warning("consumer error: %s", err)
         finally:
-            self._keeping_alive = False
+            self._inside_poll = False
             still = [tp for tp in paused if (tp.topic, tp.partition) in self.assigned]
             with contextlib.suppress(KafkaException):  # a partition revoked meanwhile is no longer ours to resume
                 self.consumer.resume(still)
