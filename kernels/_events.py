@@ -47,7 +47,9 @@ class Event:
 
 @runtime_checkable
 class SupportsTopicMoves(Protocol):
-    """What :meth:`kernels.hygiene.TopicHygiene.apply` needs from a kernel."""
+    """What :meth:`kernels.hygiene.TopicHygiene.apply` may need from a kernel: all of it with every move on; settings
+    that leave moves off need only the methods :meth:`~kernels.hygiene.TopicHygiene.missing_moves` checks (the
+    particle filter has ``merge_topics`` alone)."""
 
     n_topics: int
     n_words: int

@@ -242,11 +242,13 @@ class ParticleFilterLDA(TopicModel):
 
     def _partial_fit(self, batch: Batch) -> NDArray[np.float64]:
         theta = np.full((batch.n_docs, self.n_topics), 1.0 / self.n_topics)
+        counts = self._int_counts(batch) if self.gibbs_at_ else None  # the tokens to buffer, once per batch
         d = 0
         while d < batch.n_docs:
             want = self.gibbs_at_ - self.buf_docs_  # documents until the next Gibbs run (if any)
             if not self.initialized_:  # buffer only; the first Gibbs run gives these documents' mixtures
-                end, full = self._keep(batch, d, min(batch.n_docs, d + want))
+                assert counts is not None
+                end, full = self._keep(batch, counts, d, min(batch.n_docs, d + want))
                 if full or self.buf_docs_ >= self.gibbs_at_:
                     n = self.buf_docs_  # the batch's documents are the buffer's last end - d
                     theta[d:end] = self._gibbs(last=full)[n - (end - d) : n]
@@ -255,7 +257,8 @@ class ParticleFilterLDA(TopicModel):
                 end = min(batch.n_docs, d + want) if self.gibbs_at_ else batch.n_docs
                 theta[d:end] = self._filter(batch.slice(d, end))
                 if self.gibbs_at_:
-                    _, full = self._keep(batch, d, end)
+                    assert counts is not None
+                    _, full = self._keep(batch, counts, d, end)
                     if full or self.buf_docs_ >= self.gibbs_at_:
                         self._gibbs(last=full)
                 d = end
@@ -274,10 +277,9 @@ class ParticleFilterLDA(TopicModel):
             raise RuntimeError("particle filter: count-row pool exhausted")
         return out
 
-    def _keep(self, batch: Batch, lo: int, hi: int) -> tuple[int, bool]:
+    def _keep(self, batch: Batch, counts: NDArray[np.int64], lo: int, hi: int) -> tuple[int, bool]:
         """Append documents ``lo:hi`` of ``batch`` to the Gibbs buffer. Returns (the first document not appended,
-        whether the buffer's tokens are full: that document did not fit)."""
-        counts = self._int_counts(batch)
+        whether the buffer's tokens are full: that document did not fit). ``counts``: the batch's rounded counts."""
         for d in range(lo, hi):
             a, b = int(batch.indptr[d]), int(batch.indptr[d + 1])
             toks = np.repeat(batch.word_ids[a:b], counts[a:b])
@@ -314,7 +316,6 @@ class ParticleFilterLDA(TopicModel):
             self.buf_z_[: z.size] = z
             self.gibbs_docs_ = n_docs
         else:  # done: empty the buffer (it keeps its size, so memory stays constant)
-            self.gibbs_at_ = 0
             self.buf_words_[:] = 0
             self.buf_z_[:] = 0
             self.buf_doc_ptr_[:] = 0

@@ -187,7 +187,7 @@ class BatchWorker(abc.ABC):
 
     def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         # Finish what is in flight so its offsets are committed before another member takes over.
-        with self._in_callback():
+        with self._inside_a_poll():  # the poll that runs this callback
             if not self.broken:
                 self.flush()
         self._unassign(consumer, partitions)
@@ -197,14 +197,15 @@ class BatchWorker(abc.ABC):
         # still published; positions are re-established on the next assignment.
         self.metrics.errors.labels(kind="partitions_lost").inc()
         log.warning("partitions lost (group session expired): %s", [(tp.topic, tp.partition) for tp in partitions])
-        with self._in_callback():
+        with self._inside_a_poll():  # the poll that runs this callback
             if not self.broken:
                 self.drain()
         self._unassign(consumer, partitions)
 
     @contextlib.contextmanager
-    def _in_callback(self) -> Iterator[None]:
-        """A rebalance callback runs inside a consumer poll: a drain in it must not poll again."""
+    def _inside_a_poll(self) -> Iterator[None]:
+        """Mark a consumer poll as on the stack (a rebalance callback, the keep-alive loop): a drain meanwhile must
+        not poll again."""
         outer, self._inside_poll = self._inside_poll, True
         try:
             yield
@@ -372,21 +373,20 @@ class BatchWorker(abc.ABC):
         if wait([done], timeout=third).done:
             return
         paused = [TopicPartition(t, p) for t, p in sorted(self.assigned)]
-        self._inside_poll = True
         try:
             self.consumer.pause(paused)
-            while not done.done():
-                msg = self.consumer.poll(min(third, 0.5))
-                if msg is None:
-                    continue
-                err = msg.error()
-                if err is None:
-                    self._early.append(msg)
-                elif err.code() != KafkaError._PARTITION_EOF:
-                    self.metrics.errors.labels(kind="consume").inc()
-                    log.warning("consumer error: %s", err)
+            with self._inside_a_poll():
+                while not done.done():
+                    msg = self.consumer.poll(min(third, 0.5))
+                    if msg is None:
+                        continue
+                    err = msg.error()
+                    if err is None:
+                        self._early.append(msg)
+                    elif err.code() != KafkaError._PARTITION_EOF:
+                        self.metrics.errors.labels(kind="consume").inc()
+                        log.warning("consumer error: %s", err)
         finally:
-            self._inside_poll = False
             still = [tp for tp in paused if (tp.topic, tp.partition) in self.assigned]
             with contextlib.suppress(KafkaException):  # a partition revoked meanwhile is no longer ours to resume
                 self.consumer.resume(still)
