@@ -41,6 +41,7 @@ __all__ = [
     "State",
     "WordRows",
     "allocate",
+    "allocated_bytes",
     "arrays",
     "restore",
     "restore_array",
@@ -201,6 +202,15 @@ def allocate(
     fst[LAST_ESS] = float(P)
     parts = Particles(nk=np.zeros((P, K), dtype=np.int64), weights=np.full(P, 1.0 / P), ctr=ctr, fst=fst, prng=prng)
     return words, docs, res, parts
+
+
+def allocated_bytes(P: int, W: int, K: int, C: int, R: int, D: int) -> int:
+    """Bytes of the arrays :func:`allocate` makes for these sizes, from their shapes (without allocating)."""
+    pool = 4 * C * K + 8 * C + 8 * C + 4 * W * P + 4 * W + W  # rows, refcnt, free, ptr, div, div_mark
+    docs = 4 * (D * P + 1) * K + 16 * (D * P + 1) + 4 * D * P + 24 * D  # drows, dref + dfree, dptr, slot_*
+    reservoir = 4 * R + 4 * R + 2 * R * P + 4 * R + R  # res_w, res_slot, res_z, rdiv, rdiv_mark
+    particles = 8 * P * K + 8 * P + 8 * (N_CTR + N_FST) + 8 * 4  # nk, weights, ctr, fst, prng
+    return pool + docs + reservoir + particles
 
 
 def arrays(*bundles: WordRows | DocRows | Reservoir | Particles) -> Iterator[tuple[str, NDArray[Any]]]:

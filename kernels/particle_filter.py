@@ -123,18 +123,12 @@ class ParticleFilterLDA(TopicModel):
 
     @classmethod
     def state_bytes(cls, n_topics: int, n_words: int, **params: Any) -> int:
-        """Bytes of the arrays :meth:`_init_state` allocates (:func:`kernels._pf_state.allocate` and the buffer),
-        from their shapes; ``docs/particle-filter.md``, "Memory", gives the leading terms."""
+        """Bytes of the arrays :meth:`_init_state` allocates (:func:`kernels._pf_state.allocated_bytes` and the
+        buffer), from their shapes; ``docs/particle-filter.md``, "Memory", gives the leading terms."""
         m = cls._settings_only(n_topics=n_topics, n_words=n_words, **params)
-        P, W, K = int(m.n_particles), int(n_words), int(n_topics)
-        C, R, D = m._sizes()
         cap, n_buf = m._buffer_sizes()
-        pool = 4 * C * K + 8 * C + 8 * C + 4 * W * P + 4 * W + W  # rows, refcnt, free, ptr, div, div_mark
-        particles = 8 * P * K + 8 * P  # nk, weights
-        reservoir = 4 * R + 4 * R + 2 * R * P + 4 * R + R  # res_w, res_slot, res_z, rdiv, rdiv_mark
-        docs = 4 * (D * P + 1) * K + 16 * (D * P + 1) + 4 * D * P + 24 * D  # drows, dref+dfree, dptr, slot_*
-        rest = 8 * (st.N_CTR + st.N_FST) + 8 * 4 + 6 * cap + 8 * (n_buf + 1)  # ctr, fst, prng, buffer
-        return pool + particles + reservoir + docs + rest
+        buffer = 4 * cap + 2 * cap + 8 * (n_buf + 1)  # buf_words_, buf_z_, buf_doc_ptr_
+        return st.allocated_bytes(int(m.n_particles), int(n_words), int(n_topics), *m._sizes()) + buffer
 
     # Settings (meanings in the class docstring), stored untouched by the generated ``__init__``.
     n_particles: int = 16
