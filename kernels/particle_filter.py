@@ -248,13 +248,13 @@ class ParticleFilterLDA(TopicModel):
                     theta[d:end] = self._gibbs(last=full)[n - (end - d) : n]
                 d = end
             else:  # filter, and keep the documents while refining
-                end = min(batch.n_docs, d + want) if self.gibbs_at_ else batch.n_docs
-                theta[d:end] = self._filter(batch.slice(d, end))
-                if self.gibbs_at_:
+                end, full = min(batch.n_docs, d + want) if self.gibbs_at_ else batch.n_docs, False
+                if self.gibbs_at_:  # only the documents the buffer holds: a refinement restarts from it
                     assert counts is not None
-                    _, full = self._keep(batch, counts, d, end)
-                    if full or self.buf_docs_ >= self.gibbs_at_:
-                        self._gibbs(last=full)
+                    end, full = self._keep(batch, counts, d, end)
+                theta[d:end] = self._filter(batch.slice(d, end))
+                if self.gibbs_at_ and (full or self.buf_docs_ >= self.gibbs_at_):
+                    self._gibbs(last=full)
                 d = end
         return theta
 

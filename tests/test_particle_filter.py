@@ -311,6 +311,24 @@ def test_initialisation_buffer_and_mixtures() -> None:
     assert capped.initialized_ and capped.particles_.nk[0].sum() == 16
 
 
+@pytest.mark.parametrize("batch_size", [1, 5, 12])
+def test_a_refinement_ended_by_the_token_cap_keeps_every_token(batch_size: int) -> None:
+    """When the buffer's tokens run out mid-batch (a document does not fit: the last Gibbs run, which every
+    particle restarts from), every token of the stream is still in every particle's counts and in the reservoir's
+    count of tokens seen, whatever the batches: the documents past the cap are filtered after the run."""
+    m = ParticleFilterLDA(
+        3, 30, 0, n_particles=4, ess_threshold=0.5, init_docs=2, refine_docs=16, init_max_tokens=60,
+        init_sweeps=5, reservoir_size=20,
+    )  # fmt: skip
+    stream = _random_stream(12, 10, 30, 3)
+    for lo in range(0, 12, batch_size):
+        m.partial_fit(stream.slice(lo, min(12, lo + batch_size)))
+    assert m.gibbs_at_ == 0 and m.buf_docs_ == 0  # the cap ended refining (6 documents of 10 tokens fit)
+    assert np.all(m.particles_.nk.sum(axis=1) == 120)
+    assert m.particles_.ctr[st.TOKENS] == 120
+    _check_invariants(m)
+
+
 def _planted_cosines(m: ParticleFilterLDA, phi: np.ndarray) -> np.ndarray:
     """Cosine of each planted topic with the learned topic matched to it (best one-to-one matching)."""
     est = m.topic_word()
