@@ -158,7 +158,7 @@ def gibbs(
     beta = PF["beta"]
     chain = new_chain(n_docs, corpus.W, K)
     gibbs_chain(Tokens(toks, doc_of, z), chain, st.Prior(PF["alpha"], beta, corpus.W * beta), sweeps, True, _prng(seed))
-    phi = (chain.nkw + beta) / (chain.nk[:, None] + corpus.W * beta)
+    phi = (chain.nwk.T + beta) / (chain.nk[:, None] + corpus.W * beta)
     return z, phi, chain.ndk
 
 
@@ -331,7 +331,7 @@ def exp_ref(corpus: Corpus, runs: range, sizes: list[int]) -> dict[str, Any]:
             chain = new_chain(len(corpus.train), corpus.W, K)
             gibbs_chain(Tokens(toks, doc_of, z), chain, prior, s - done, done == 0, rng)
             done = s
-            scores.append(nmi(corpus, (chain.nkw + beta) / (chain.nk[:, None] + prior.wbeta), r + 10_000))
+            scores.append(nmi(corpus, (chain.nwk.T + beta) / (chain.nk[:, None] + prior.wbeta), r + 10_000))
         curves.append({"sweeps": list(SWEEP_POINTS), "nmi": scores, "final": scores[-1]})
     _log(corpus, "ref/batch-curve", curves)
     subsample: dict[str, Any] = {}

@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 
 from ._pf_filter import reservoir_position, store_token
 from ._pf_pools import close_slot, open_slot
-from ._pf_rng import rng_below, sample_cat
+from ._pf_rng import rng_below, sample_cat, sample_cumulative
 from ._pf_state import D_FREE, FILL, N_FREE, PEAK_ROWS, TOKENS, Prior, State
 
 __all__ = [
@@ -66,40 +66,46 @@ class InitPlan(NamedTuple):
 
 
 class Chain(NamedTuple):
-    """A Gibbs chain's counts n_kw (K×V), n_k, n_dk (n_docs×K), and its K-long scratch ``q``."""
+    """A Gibbs chain's counts n_wk (V×K, word-major: a token's conditional reads one contiguous row), n_k,
+    n_dk (n_docs×K), the reciprocals 1/(n_k + Wβ) kept in step with n_k, and a K-long scratch ``q``."""
 
-    nkw: NDArray[np.int64]
+    nwk: NDArray[np.int64]
     nk: NDArray[np.int64]
     ndk: NDArray[np.int64]
+    inv: NDArray[np.float64]
     q: NDArray[np.float64]
 
 
 def new_chain(n_docs: int, V: int, K: int) -> Chain:
     """Zero counts for a chain over V local words, K topics and ``n_docs`` documents."""
     zeros = np.zeros
-    return Chain(zeros((K, V), np.int64), zeros(K, np.int64), zeros((n_docs, K), np.int64), np.empty(K))
+    return Chain(zeros((V, K), np.int64), zeros(K, np.int64), zeros((n_docs, K), np.int64), zeros(K), np.empty(K))
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _count_token(chain: Chain, w: int, d: int, k: int, delta: int) -> None:
-    """Add ``delta`` (+1 or −1) to the counts n_kw, n_k, n_dk of one token: word w of document d in topic k."""
-    chain.nkw[k, w] += delta
+def _count_token(chain: Chain, w: int, d: int, k: int, delta: int, wbeta: float) -> None:
+    """Add ``delta`` (+1 or −1) to the counts n_wk, n_k, n_dk of one token: word w of document d in topic k."""
+    chain.nwk[w, k] += delta
     chain.nk[k] += delta
     chain.ndk[d, k] += delta
+    chain.inv[k] = 1.0 / (chain.nk[k] + wbeta)
 
 
 @njit(cache=True, nogil=True)
 def _conditional_draw(chain: Chain, w: int, d: int, prior: Prior, rng: NDArray[np.uint64]) -> int:
-    """Draw z_i from P(z_i = k | rest) ∝ (n_kw + β)/(n_k + Wβ) · (n_dk + α), token i's counts removed."""
-    nkw, nk, ndk, q = chain
-    alpha, beta, wbeta = prior
-    K = nk.shape[0]
+    """Draw z_i from P(z_i = k | rest) ∝ (n_wk + β)/(n_k + Wβ) · (n_dk + α), token i's counts removed: the
+    running sums of the K terms, then a bisection (:func:`kernels._pf_rng.sample_cumulative`)."""
+    alpha, beta, _ = prior
+    row = chain.nwk[w]
+    doc = chain.ndk[d]
+    inv = chain.inv
+    q = chain.q
+    K = inv.shape[0]
     total = 0.0
     for kk in range(K):
-        v = (nkw[kk, w] + beta) / (nk[kk] + wbeta) * (ndk[d, kk] + alpha)
-        q[kk] = v
-        total += v
-    return sample_cat(q, K, total, rng)
+        total += (row[kk] + beta) * inv[kk] * (doc[kk] + alpha)
+        q[kk] = total
+    return sample_cumulative(q, K, rng)
 
 
 @njit(cache=True, nogil=True)
@@ -112,19 +118,22 @@ def gibbs_chain(
     added to ``chain``'s counts (zero for a new chain, :func:`new_chain`), ``toks.z`` and ``chain`` are
     updated in place."""
     words, doc_of, z = toks
+    wbeta = prior.wbeta
     K = chain.nk.shape[0]
     N = words.shape[0]
+    for k in range(K):
+        chain.inv[k] = 1.0 / (chain.nk[k] + wbeta)
     for i in range(N):
         if init_random:
             z[i] = rng_below(rng, K)
-        _count_token(chain, words[i], doc_of[i], z[i], 1)
+        _count_token(chain, words[i], doc_of[i], z[i], 1, wbeta)
     for _ in range(sweeps):
         for i in range(N):
             w = words[i]
             d = doc_of[i]
-            _count_token(chain, w, d, z[i], -1)
+            _count_token(chain, w, d, z[i], -1, wbeta)
             z[i] = _conditional_draw(chain, w, d, prior, rng)
-            _count_token(chain, w, d, z[i], 1)
+            _count_token(chain, w, d, z[i], 1, wbeta)
 
 
 @njit(cache=True, nogil=True)
@@ -136,7 +145,7 @@ def _gibbs_add_docs(toks: Tokens, start: int, chain: Chain, prior: Prior, rng: N
         w = words[i]
         d = doc_of[i]
         z[i] = _conditional_draw(chain, w, d, prior, rng)
-        _count_token(chain, w, d, z[i], 1)
+        _count_token(chain, w, d, z[i], 1, prior.wbeta)
 
 
 @njit(cache=True, nogil=True)
@@ -241,7 +250,7 @@ def gibbs_init(
             zc = np.zeros(cut, dtype=np.int64)
             chain = new_chain(n_train_docs, V, K)
             gibbs_chain(Tokens(local[:cut], doc_of[:cut], zc), chain, prior, sweeps, True, rng)
-            phi = (chain.nkw + beta) / (chain.nk[:, None] + prior.wbeta)
+            phi = (chain.nwk.T + beta) / (chain.nk[:, None] + prior.wbeta)
             ll, n = heldout_loglik(TokenDocs(hold_ptr, local[cut:]), phi, alpha, rng)
             score = ll / max(n, 1)
             if score > best_ll:

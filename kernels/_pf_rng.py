@@ -11,7 +11,7 @@ import numpy as np
 from numba import njit
 from numpy.typing import NDArray
 
-__all__ = ["rng_below", "rng_next", "rng_uniform", "sample_cat"]
+__all__ = ["rng_below", "rng_next", "rng_uniform", "sample_cat", "sample_cumulative"]
 
 _M5 = np.uint64(5)
 _M9 = np.uint64(9)
@@ -74,3 +74,18 @@ def sample_cat(q: NDArray[np.float64], K: int, total: float, s: NDArray[np.uint6
         if q[k] > 0.0:
             return k
     return K - 1
+
+
+@njit(cache=True, nogil=True)
+def sample_cumulative(cum: NDArray[np.float64], K: int, s: NDArray[np.uint64]) -> int:
+    """Draw k with probability (cum_k − cum_{k−1}) / cum_{K−1}, given the running sums ``cum`` of K masses, by
+    bisection: the first k with u·cum_{K−1} < cum_k (the topic :func:`sample_cat` draws from the same u)."""
+    u = rng_uniform(s) * cum[K - 1]
+    lo, hi = 0, K - 1
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if u < cum[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo

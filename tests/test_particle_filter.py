@@ -16,6 +16,8 @@ from scipy.optimize import linear_sum_assignment
 from kernels import ALGORITHMS, Batch, ParticleFilterLDA
 from kernels import _pf_state as st
 from kernels._pf_filter import proposal
+from kernels._pf_gibbs import Tokens, gibbs_chain, new_chain
+from kernels._pf_rng import rng_below, rng_uniform, sample_cat, sample_cumulative
 from tests.naive import pf as naive
 from tests.synthetic import block_topics_corpus
 
@@ -160,6 +162,46 @@ def test_proposal_and_counts_match_brute_force(seed: int) -> None:
                 ref_q, ref_w = naive.proposal(words, slots, z, w_new, s, K, W, alpha, beta)
                 np.testing.assert_allclose(q / total, ref_q, rtol=1e-12)
                 assert total == pytest.approx(ref_w, rel=1e-12)
+
+
+def test_gibbs_chain_draws_each_topic_from_the_collapsed_conditional() -> None:
+    """``gibbs_chain`` (the Gibbs start and every refinement) against collapsed Gibbs by definition
+    (``naive.gibbs_sweeps``: each conditional a ratio of LDA joints), both drawing from the same random stream: the
+    same topic for every token after three sweeps, and counts (with 1/(n_k + Wβ)) that match those topics. The
+    local vocabulary (V = 5) is smaller than W = 9, as in a buffer, so Wβ must be the full vocabulary's."""
+    K, V, W, alpha, beta = 3, 5, 9, 0.3, 0.2
+    rng = np.random.default_rng(4)
+    doc_of = np.repeat(np.arange(4), [5, 3, 6, 4]).astype(np.int64)
+    words = rng.integers(0, V, doc_of.size).astype(np.int64)
+    prng = np.array([11, 12, 13, 14], dtype=np.uint64)
+    ref_rng = prng.copy()
+    z = np.zeros(words.size, dtype=np.int64)
+    chain = new_chain(4, V, K)
+    gibbs_chain(Tokens(words, doc_of, z), chain, st.Prior(alpha, beta, W * beta), 3, True, prng)
+    start = [rng_below(ref_rng, K) for _ in range(words.size)]
+    expected = naive.gibbs_sweeps(
+        words.tolist(), doc_of.tolist(), start, K, W, alpha, beta, 3, lambda: rng_uniform(ref_rng)
+    )
+    assert z.tolist() == expected
+    nwk, ndk = np.zeros((V, K), np.int64), np.zeros((4, K), np.int64)
+    np.add.at(nwk, (words, z), 1)
+    np.add.at(ndk, (doc_of, z), 1)
+    np.testing.assert_array_equal(chain.nwk, nwk)
+    np.testing.assert_array_equal(chain.ndk, ndk)
+    np.testing.assert_array_equal(chain.nk, nwk.sum(axis=0))
+    np.testing.assert_allclose(chain.inv, 1.0 / (nwk.sum(axis=0) + W * beta), rtol=1e-15)
+
+
+def test_bisection_draws_what_the_linear_scan_draws() -> None:
+    """``sample_cumulative`` (bisection over running sums, Gibbs) draws the same topic as ``sample_cat`` (a
+    linear scan, the filter) from the same random number, zero masses included."""
+    rng = np.random.default_rng(5)
+    a, b = np.array([1, 2, 3, 4], dtype=np.uint64), np.array([1, 2, 3, 4], dtype=np.uint64)
+    for _ in range(2000):
+        K = int(rng.integers(1, 12))
+        q = rng.random(K) * (rng.random(K) < 0.7)
+        q[rng.integers(0, K)] += 0.1
+        assert sample_cumulative(np.cumsum(q), K, a) == sample_cat(q, K, float(q.sum()), b)
 
 
 def test_weight_estimate_matches_exact_marginal() -> None:

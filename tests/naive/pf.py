@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -68,6 +68,37 @@ def proposal(
         [math.exp(log_joint([*words, w_new], [*docs, d_new], [*z, k], K, W, alpha, beta) - base) for k in range(K)]
     )
     return joint / joint.sum(), float(joint.sum())
+
+
+def gibbs_sweeps(
+    words: Sequence[int],
+    docs: Sequence[int],
+    z: Sequence[int],
+    K: int,
+    W: int,
+    alpha: float,
+    beta: float,
+    sweeps: int,
+    uniform: Callable[[], float],
+) -> list[int]:
+    """Collapsed Gibbs sampling by its definition: token after token, z_i is drawn from
+    P(z_i = k | z_¬i, w) ∝ P(w, z with z_i = k) (ratios of :func:`log_joint`), by inversion with ``uniform()``:
+    the first k whose running sum of the K probabilities exceeds u times their total. Returns the topics."""
+    z = list(z)
+    for _ in range(sweeps):
+        for i in range(len(words)):
+            logs = [log_joint(words, docs, [*z[:i], k, *z[i + 1 :]], K, W, alpha, beta) for k in range(K)]
+            top = max(logs)
+            probs = [math.exp(v - top) for v in logs]
+            u = uniform() * sum(probs)
+            acc = 0.0
+            z[i] = K - 1
+            for k, p in enumerate(probs):
+                acc += p
+                if u < acc:
+                    z[i] = k
+                    break
+    return z
 
 
 def reservoir_inclusion(n: int, R: int, runs: int, seed: int, recency: float = 1.0) -> np.ndarray:
