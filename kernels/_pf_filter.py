@@ -17,7 +17,7 @@ from numpy.typing import NDArray
 
 from ._batch import CSR
 from ._pf_pools import close_slot, copy_pairs, mark_divergent_token, open_slot, own_drow, own_row
-from ._pf_rng import rng_below, sample_cat
+from ._pf_rng import rng_below, sample_cat, sample_cumulative
 from ._pf_state import (
     COLLAPSES,
     FILL,
@@ -48,19 +48,19 @@ def proposal(
     prior: Prior,
     q: NDArray[np.float64],
 ) -> float:
-    """Step 1 for one particle: q_k = (n_kw + β)/(n_k + Wβ) · (n_dk + α)/(n_d + Kα), into ``q``.
+    """Step 1 for one particle: q_k = (n_kw + β)/(n_k + Wβ) · (n_dk + α)/(n_d + Kα), as running sums
+    ``q[k]`` = q_0 + … + q_k (step 3 draws from them by bisection, :func:`kernels._pf_rng.sample_cumulative`).
 
     ``r`` is the pool row of the word, ``nk_p`` the particle's n_k, ``ndk_ps`` its n_d· for the document,
     ``nd`` the document's tokens so far (token i excluded). Returns Σ_k q_k, the incremental weight of step 2.
     """
     alpha, beta, wbeta = prior
     K = q.shape[0]
-    kalpha = K * alpha
+    scale = 1.0 / (nd + K * alpha)
     total = 0.0
     for k in range(K):
-        v = (rows[r, k] + beta) / (nk_p[k] + wbeta) * (ndk_ps[k] + alpha) / (nd + kalpha)
-        q[k] = v
-        total += v
+        total += (rows[r, k] + beta) / (nk_p[k] + wbeta) * (ndk_ps[k] + alpha) * scale
+        q[k] = total
     return total
 
 
@@ -208,10 +208,9 @@ def _rejuvenate(n_rejuv: int, prior: Prior, idx: NDArray[np.int64], q: NDArray[n
             docs.drows[rd, k_old] -= 1
             total = 0.0
             for k in range(K):
-                v = (words.rows[r, k] + beta) / (nk[p, k] + wbeta) * (docs.drows[rd, k] + alpha)
-                q[k] = v
-                total += v
-            k_new = sample_cat(q, K, total, parts.prng)
+                total += (words.rows[r, k] + beta) / (nk[p, k] + wbeta) * (docs.drows[rd, k] + alpha)
+                q[k] = total
+            k_new = sample_cumulative(q, K, parts.prng)
             words.rows[r, k_new] += 1
             nk[p, k_new] += 1
             docs.drows[rd, k_new] += 1
@@ -284,7 +283,7 @@ def filter_docs(batch: CSR, tok: NDArray[np.int64], cfg: Config, state: State, t
             total = 0.0
             for p in range(P):
                 inc = proposal(words.rows, words.ptr[w, p], nk[p], docs.drows[docs.dptr[s, p]], nd, prior, q)  # step 1
-                k = sample_cat(q, K, inc, parts.prng)  # step 3
+                k = sample_cumulative(q, K, parts.prng)  # step 3
                 zcur[p] = k
                 r = own_row(words, ctr, p, w)
                 words.rows[r, k] += 1
