@@ -156,13 +156,19 @@ def flush_all(producer: Producer, timeout: float | None = None) -> None:
             raise DeliveryError(f"{len(producer)} message(s) still unacknowledged after {timeout:.0f}s")
 
 
+def partition_of(m: Message) -> tuple[str, int]:
+    """The (topic, partition) a consumed message came from."""
+    topic, partition = m.topic(), m.partition()
+    assert topic is not None and partition is not None, "not a consumed message"
+    return topic, partition
+
+
 def next_offsets(msgs: Iterable[Message]) -> dict[tuple[str, int], int]:
     """Next offset to read for each (topic, partition) in ``msgs``: the highest offset seen plus one."""
     nxt: dict[tuple[str, int], int] = {}
     for m in msgs:
-        topic, partition, offset = m.topic(), m.partition(), m.offset()
-        assert topic is not None and partition is not None and offset is not None, "not a consumed message"
-        key = (topic, partition)
+        key, offset = partition_of(m), m.offset()
+        assert offset is not None, "not a consumed message"
         off = offset + 1
         if off > nxt.get(key, -1):
             nxt[key] = off

@@ -43,6 +43,7 @@ from kernels.registry import kernel_class
 from .checkpoint import Capture, SnapshotWriter
 from .compat import restore_plan
 from .history import SummaryHistory
+from .inflight import InFlight, ModelRef
 from .lease import Lease, LeaseKeeper
 from .lineage import Lineage, LineageEvent, LineageStore, stamp
 from .names import TopicNames
@@ -51,7 +52,7 @@ from .schemas import Rejection
 from .settings import Settings
 from .snapshot import STATISTICS, NoReadableSnapshot, SnapshotInfo, SnapshotStore
 from .text import FlatBags, Vocabulary
-from .worker import BatchWorker, InFlight, ModelRef, WorkerParts
+from .worker import BatchWorker, WorkerParts
 
 __all__ = ["Learner", "LeaseLost", "StateMismatch"]
 

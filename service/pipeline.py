@@ -37,7 +37,7 @@ from .settings import Settings
 from .text import FlatBags, Tokenizer
 
 if TYPE_CHECKING:
-    from .worker import ModelRef
+    from .inflight import ModelRef
 
 __all__ = ["Decoded", "Publisher", "TopicLabels", "dead_letter_record", "decode_batch", "tokenize"]
 

@@ -27,6 +27,7 @@ from typing_extensions import Unpack  # typing.Unpack from Python 3.11
 from kernels import TopicModel
 from kernels.registry import kernel_class
 
+from .inflight import InFlight, ModelRef
 from .lineage import Lineage
 from .names import TopicNames
 from .pipeline import TopicLabels
@@ -34,7 +35,7 @@ from .schemas import Rejection
 from .settings import Settings
 from .snapshot import STATISTICS, SnapshotCorrupt, SnapshotStore
 from .text import FlatBags, Vocabulary
-from .worker import BatchWorker, InFlight, ModelRef, WorkerParts
+from .worker import BatchWorker, WorkerParts
 
 __all__ = ["Replica", "Served"]
 

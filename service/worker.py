@@ -35,56 +35,31 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 import numpy as np
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from numpy.typing import NDArray
 
-from .kafka import DeliveryError, DeliveryTracker, flush_all, make_consumer, make_producer, next_offsets
+from .inflight import InFlight
+from .kafka import (
+    DeliveryError,
+    flush_all,
+    make_consumer,
+    make_producer,
+    next_offsets,
+    partition_of,
+)
 from .metrics import Metrics
-from .pipeline import Decoded, Publisher, TopicLabels, decode_batch, tokenize
+from .pipeline import Publisher, decode_batch, tokenize
 from .schemas import Rejection
 from .settings import Settings
 from .snapshot import SnapshotStore
-from .text import EncodedBatch, FlatBags, Tokenizer
+from .text import FlatBags, Tokenizer
 
-__all__ = ["BatchWorker", "InFlight", "ModelRef", "WorkerParts"]
+__all__ = ["BatchWorker", "WorkerParts"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ModelRef:
-    """What an output event says about the model that computed it.
-
-    ``topic_ids[k]`` is the stable id of the topic in slot k (:mod:`service.lineage`; ids equal slots until topic
-    hygiene merges or re-seeds one), ``names`` the names people gave topic ids (``topicstream label``).
-    """
-
-    labels: TopicLabels
-    algorithm: str
-    version: int
-    n_topics: int
-    topic_ids: tuple[int, ...] = ()
-    names: dict[int, str] = field(default_factory=dict)
-
-
-@dataclass
-class InFlight:
-    """One batch on its way through the pipeline."""
-
-    seq: int
-    msgs: list[Message]
-    decoded: Decoded
-    tracker: DeliveryTracker = field(default_factory=DeliveryTracker)
-    encoded: EncodedBatch | None = None
-    model: ModelRef | None = None
-    result: Future[NDArray[np.float64]] | None = None
-    context: Any = None  # whatever the subclass's compute needs besides the batch (e.g. the replica's model)
-    next_offsets: dict[tuple[str, int], int] = field(default_factory=dict)  # per partition, after this batch
-    timings: dict[str, float] = field(default_factory=dict)
 
 
 class WorkerParts(TypedDict, total=False):
@@ -133,6 +108,9 @@ class BatchWorker(abc.ABC):
         #: then waits without polling again.
         self._inside_poll = False
         self._early: list[Message] = []  # messages a keep-alive poll returned; the next batch takes them first
+        #: Partitions given up (revoked or lost) since the current batch was consumed: a keep-alive poll in
+        #: :meth:`drain` can run a rebalance between consuming a batch and handing it to the kernel lane.
+        self._given_up: set[tuple[str, int]] = set()
 
     # ------------------------------------------------------------------ what subclasses supply
     @abc.abstractmethod
@@ -213,11 +191,20 @@ class BatchWorker(abc.ABC):
             self._inside_poll = outer
 
     def _unassign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
-        for tp in partitions:
-            self.assigned.discard((tp.topic, tp.partition))
+        gone = {(tp.topic, tp.partition) for tp in partitions}
+        for key in gone:
+            self.assigned.discard(key)
             with contextlib.suppress(KeyError):  # a partition we never reported lag for
-                self.metrics.lag.remove(tp.topic, str(tp.partition))
+                self.metrics.lag.remove(key[0], str(key[1]))
+        self._given_up |= gone
+        # Unread messages of these partitions are the next owner's (read again from the committed offset or, if
+        # they come back here, from :meth:`start_offset`): dropped, uncommitted.
+        self._early = [m for m in self._early if partition_of(m) not in gone]
         log.info("revoked %s", [(tp.topic, tp.partition) for tp in partitions])
+        # librdkafka keeps a partition's pause across unassign and assign: one paused by a keep-alive would come
+        # back paused and never be read again.
+        with contextlib.suppress(KafkaException):
+            consumer.resume(partitions)
         consumer.incremental_unassign(partitions)
 
     def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
@@ -242,6 +229,7 @@ class BatchWorker(abc.ABC):
         if not msgs and left <= 0:
             msgs = self.consumer.consume(num_messages=n, timeout=timeout)
         self._last_consume = time.monotonic()
+        self._given_up.clear()  # what was given up before these messages were returned is not among them
         good = []
         for msg in msgs:
             err = msg.error()
@@ -264,6 +252,18 @@ class BatchWorker(abc.ABC):
         batch.timings["decode"] = t1 - t0
         batch.timings["tokenize"] = time.perf_counter() - t1
         return batch, bags
+
+    def _without_given_up(self, batch: InFlight) -> tuple[InFlight, FlatBags]:
+        """``batch`` without the messages of the partitions given up while the previous batch drained. Whoever
+        owns them next reads them again (a replica from the group's committed offset, the learner from its
+        positions when they come back), so handing them to the kernel would publish them twice. Dead letters
+        already sent for them may be sent again by the next reader; nothing is lost. The batch keeps its number
+        and its delivery tracker (the dead letters of the messages kept are awaited as before)."""
+        kept = [m for m in batch.msgs if partition_of(m) not in self._given_up]
+        log.info("dropped %d messages of partitions given up during the wait", len(batch.msgs) - len(kept))
+        again = InFlight(batch.seq, kept, decode_batch(kept, self.settings.max_article_bytes), batch.tracker)
+        again.timings = batch.timings
+        return again, tokenize(self.tokenizer, [a for _, a in again.decoded.good])
 
     def _run_kernel(self, batch: InFlight) -> NDArray[np.float64]:
         """The kernel lane's work on one batch: its mixtures, then their publication."""
@@ -367,29 +367,36 @@ class BatchWorker(abc.ABC):
         filter's Gibbs refinements take seconds), pause the assigned partitions and poll until it is done, then
         resume them. Polling is what tells the consumer the application is alive: without it, librdkafka leaves
         the group once the interval has passed, and the partitions are lost until it rejoins. A paused partition
-        yields no message (librdkafka drops what it had prefetched and fetches it again after ``resume``); a
-        message that comes all the same (a partition assigned during the wait) is kept for the next batch."""
+        yields no message (librdkafka drops what it had prefetched and fetches it again after ``resume``). A
+        partition assigned during the wait yields one message, which is kept for the next batch, and is paused
+        too, so what waits in ``_early`` stays small; every partition paused here is resumed at the end, also one
+        revoked meanwhile (:meth:`_unassign` resumes it as well)."""
         third = self.settings.max_poll_interval_ms / 3000
         if wait([done], timeout=third).done:
             return
-        paused = [TopicPartition(t, p) for t, p in sorted(self.assigned)]
+        paused = set(self.assigned)
         try:
-            self.consumer.pause(paused)
+            self.consumer.pause([TopicPartition(t, p) for t, p in sorted(paused)])
             with self._inside_a_poll():
                 while not done.done():
                     msg = self.consumer.poll(min(third, 0.5))
                     if msg is None:
                         continue
                     err = msg.error()
-                    if err is None:
+                    if err is not None:
+                        if err.code() != KafkaError._PARTITION_EOF:
+                            self.metrics.errors.labels(kind="consume").inc()
+                            log.warning("consumer error: %s", err)
+                        continue
+                    key = partition_of(msg)
+                    if key in self.assigned:
                         self._early.append(msg)
-                    elif err.code() != KafkaError._PARTITION_EOF:
-                        self.metrics.errors.labels(kind="consume").inc()
-                        log.warning("consumer error: %s", err)
+                    if key not in paused:  # assigned during the wait: librdkafka resumes after this message
+                        paused.add(key)
+                        self.consumer.pause([TopicPartition(*key)])
         finally:
-            still = [tp for tp in paused if (tp.topic, tp.partition) in self.assigned]
-            with contextlib.suppress(KafkaException):  # a partition revoked meanwhile is no longer ours to resume
-                self.consumer.resume(still)
+            with contextlib.suppress(KafkaException):
+                self.consumer.resume([TopicPartition(t, p) for t, p in sorted(paused)])
 
     def flush(self, timeout: float | None = None) -> None:
         """Drain, wait for every acknowledgement, commit."""
@@ -425,9 +432,13 @@ class BatchWorker(abc.ABC):
             return 0
         batch, bags = self._prepare(msgs)  # overlaps the kernel lane's work on the previous batch
         self.drain()  # the model now includes the previous batch, and its outputs are sent
+        if self._given_up:  # a keep-alive poll gave partitions up: their messages are no longer ours
+            batch, bags = self._without_given_up(batch)
+            if not batch.msgs:
+                return 0
         self._submit(batch, bags)
         self._update_lag()
-        return len(msgs)
+        return len(batch.msgs)
 
     def subscribe(self) -> None:
         self._last_consume = time.monotonic()  # the first batch may wait a whole timeout
