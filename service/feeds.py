@@ -16,8 +16,10 @@ first success resets that.
 from __future__ import annotations
 
 import email.utils
+import http.client
 import json
 import logging
+import re
 import threading
 import time
 import urllib.error
@@ -31,7 +33,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import feedparser
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from .backoff import Backoff
@@ -131,14 +133,25 @@ def fetch(url: str, etag: str | None, modified: str | None, timeout: float) -> F
         raise FeedError("connection", str(e.reason)) from None
     except TimeoutError:
         raise FeedError("timeout", f"no answer within {timeout:g}s") from None
-    except (OSError, ValueError) as e:  # reset connections, bad URLs, broken chunked encoding, ...
+    except (OSError, ValueError, http.client.HTTPException) as e:  # resets, bad URLs, broken chunks, bad headers
         raise FeedError("connection", str(e) or type(e).__name__) from None
 
 
+#: A character reference to a UTF-16 surrogate (``&#xD800;`` … ``&#xDFFF;``, or in decimal): not a character, so
+#: not XML; feedparser raises on it (the whole feed would fail), so :func:`parse` makes it U+FFFD first.
+_SURROGATE_REF = re.compile(
+    rb"&#(?:[xX]0*[dD][89a-fA-F][0-9a-fA-F]{2}|0*(?:5529[6-9]|55[3-9][0-9]{2}|56[0-9]{3}|57[0-2][0-9]{2}|573[0-3][0-9]|5734[0-3]));"
+)
+
+
 def parse(url: str, body: bytes) -> tuple[list[dict[str, Any]], int]:
-    """Input events of a feed's bytes, and how many entries had no id or no content; raises :class:`FeedError`
-    when the bytes are not a feed (feedparser found neither a feed format nor an entry)."""
-    parsed = feedparser.parse(body)
+    """Input events of a feed's bytes, and how many entries were skipped (no id, no content, or text that cannot
+    be sent as UTF-8); raises :class:`FeedError` when the bytes are not a feed (feedparser found neither a feed
+    format nor an entry, or failed on them)."""
+    try:
+        parsed = feedparser.parse(_SURROGATE_REF.sub(b"&#xFFFD;", body))
+    except Exception as e:  # a parser failure on hostile bytes is this feed's error, not the poller's
+        raise FeedError("not_a_feed", f"{type(e).__name__}: {e}") from None
     if not parsed.get("version") and not parsed.get("entries"):
         why = parsed.get("bozo_exception") or "no RSS or Atom element"
         raise FeedError("not_a_feed", str(why))
@@ -148,11 +161,21 @@ def parse(url: str, body: bytes) -> tuple[list[dict[str, Any]], int]:
     events, skipped = [], 0
     for entry in parsed.entries:
         event = entry_article(entry, source=source, language=language)
-        if event is None:
+        if event is None or not _sendable(event):
             skipped += 1
         else:
             events.append(event)
     return events, skipped
+
+
+def _sendable(event: dict[str, Any]) -> bool:
+    """Whether ``event`` encodes as UTF-8 JSON (a lone surrogate from a broken encoding would not)."""
+    try:
+        json.dumps(event, ensure_ascii=False).encode("utf-8")
+    except (UnicodeError, ValueError):
+        log.warning("feed entry %r skipped: its text is not valid Unicode", str(event.get("id"))[:200])
+        return False
+    return True
 
 
 class FeedMetrics:
@@ -166,7 +189,8 @@ class FeedMetrics:
         )
         self.errors = counter(
             "topicstream_feed_errors_total",
-            "Failed feed fetches by kind (timeout, connection, http, too_large, not_a_feed)",
+            "Failed feed fetches by kind (timeout, connection, http, too_large, not_a_feed), and entries the producer "
+            "refused (not_sent: e.g. larger than the broker takes; tried again at the next poll)",
             ["feed", "kind"],
         )
         self.seen = counter("topicstream_feed_entries_seen_total", "Entries read from a feed", ["feed"])
@@ -307,14 +331,19 @@ class FeedPoller:
             if not ok:
                 self.metrics.duplicates.labels(feed=feed.url).inc()
                 continue
-            mine.append(event["id"])
             value = json.dumps(event, ensure_ascii=False).encode("utf-8")
             while True:
                 try:
                     self.producer.produce(self.topic, value=value, key=event["id"].encode(), on_delivery=batch.report)
+                    mine.append(event["id"])
                     break
                 except BufferError:
                     self.producer.poll(0.1)
+                except KafkaException as e:  # e.g. larger than the broker takes: released, tried again next poll
+                    self.seen.release([event["id"]])
+                    self.metrics.errors.labels(feed=feed.url, kind="not_sent").inc()
+                    log.warning("feed %s: entry %r (%d bytes) not sent: %s", feed.url, event["id"], len(value), e)
+                    break
         remaining = self.producer.flush(60.0)
         acked = [i for i in mine if i in batch.acked]
         self.seen.mark(acked)

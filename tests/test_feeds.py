@@ -15,7 +15,7 @@ from confluent_kafka import Producer
 
 from service.dev.localstack import free_port
 from service.entries import entry_article, entry_id, html_to_text, normalise_url
-from service.feeds import FeedError, FeedPoller, parse, read_feed_list
+from service.feeds import _SURROGATE_REF, FeedError, FeedPoller, parse, read_feed_list
 from service.schemas import Article, decode_article
 from service.seen import SeenIds
 from tests.integration.helpers import sample
@@ -91,6 +91,20 @@ def test_parse_counts_skipped_entries_and_rejects_non_feeds() -> None:
         with pytest.raises(FeedError) as info:
             parse("https://x.example/", body)
         assert info.value.kind == "not_a_feed"
+
+
+def test_parse_keeps_a_feed_whose_entry_refers_to_a_surrogate() -> None:
+    """A character reference to a UTF-16 surrogate (not a character: feedparser raises on it) becomes U+FFFD, so
+    the feed's other entries are not lost with it; every such reference and no other is replaced."""
+    body = RSS.replace(b"<title>Oil", b"<title>A &#xD800; &#56320; b Oil")
+    events, _ = parse("https://desk.example/feed", body)
+    assert [e["id"] for e in events] == [e["id"] for e in parse("https://desk.example/feed", RSS)[0]]
+    assert events[0]["title"].startswith("A \ufffd \ufffd b")
+    for n in range(0xD800, 0xE000):
+        assert _SURROGATE_REF.fullmatch(b"&#%d;" % n) and _SURROGATE_REF.fullmatch(b"&#x%X;" % n)
+        assert _SURROGATE_REF.fullmatch(b"&#x00%x;" % n)
+    for n in [*range(0, 0xD800, 97), 0xD7FF, 0xE000, 0xFFFD, 0x1F600]:
+        assert not _SURROGATE_REF.fullmatch(b"&#%d;" % n) and not _SURROGATE_REF.fullmatch(b"&#x%X;" % n)
 
 
 def test_read_feed_list(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """`topicstream feeds` against a real broker, a real Redis and feeds served by a local HTTP server.
 
 The server serves what each test writes: RSS 2.0, Atom, RSS without GUIDs, a feed that answers 304 to a matching
-conditional request (every feed here does), one that never answers in time, one that is not XML.
+conditional request (every feed here does), one that never answers in time, one that is not XML, and ``/chunked``,
+a body whose chunked encoding is broken.
 """
 
 from __future__ import annotations
@@ -50,6 +51,12 @@ class FeedServer:
             def do_GET(self) -> None:
                 if self.path == "/slow":
                     owner.release.wait(30)
+                if self.path == "/chunked":  # a chunk size that is not hex: http.client's IncompleteRead
+                    self.send_response(200)
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    self.wfile.write(b"zz\r\n<rss/>\r\n")
+                    return
                 body = owner.feeds.get(self.path)
                 if body is None:
                     self.send_error(404)
@@ -220,6 +227,26 @@ def test_overlapping_pollers_produce_each_entry_once(settings: Settings, server:
     assert sum(counts) == distinct, counts
     ids = ids_of(s, distinct)
     assert len(ids) == len(set(ids)) == distinct
+
+
+def test_a_broken_answer_or_an_entry_too_large_to_send_stops_nothing(settings: Settings, server: FeedServer) -> None:
+    """A feed whose chunked encoding is broken is that feed's error (kind ``connection``), and an entry larger
+    than the producer takes is counted (``not_sent``) and left unclaimed, to be tried again at the next poll: the
+    poll goes on and the other entries are produced."""
+    s = settings
+    server.feeds["/chunked"] = b"unused"
+    server.feeds["/big.xml"] = rss([("huge", None, "x " * 600_000), ("fine", None, "Small story")])
+    p = poller(s, server, ["/chunked", "/big.xml", "/rss.xml"])
+    server.feeds["/rss.xml"] = rss([("r1", "https://wire.example/1", "Oil")])
+    try:
+        assert p.poll_once() == 2
+        m = p.metrics
+        assert sample(m, "topicstream_feed_errors_total", feed=server.url("/chunked"), kind="connection") == 1
+        assert sample(m, "topicstream_feed_errors_total", feed=server.url("/big.xml"), kind="not_sent") == 1
+        assert p.seen.claim(["huge"]) == [True]  # released, so the next poll may try it again
+    finally:
+        p.close()
+    assert sorted(ids_of(s, 2)) == ["fine", "r1"]
 
 
 def test_seen_ids_are_bounded_by_size(settings: Settings, server: FeedServer) -> None:
