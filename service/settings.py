@@ -52,7 +52,9 @@ class Settings(BaseSettings):
         default_factory=dict, description='Extra kernel hyperparameters as JSON, e.g. {"alpha": 0.05}'
     )
     vocab_size: int = Field(65_536, ge=16, le=5_000_000, description="Vocabulary capacity W (bounded)")
-    vocab_admit_count: float = Field(2.0, gt=0, description="Occurrences a new word needs before it gets a slot")
+    vocab_admit_count: float = Field(
+        2.0, gt=0, description="Articles that must use a new word before it gets a slot (an article counts once)"
+    )
     topic_hygiene: bool | None = Field(
         None,
         description="Merge duplicate topics and give freed slots to new ones with a snapshot "

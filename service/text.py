@@ -5,9 +5,10 @@ memory leak, and one frozen at start-up cannot follow the news. :class:`Vocabula
 words, each in a fixed *slot* (the word id the kernels see), and recycles slots by frequency:
 
 * every slot carries an exponentially decayed count of its word (half-life ``half_life_tokens`` tokens);
-* a word not in the vocabulary is counted in a bounded candidate table (at most ``max_candidates`` entries;
-  when it overflows, the weaker half is dropped, so one-off words are forgotten and recurring ones survive —
-  a lossy heavy-hitter sketch);
+* a word not in the vocabulary is counted in a bounded candidate table by the documents that use it, once per
+  document whatever its count there, so one article alone, however long, cannot push its words in (at most
+  ``max_candidates`` entries; when it overflows, the weaker half is dropped, so one-off words are forgotten and
+  recurring ones survive — a lossy heavy-hitter sketch);
 * a candidate whose count reaches ``admit_count`` takes a free slot, or — when none is free — the slot of the
   weakest word, provided the candidate's count is higher (LFU eviction with ageing). The evicted slots are
   returned to the caller, who must reset the kernel's statistics for them (``TopicModel.reset_words``) so the
@@ -196,7 +197,7 @@ class Vocabulary:
     Parameters
     ----------
     capacity : number of slots (the kernels' ``n_words``).
-    admit_count : occurrences (decayed) a new word needs before it gets a slot.
+    admit_count : documents that must use a new word before it gets a slot (each counts once).
     max_candidates : bound on the candidate table; default ``max(16, capacity // 2)``.
     half_life_tokens : tokens after which a count has halved; default ``20 * capacity``.
 
@@ -279,8 +280,8 @@ class Vocabulary:
             if unknown.size:
                 unknown_words = flat.words_at(unknown)
                 new_words: dict[str, float] = {}
-                for w, c in zip(unknown_words, cnts[unknown].tolist(), strict=True):
-                    new_words[w] = new_words.get(w, 0.0) + c
+                for w in unknown_words:  # one entry per (document, word): a word counts once per document
+                    new_words[w] = new_words.get(w, 0.0) + 1.0
                 recycled = self._admit(new_words)
                 ids[unknown] = np.fromiter(map(index.get, unknown_words, repeat(-1)), dtype=np.int64)
         keep = ids >= 0

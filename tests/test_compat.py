@@ -333,9 +333,9 @@ def test_set_params_refuses_fixed_and_bad_values_and_leaves_the_model_alone() ->
 def test_a_new_admit_count_acts_on_the_counts_already_seen() -> None:
     model = _trained("scvb0", n_words=50)
     vocab = Vocabulary(50, admit_count=5.0)
-    vocab.encode([Counter({"rates": 3, "bank": 1})])
+    vocab.encode([Counter({"rates": 3, "bank": 1})] * 3)  # each used by 3 articles: below 5
     plan = restore_plan(_settings_for(model, vocab_admit_count=2.0), _payload(model, vocab))
     assert plan.vocabulary == {"admit_count": 2.0}
     plan.apply_to(model, vocab)
-    vocab.encode([Counter({"bank": 1})])  # 'rates' (3 ≥ 2) is admitted now; 'bank' reached 2 too
+    vocab.encode([Counter({"bank": 1})])  # 'rates' (3 ≥ 2) is admitted now; 'bank' reached 4
     assert sorted(vocab.words()) == ["bank", "rates"]

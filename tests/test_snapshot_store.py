@@ -244,7 +244,7 @@ def test_damaged_string_arrays_are_refused(lengths: np.ndarray, data: bytes, rea
 def test_a_vocabulary_of_an_earlier_version_is_still_read() -> None:
     """Snapshots written before the candidates became two arrays held them as a {word: count} object."""
     v = Vocabulary(4, admit_count=3)
-    v.encode([Counter({"oil": 5, "gas": 1, "opec": 2})])
+    v.encode([Counter({"oil": 5, "gas": 1, "opec": 2}), Counter({"oil": 1, "opec": 1}), Counter({"oil": 2})])
     state = v.state_dict()
     old = {
         **state,
