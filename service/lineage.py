@@ -82,7 +82,6 @@ class Lineage:
         self.slot_ids: list[int] = list(range(n_slots))
         self.next_id = n_slots
         self.merged_into: dict[int, int] = {}
-        self.retired: set[int] = set()
 
     def id_of(self, slot: int) -> int:
         """The id the topic in ``slot`` has now."""
@@ -128,8 +127,7 @@ class Lineage:
                 self._fresh(slot)
                 out.append(LineageEvent("merge", gone, slot, into, e.score, version, at))
             elif e.kind == "retire":
-                gone = self.slot_ids[slot]
-                self.retired.add(gone)
+                gone = self.slot_ids[slot]  # no longer in slot_ids: successor() says None
                 self._fresh(slot)
                 out.append(LineageEvent("retire", gone, slot, None, e.score, version, at))
             elif e.kind == "split":
@@ -149,7 +147,6 @@ class Lineage:
             "slot_ids": list(self.slot_ids),
             "next_id": self.next_id,
             "merged_into": [[a, b] for a, b in sorted(self.merged_into.items())],
-            "retired": sorted(self.retired),
         }
 
     @classmethod
@@ -158,8 +155,7 @@ class Lineage:
         lin = cls(len(slot_ids))
         lin.slot_ids = slot_ids
         lin.next_id = int(state["next_id"])
-        lin.merged_into = {int(a): int(b) for a, b in state["merged_into"]}
-        lin.retired = {int(x) for x in state["retired"]}
+        lin.merged_into = {int(a): int(b) for a, b in state["merged_into"]}  # older states' "retired" is unused
         if len(set(slot_ids)) != len(slot_ids) or (slot_ids and max(slot_ids) >= lin.next_id):
             raise ValueError("lineage state is inconsistent: slot ids repeat or exceed next_id")
         return lin

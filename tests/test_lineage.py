@@ -12,7 +12,7 @@ import redis
 from kernels import SCVB0
 from kernels.hygiene import Event, TopicHygiene
 from service.dev.localstack import free_port, local_binary, wait_for_port
-from service.lineage import Lineage, LineageEvent, LineageStore, render_lineage, stamp
+from service.lineage import MAX_MERGED, Lineage, LineageEvent, LineageStore, render_lineage, stamp
 from tests.test_hygiene import lda_corpus, stream
 
 
@@ -51,6 +51,20 @@ def test_ids_are_never_reused_and_merged_ids_have_successors():
     assert again.state_dict() == lin.state_dict()
     with pytest.raises(ValueError, match="slot"):
         lin.record([Event("merge", (9,), 0, 0.1)], version=10, at=1003.0)
+
+
+def test_the_lineage_state_stays_bounded_however_many_topics_are_retired_or_merged():
+    """A year of hygiene (100,000 retirements and merges) leaves a state of bounded size: retired ids are not
+    kept (they are simply no longer carried by a slot), merged-away ids only up to ``MAX_MERGED``. A state from
+    before this (with a "retired" list) still loads."""
+    lin = Lineage(4)
+    for i in range(50_000):
+        lin.record([Event("retire", (i % 4,), None, 0.0)], version=i, at=0.0)
+        lin.record([Event("merge", (i % 4,), (i + 1) % 4, 0.5)], version=i, at=0.0)
+    state = lin.state_dict()
+    assert len(state["merged_into"]) == MAX_MERGED and "retired" not in state
+    assert len(repr(state)) < 40 * MAX_MERGED
+    assert Lineage.from_state({**state, "retired": [1, 2]}).slot_ids == lin.slot_ids
 
 
 def test_a_split_keeps_the_parent_id_and_gives_the_new_half_a_fresh_one(redis_client):
