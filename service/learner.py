@@ -468,7 +468,7 @@ class Learner(BatchWorker):
         """Publish and flush what is in flight, write a final snapshot, commit, release the lease, leave."""
         try:
             if self.broken:
-                log.error("a delivery failed: not snapshotting a model whose outputs are not acknowledged")
+                log.error("a delivery or a kernel call failed: no snapshot of a model with unacknowledged outputs")
             elif self.lease_lost:
                 self.flush()  # the batch in flight is not published (see publishes); no snapshot: it would be refused
             else:

@@ -102,7 +102,7 @@ class BatchWorker(abc.ABC):
         self._unacked: deque[InFlight] = deque()  # published, in order, awaiting the broker's acknowledgements
         self._acked_seq = 0  # every batch up to this one is acknowledged by the broker
         self._acked = threading.Condition()
-        self.broken = False  # a delivery failed for good: nothing after it may be committed or snapshotted
+        self.broken = False  # a delivery or a kernel call failed: nothing after it may be committed or snapshotted
         self._last_consume = 0.0  # when the previous batch was taken (time.monotonic)
         #: A consumer poll is on the stack (the keep-alive loop, or a rebalance callback run by a poll): a drain
         #: then waits without polling again.
@@ -315,9 +315,7 @@ class BatchWorker(abc.ABC):
             try:
                 batch.tracker.raise_on_failure()
             except DeliveryError:
-                self.broken = True
-                with self._acked:
-                    self._acked.notify_all()
+                self._break()
                 raise
             offsets.update(batch.next_offsets)
             with self._acked:
@@ -334,6 +332,13 @@ class BatchWorker(abc.ABC):
                 self.metrics.errors.labels(kind="commit").inc()
                 log.warning("offset commit failed: %s", e)
             self.metrics.batch_duration.labels(stage="commit").observe(time.perf_counter() - t0)
+
+    def _break(self) -> None:
+        """Nothing after this point may be committed or snapshotted (a failed delivery, a failed kernel call);
+        whoever waits for acknowledgements stops waiting."""
+        self.broken = True
+        with self._acked:
+            self._acked.notify_all()
 
     def wait_acknowledged(self, seq: int, stop: threading.Event | None = None) -> bool:
         """Block until every batch up to ``seq`` is acknowledged (True), or a delivery failed / ``stop`` (False).
@@ -359,7 +364,11 @@ class BatchWorker(abc.ABC):
         if self._inflight is not batch:
             return  # a rebalance callback run by the keep-alive poll drained it meanwhile
         self._inflight = None
-        batch.result.result()
+        try:
+            batch.result.result()
+        except BaseException:  # the kernel or the publication failed: that batch is neither learned nor sent
+            self._break()
+            raise
         self.between_batches(batch)
 
     def _keep_alive_until(self, done: Future[Any]) -> None:
@@ -479,8 +488,6 @@ class BatchWorker(abc.ABC):
 
     def abandon(self) -> None:
         """Stop as a crash would: nothing is flushed, committed or snapshotted (for tests of recovery)."""
-        self.broken = True
-        with self._acked:
-            self._acked.notify_all()
+        self._break()
         self.lane.shutdown(wait=True)
         self.consumer.close()

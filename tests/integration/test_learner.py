@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from typing import Any
 
+import numpy as np
 import pytest
 
 from kernels import ALGORITHMS
+from service.inflight import InFlight
 from service.learner import Learner
 from service.metrics import Metrics
 from service.pipeline import H_REASON, H_SRC_OFFSET, H_SRC_PARTITION, H_SRC_TOPIC, H_TOPIC, H_TOPICS
@@ -137,6 +140,47 @@ def test_a_kernel_call_longer_than_max_poll_interval_keeps_the_partitions(settin
     outputs = read_all(s, s.output_topic, len(values))
     ids = [json.loads(m.value())["id"] for m in outputs]
     assert sorted(ids) == sorted(json.loads(v)["id"] for v in values)
+
+
+class _KernelFails(Learner):
+    """A learner whose third kernel call raises (a kernel bug, a failed publication)."""
+
+    calls = 0
+
+    def compute(self, batch: InFlight) -> np.ndarray:
+        self.calls += 1
+        if self.calls == 3:
+            raise RuntimeError("the kernel failed")
+        return super().compute(batch)
+
+
+def test_a_failing_kernel_call_stops_the_learner_and_another_takes_over(settings: Settings) -> None:
+    """A kernel call that raises stops the learner with that error (before, its shutdown waited for ever for the
+    batch's acknowledgements, holding the lease): no snapshot describes the failed batch, the lease is given
+    back, and a second learner takes over from the last snapshot: every article gets a mixture."""
+    s = settings.model_copy(update={"batch_size": 20, "snapshot_every_batches": 1})
+    values = good_articles(100, seed=21)
+    produce(s, values)
+    first = _KernelFails(s)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            first.run(threading.Event())
+        except BaseException as e:  # the test looks at what stopped it
+            errors.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "the learner hung after its kernel failed"
+    assert [str(e) for e in errors] == ["the kernel failed"]
+    _, payload = SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix).load()
+    assert payload["articles_learned"] <= 40  # the two batches before the failed one, at most
+    second = Learner(s, metrics=Metrics())
+    run_until(second, len(values) - payload["articles_learned"])
+    ids = {json.loads(m.value())["id"] for m in read_all(s, s.output_topic, len(values))}
+    assert ids == {json.loads(v)["id"] for v in values}
 
 
 def test_partition_first_seen_after_the_last_snapshot_is_not_lost(settings: Settings) -> None:
