@@ -50,7 +50,7 @@ from .names import TopicNames
 from .pipeline import TopicLabels
 from .schemas import Rejection
 from .settings import Settings
-from .snapshot import STATISTICS, NoReadableSnapshot, SnapshotInfo, SnapshotStore
+from .snapshot import STATISTICS, FencedOut, NoReadableSnapshot, SnapshotInfo, SnapshotStore
 from .text import FlatBags, Vocabulary
 from .worker import BatchWorker, WorkerParts
 
@@ -362,8 +362,23 @@ class Learner(BatchWorker):
 
     def _save(self, cap: Capture) -> SnapshotInfo:
         """Write a capture (writer thread): never below our last version, only while our fencing token is the
-        newest."""
-        return self.store.save(cap.payload, cap.meta, min_version=self.version, fence=self.lease.fence())
+        newest. A refusal may come from our own keeper: when the lease lapsed with nobody waiting, or Redis came
+        back empty (no token at all), it reclaims the lease with a newer token, and a write that carried the old
+        one (or came before the reclaim) is refused. So renew once; if the lease is still ours, with a token other
+        than the refused one, write again with it."""
+        fence = self.lease.fence()
+        try:
+            return self.store.save(cap.payload, cap.meta, min_version=self.version, fence=fence)
+        except FencedOut:
+            self.keeper.step()
+            if self.keeper.lost.is_set() or self.lease.token == fence.token:
+                raise
+            log.warning(
+                "snapshot refused for fencing token %s, our lease's before it was reclaimed: writing again with %s",
+                fence.token,
+                self.lease.token,
+            )
+            return self.store.save(cap.payload, cap.meta, min_version=self.version, fence=self.lease.fence())
 
     def _check_redis_empty(self) -> None:
         """Writer thread, while idle: Redis came back without our snapshots (restarted without persistence)?

@@ -20,6 +20,9 @@ from service.settings import Settings
 from service.snapshot import SnapshotStore
 
 from .helpers import BAD, committed, good_articles, produce, read_all, run_until, sample
+from .redis_faults import RedisServer, server
+
+__all__ = ["server"]  # a fixture, imported for pytest
 
 pytestmark = pytest.mark.integration
 
@@ -140,6 +143,35 @@ def test_a_kernel_call_longer_than_max_poll_interval_keeps_the_partitions(settin
     outputs = read_all(s, s.output_topic, len(values))
     ids = [json.loads(m.value())["id"] for m in outputs]
     assert sorted(ids) == sorted(json.loads(v)["id"] for v in values)
+
+
+def test_a_snapshot_written_before_the_keeper_reclaims_the_lease_is_not_refused(
+    settings: Settings, server: RedisServer
+) -> None:
+    """Redis comes back empty (no lease, no fencing token) and the learner writes its next snapshot before its
+    keeper's next renewal: the write is refused for its old token, the learner renews (the keeper reclaims the
+    lapsed lease with a newer token) and writes again. Before, the learner took the refusal for another learner's
+    and stopped. The keeper thread is stopped here, so the write surely comes first."""
+    s = settings.model_copy(update={"batch_size": 20, "redis_url": server.url()})
+    produce(s, good_articles(60, seed=31))
+    learner = Learner(s)
+    try:
+        learner.subscribe()
+        consume_into(learner, 40)
+        learner.checkpoint()
+        first, old_token = learner.version, learner.lease.token
+        learner.keeper.stop()
+        learner.keeper.join(5)
+        server.kill()
+        server.start()  # same port, nothing in it
+        consume_into(learner, 20)
+        learner.checkpoint()
+        assert not learner.lease_lost
+        assert learner.version > first and learner.lease.token != old_token
+        _, payload = SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix).load()
+        assert payload["articles_learned"] == 60
+    finally:
+        learner.close()
 
 
 class _KernelFails(Learner):
