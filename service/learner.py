@@ -86,7 +86,7 @@ class Learner(BatchWorker):
         self.version = 0
         self.articles_learned = 0
         self.lineage: Lineage | None = None
-        self.lease = Lease(self.store.r, s.redis_prefix, ttl_s=s.lease_ttl_s)
+        self.lease = Lease.from_url(s.redis_url, s.redis_prefix, ttl_s=s.lease_ttl_s)  # timeouts within the TTL
         self._take_lease(stop)
         self.model, self.vocab = self._restore_or_create()
         if self.lineage is None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -172,6 +174,41 @@ def test_a_snapshot_written_before_the_keeper_reclaims_the_lease_is_not_refused(
         assert payload["articles_learned"] == 60
     finally:
         learner.close()
+
+
+def test_a_redis_that_stops_answering_does_not_slow_learning(settings: Settings, server: RedisServer) -> None:
+    """Redis frozen (SIGSTOP: connections open, no answers): articles that arrive after the lease's TTL has
+    passed are learned and published within 4 s, the lease renewals timing out within the TTL. Before, the lease
+    shared the snapshot store's client (10 s timeouts), and a batch waited for a renewal: one per 10–20 s."""
+    s = settings.model_copy(update={"batch_size": 20, "redis_url": server.url()})
+    produce(s, good_articles(40, seed=41))
+    learner = Learner(s)
+    stop = threading.Event()
+    thread = threading.Thread(target=learner.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        assert wait_for(lambda: sample(learner.metrics, "topicstream_articles_consumed_total") == 40)
+        assert server.proc is not None
+        server.proc.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(1.5 * s.lease_ttl_s)  # past the TTL: every renewal since has timed out
+            produce(s, good_articles(200, seed=42))
+            assert wait_for(lambda: sample(learner.metrics, "topicstream_articles_published_total") >= 240, 4.0)
+        finally:
+            server.proc.send_signal(signal.SIGCONT)
+    finally:
+        stop.set()
+        thread.join(60)
+    assert not thread.is_alive() and not learner.lease_lost
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 class _KernelFails(Learner):
