@@ -152,6 +152,28 @@ def test_batch_tokenizer_gives_the_same_bags_in_the_same_order() -> None:
     assert tok.count_many([]).n_docs == 0
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "हिन्दी समाचार: सरकार ने बजट पेश किया",  # Devanagari vowel signs are combining marks
+        "İstanbul'da seçim",  # lower-cased, İ is i plus a combining dot
+        "cafe\u0301 re\u0301sume\u0301 nai\u0308ve",  # decomposed accents (NFD)
+        "x³ abc³def ½ab",  # other numbers are not letters
+        "ΟΔΥΣΣΕΥΣ Ελλάδα",  # final sigma
+        "日本語のニュース 東京",
+        "مرحبا بالعالم",
+        "a\u200db\u200cc under_score a‿b",  # joiners and connector punctuation
+    ],
+)
+def test_the_python_tokenizer_splits_every_script_like_the_batch_tokenizer(text: str) -> None:
+    """A subscription's words (``Tokenizer.__call__``) and the articles' (``count_many``, polars) are the same
+    words in every script: Python's own letter class split words at combining marks."""
+    tok = Tokenizer(stop_words=(), min_length=1)
+    flat = tok.count_many([text])
+    words = flat.words_at(np.arange(len(flat.counts)))
+    assert Counter(tok(text)) == Counter(dict(zip(words, flat.counts.tolist(), strict=True)))
+
+
 def test_vocabulary_encodes_flat_bags_exactly_like_counters() -> None:
     tok = Tokenizer()
     a, b = Vocabulary(64, admit_count=1), Vocabulary(64, admit_count=1)
