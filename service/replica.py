@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import redis
 from confluent_kafka import Message
 from numpy.typing import NDArray
 from typing_extensions import Unpack  # typing.Unpack from Python 3.11
@@ -33,7 +34,7 @@ from .names import TopicNames
 from .pipeline import TopicLabels
 from .schemas import Rejection
 from .settings import Settings
-from .snapshot import STATISTICS, SnapshotCorrupt, SnapshotStore
+from .snapshot import STATISTICS, SnapshotStore
 from .text import FlatBags, Vocabulary
 from .worker import BatchWorker, WorkerParts
 
@@ -83,6 +84,11 @@ class Replica(BatchWorker):
         current = max(self.version, self._pending.ref.version if self._pending is not None else 0)
         try:
             latest = self.store.latest_version()
+            if latest is not None and latest < current:
+                # Redis lost its data and a learner without state started over at version 1: follow it.
+                log.warning("snapshot versions went back from %d to %d: following the new learner", current, latest)
+                current = 0
+                self._unreadable.clear()
             if latest is None or latest <= current:
                 self._redis_back()
                 return False
@@ -107,9 +113,11 @@ class Replica(BatchWorker):
             self._redis_down = False
 
     def _load_newest_readable(self, latest: int, current: int) -> Served | None:
-        """The newest version in (current, latest] that loads; corrupt ones are skipped, logged and counted once
-        (a version is immutable once written, so one found unreadable is not read again)."""
-        for version in range(latest, current, -1):
+        """The newest kept version in (current, latest] that loads; corrupt ones, and ones that pass their checksum
+        but do not make a model (written by another version of topicstream, say), are skipped, logged and counted
+        once (a version is immutable once written, so one found unreadable is not read again). Redis errors
+        propagate: they are an outage, not a bad snapshot."""
+        for version in [v for v in self.store.kept_versions() if current < v <= latest]:
             if version in self._unreadable:
                 continue
             t0 = time.perf_counter()
@@ -119,12 +127,14 @@ class Replica(BatchWorker):
                     continue
                 meta, payload = loaded
                 served = self._build(meta, payload)
-            except (SnapshotCorrupt, ValueError, KeyError, TypeError) as e:
+            except redis.RedisError:
+                raise
+            except Exception as e:
                 self._unreadable.add(version)
                 if len(self._unreadable) > 1000:  # bounded: the oldest entries can no longer matter
                     self._unreadable.discard(min(self._unreadable))
                 self.metrics.snapshot_fallbacks.inc()
-                log.error("snapshot %d is unreadable (%s); trying an older one", version, e)
+                log.error("snapshot %d is unreadable (%s: %s); trying an older one", version, type(e).__name__, e)
                 continue
             m = self.metrics
             m.snapshot_duration.observe(time.perf_counter() - t0)

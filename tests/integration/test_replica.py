@@ -16,6 +16,7 @@ from service.metrics import Metrics
 from service.replica import Replica
 from service.schemas import TopicEvent
 from service.settings import Settings
+from service.snapshot import SnapshotStore
 
 from .helpers import good_articles, produce, read_all, run_until, sample
 
@@ -62,6 +63,41 @@ def test_replica_serves_the_snapshot_and_reloads(settings: Settings) -> None:
     assert not thread.is_alive()
     # Replicas never change the model they serve.
     assert replica.model is not None and replica.model.n_docs_seen_ == 120
+
+
+def test_a_snapshot_that_does_not_make_a_model_is_skipped_and_versions_that_go_back_are_followed(
+    settings: Settings,
+) -> None:
+    """A snapshot whose bytes pass their checksum but do not make a model (a vocabulary in a shape this version
+    cannot read) is unreadable, not a Redis outage: the replica falls back to the previous version at once.
+    And when Redis loses its data and a learner without state starts over at version 1, the replica follows it
+    instead of serving its old model until the new versions pass the old number."""
+    s = settings
+    produce(s, good_articles(40, seed=51))
+    run_until(Learner(s), 40)
+    store = SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix)
+    good = store.latest_version()
+    assert good is not None
+    _, original = store.load(good)
+    payload = {**original, "vocabulary": {**original["vocabulary"], "candidates": ["not", "two", "arrays"]}}
+    bad = store.save(payload, min_version=good).version
+    replica = Replica(s.model_copy(update={"group_id": s.group_id + "-replicas"}))
+    assert replica.reload()
+    replica.between_batches(None)
+    assert replica.version == good < bad
+    assert sample(replica.metrics, "topicstream_errors_total", kind="redis") == 0
+    assert sample(replica.metrics, "topicstream_snapshot_fallbacks_total") == 1
+
+    newer = store.save(original, min_version=bad).version
+    assert replica.reload()
+    replica.between_batches(None)
+    assert replica.version == newer == 3
+    for key in store.r.scan_iter(f"{s.redis_prefix}:*"):  # Redis lost this prefix's data ...
+        store.r.delete(key)
+    assert store.save(original).version == 1
+    assert replica.reload()  # ... and a learner started over at version 1
+    replica.between_batches(None)
+    assert replica.version == 1
 
 
 class _SlowReplica(Replica):
