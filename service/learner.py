@@ -88,7 +88,16 @@ class Learner(BatchWorker):
         self.lineage: Lineage | None = None
         self.lease = Lease.from_url(s.redis_url, s.redis_prefix, ttl_s=s.lease_ttl_s)  # timeouts within the TTL
         self._take_lease(stop)
-        self.model, self.vocab = self._restore_or_create()
+        # Renewed from now on: reading and checking the snapshots to restore may take longer than the TTL.
+        self.keeper = LeaseKeeper(self.lease)
+        self.keeper.start()
+        try:
+            self.model, self.vocab = self._restore_or_create()
+        except BaseException:  # a learner that cannot start gives the lease back at once
+            self.keeper.stop()
+            with contextlib.suppress(Exception):
+                self.lease.release()
+            raise
         if self.lineage is None:
             self.lineage = Lineage(s.topics)
         defaults = type(self.model).hygiene_defaults
@@ -111,8 +120,6 @@ class Learner(BatchWorker):
         self.lineage_store = LineageStore(self.store.r, s.redis_prefix)
         self.names = TopicNames(self.store.r, s.redis_prefix)
         self._names: dict[int, str] = {}
-        self.keeper = LeaseKeeper(self.lease)
-        self.keeper.start()
         log.info("compiling the %s kernel (cached on disk after the first start)", s.algorithm)
         type(self.model).warm_up(**s.kernel_params)
         self.labels = TopicLabels(self.model.topic_word(), self.vocab.slot_words())

@@ -14,7 +14,8 @@ import pytest
 
 from kernels import ALGORITHMS
 from service.inflight import InFlight
-from service.learner import Learner
+from service.learner import Learner, StateMismatch
+from service.lease import Lease
 from service.metrics import Metrics
 from service.pipeline import H_REASON, H_SRC_OFFSET, H_SRC_PARTITION, H_SRC_TOPIC, H_TOPIC, H_TOPICS
 from service.schemas import TopicEvent
@@ -209,6 +210,23 @@ def wait_for(condition: Callable[[], bool], timeout: float = 60.0) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+def test_a_learner_that_cannot_restore_gives_its_lease_back_at_once(settings: Settings) -> None:
+    """A learner whose settings contradict the snapshot (K = 9 against 8) refuses to start, and the lease it took
+    to read the snapshot is free at once, not after its TTL: a learner with the right settings starts without
+    waiting as a standby."""
+    s = settings
+    produce(s, good_articles(20, seed=61))
+    run_until(Learner(s), 20)
+    with pytest.raises(StateMismatch):
+        Learner(s.model_copy(update={"topics": 9}))
+    assert Lease.from_url(s.redis_url, s.redis_prefix, ttl_s=s.lease_ttl_s).holder() is None
+    again = Learner(s, metrics=Metrics())
+    try:
+        assert sample(again.metrics, "topicstream_learner_standby") == 0 and again.articles_learned == 20
+    finally:
+        again.close()
 
 
 class _KernelFails(Learner):
