@@ -42,7 +42,8 @@ class Settings(BaseSettings):
     dlq_topic: str = Field("articles.dlq", description="Dead-letter topic for bad input")
     group_id: str | None = Field(
         None,
-        description="Consumer group; default topicstream-learner (run) or topicstream-replicas (replica)",
+        description="Consumer group; default <TOPICSTREAM_REDIS_PREFIX>-learner (run) or -replicas (replica), so "
+        "learners and replicas of different prefixes never share partitions",
     )
 
     # The model.
@@ -177,10 +178,12 @@ class Settings(BaseSettings):
         return self
 
     def learner_group(self) -> str:
-        return self.group_id or "topicstream-learner"
+        """The learner's consumer group: one per prefix (one model), whatever else reads the input topic."""
+        return self.group_id or f"{self.redis_prefix}-learner"
 
     def replica_group(self) -> str:
-        return self.group_id or "topicstream-replicas"
+        """The replicas' consumer group: the replicas of one prefix share the partitions."""
+        return self.group_id or f"{self.redis_prefix}-replicas"
 
 
 def load_settings(**overrides: Any) -> Settings:

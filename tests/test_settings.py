@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from service.cli import app
-from service.settings import SettingsError, load_settings
+from service.settings import Settings, SettingsError, load_settings
 
 
 def test_environment_is_read_with_the_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -167,3 +167,12 @@ def test_a_bad_setting_never_prints_a_secret() -> None:
             load_settings(**overrides)
         assert "hunter2" not in str(e.value) and "'5'" not in str(e.value) and "5)" not in str(e.value)
         assert "TOPICSTREAM_" in str(e.value)
+
+
+def test_consumer_groups_follow_the_prefix_unless_named() -> None:
+    """Two learners on two prefixes (two models) must not split the input's partitions between them."""
+    assert Settings().learner_group() == "topicstream-learner" and Settings().replica_group() == "topicstream-replicas"
+    other = Settings(redis_prefix="desk-b")
+    assert other.learner_group() == "desk-b-learner" and other.replica_group() == "desk-b-replicas"
+    named = Settings(redis_prefix="desk-b", group_id="mine")
+    assert named.learner_group() == named.replica_group() == "mine"
