@@ -64,6 +64,7 @@ class Replica(BatchWorker):
         self.poll_s = poll_s
         self.served: Served | None = None
         self._pending: Served | None = None
+        self._pending_lock = threading.Lock()  # the follower thread sets _pending, the loop takes it
         self._redis_down = False
         self._unreadable: set[int] = set()
         self._stop_follower = threading.Event()
@@ -104,7 +105,8 @@ class Replica(BatchWorker):
         self._redis_back()
         if loaded is None:
             return False
-        self._pending = loaded
+        with self._pending_lock:
+            self._pending = loaded
         return True
 
     def _redis_back(self) -> None:
@@ -192,7 +194,8 @@ class Replica(BatchWorker):
         return model.transform(batch.encoded.batch)
 
     def between_batches(self, finished: InFlight | None) -> None:
-        pending, self._pending = self._pending, None
+        with self._pending_lock:
+            pending, self._pending = self._pending, None
         if pending is not None:
             self.served = pending
             log.info("serving snapshot %d", pending.ref.version)

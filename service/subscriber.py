@@ -20,12 +20,14 @@ topics its words mean as the model moves.
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import redis
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, Message, TopicPartition
 
 from .follow import Match, resolve
@@ -33,6 +35,8 @@ from .kafka import make_consumer
 from .names import TopicNames
 from .settings import Settings
 from .snapshot import SnapshotStore
+
+log = logging.getLogger(__name__)
 
 __all__ = ["OutputReader", "TopicChoice", "matching_articles"]
 
@@ -122,14 +126,23 @@ class TopicChoice:
         if self.words is None or now < self._next_check:
             return False
         self._next_check = now + self.recheck_s
-        latest = self.store.latest_version()
-        if latest is None or latest == self.version:
-            return False
-        summary = self.store.summary()
-        if summary is None or summary.get("version") == self.version:
+        try:
+            latest = self.store.latest_version()
+            if latest is None or latest == self.version:
+                return False
+            summary = self.store.summary()
+            if summary is None or summary.get("version") == self.version:
+                return False
+            names = self.names.all() if self.names is not None else {}
+        except redis.RedisError as e:  # a Redis blip: keep following the topics resolved so far
+            log.warning(
+                "cannot read the newest summary (%s: %s); following topics %s meanwhile",
+                type(e).__name__,
+                e,
+                sorted(self.topics),
+            )
             return False
         self.version = summary.get("version")
-        names = self.names.all() if self.names is not None else {}
         matches = resolve(summary, self.words, names, max_topics=self.max_topics)
         topics = frozenset(m.topic for m in matches)
         changed = topics != self.topics or not self._resolved

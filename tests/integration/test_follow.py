@@ -24,6 +24,9 @@ from service.snapshot import SnapshotStore
 from service.subscriber import OutputReader, TopicChoice, matching_articles
 
 from .helpers import env_for, produce, run_until
+from .redis_faults import RedisServer, server
+
+__all__ = ["server"]  # a fixture, imported for pytest
 
 pytestmark = pytest.mark.integration
 
@@ -102,6 +105,20 @@ def test_words_are_re_resolved_when_a_new_summary_appears(settings: Settings) ->
     assert not choice.update(now=20.5)  # checked at most every recheck_s
     assert choice.update(now=30) and choice.topics == {5}
     assert changes == [[3], [5]]
+
+
+def test_a_redis_that_goes_away_keeps_the_topics_followed(server: RedisServer) -> None:
+    """While Redis is down (killed), a subscription by words keeps the topics it resolved (before, the first
+    failed look raised and ``topicstream subscribe`` exited); once Redis is back it resolves again."""
+    store = SnapshotStore.from_url(server.url(), prefix="t", connect_timeout=0.5)
+    choice = TopicChoice(store, TopicNames(store.r, "t"), words="oil opec")
+    publish(store, summary_of(1, {0: "tennis", 3: "energy"}))
+    assert choice.update(now=0) and choice.topics == {3}
+    server.kill()
+    assert not choice.update(now=10) and choice.topics == {3}
+    server.start()  # empty
+    publish(store, summary_of(2, {0: "energy", 3: "tennis"}))
+    assert choice.update(now=20) and choice.topics == {0}
 
 
 def output(i: int, topics: list[int], slots: dict[int, int] | None = None) -> tuple[bytes, list[tuple[str, bytes]]]:
