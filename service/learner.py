@@ -117,6 +117,8 @@ class Learner(BatchWorker):
         self._last_hygiene = time.monotonic()
         #: Hygiene moves planned by the writer thread on a snapshot's copy, to be made at the next capture.
         self._planned: list[Event] = []
+        #: Lineage events of the moves made since the last snapshot written (a failed write carries them on).
+        self._unwritten_events: list[LineageEvent] = []
         self.lineage_store = LineageStore(self.store.r, s.redis_prefix)
         self.names = TopicNames(self.store.r, s.redis_prefix)
         self._names: dict[int, str] = {}
@@ -340,7 +342,9 @@ class Learner(BatchWorker):
         meta = {"algorithm": s.algorithm, "topics": s.topics, "articles_learned": articles_learned}
         extra = {"articles_learned": articles_learned, "lineage": self.lineage.state_dict()}
         cap = self.writer.capture(seq, self.model, vocab_state, slot_words, offsets, extra, meta)
-        cap.events = events
+        # Events of earlier captures whose write failed come first: the moves are in the model and the lineage
+        # already, so they belong to the first snapshot that is written.
+        cap.events = self._unwritten_events = self._unwritten_events + events
         cap.topic_ids = list(self.lineage.slot_ids)
         cap.hygiene_docs = recent
         cap.unseen_docs = unseen
@@ -407,6 +411,7 @@ class Learner(BatchWorker):
         labels = self.labels = cap.labels
         self.version = info.version
         self.metrics.lease_token.set(self.lease.token or 0)
+        self._unwritten_events = []  # the next capture waits for this write: no race with it
         if cap.events:
             self.lineage_store.push(stamp(cap.events, info.version, info.created_at))
             for e in cap.events:

@@ -13,9 +13,11 @@ import numpy as np
 import pytest
 
 from kernels import ALGORITHMS
+from kernels.hygiene import Event
 from service.inflight import InFlight
 from service.learner import Learner, StateMismatch
 from service.lease import Lease
+from service.lineage import LineageStore
 from service.metrics import Metrics
 from service.pipeline import H_REASON, H_SRC_OFFSET, H_SRC_PARTITION, H_SRC_TOPIC, H_TOPIC, H_TOPICS
 from service.schemas import TopicEvent
@@ -227,6 +229,34 @@ def test_a_learner_that_cannot_restore_gives_its_lease_back_at_once(settings: Se
         assert sample(again.metrics, "topicstream_learner_standby") == 0 and again.articles_learned == 20
     finally:
         again.close()
+
+
+def test_a_move_made_while_redis_is_down_reaches_the_lineage_with_the_next_snapshot(
+    settings: Settings, server: RedisServer
+) -> None:
+    """Topic-hygiene moves are made at a capture, and their lineage events pushed once the snapshot is written:
+    when that write fails (Redis down), the events go with the next snapshot that is written. Before, they were
+    dropped: ``P:lineage`` and its counter missed the merge, and the merged-away id's gauges stayed."""
+    s = settings.model_copy(update={"batch_size": 20, "redis_url": server.url()})
+    produce(s, good_articles(80, seed=71))
+    learner = Learner(s)
+    try:
+        learner.subscribe()
+        consume_into(learner, 40)
+        learner.checkpoint()
+        learner._planned = [Event("merge", (1,), 0, 0.9)]  # as if the writer had planned it on the last copy
+        server.kill()
+        consume_into(learner, 20)
+        learner.checkpoint()  # the capture merges; the write fails
+        assert learner.lineage is not None and learner.lineage.successor(1) == 0
+        server.start()
+        consume_into(learner, 20)
+        learner.checkpoint()
+        events = LineageStore(learner.store.r, s.redis_prefix).recent(10)
+        assert [(e.kind, e.topic, e.into) for e in events] == [("merge", 1, 0)]
+        assert sample(learner.metrics, "topicstream_topic_events_total", kind="merge") == 1
+    finally:
+        learner.close()
 
 
 class _KernelFails(Learner):
