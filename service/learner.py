@@ -334,7 +334,9 @@ class Learner(BatchWorker):
             if self._unseen is not None:
                 unseen, self._unseen = self._unseen.batch(), None
             now = time.monotonic()
-            if now - self._last_hygiene >= s.topic_hygiene_every_s:
+            # Not in a capture that hands unseen documents over: the plan made with them is replayed at the next
+            # capture, and a copy taken now would lack its moves, so a plan made on it could undo them.
+            if unseen is None and now - self._last_hygiene >= s.topic_hygiene_every_s:
                 self._last_hygiene = now
                 recent = self._recent.batch()
                 if recent is not None and self.hygiene.scores_unseen:
