@@ -50,6 +50,8 @@ class Served:
     model: TopicModel
     vocab: Vocabulary
     ref: ModelRef
+    created_at: float = 0.0  # the snapshot's, for the age gauge
+    size_bytes: int = 0
 
 
 class Replica(BatchWorker):
@@ -140,8 +142,6 @@ class Replica(BatchWorker):
                 continue
             m = self.metrics
             m.snapshot_duration.observe(time.perf_counter() - t0)
-            m.snapshot_seen(served.ref.version, float(meta["created_at"]), int(meta.get("size_bytes", 0)))
-            m.describe_model(served.ref.algorithm, served.model.n_topics, served.model.n_words)
             log.info("loaded snapshot %d", served.ref.version)
             return served
         return None
@@ -158,7 +158,7 @@ class Replica(BatchWorker):
         ids = tuple(Lineage.from_state(lineage).slot_ids) if lineage else tuple(range(model.n_topics))
         names = TopicNames(self.store.r, self.settings.redis_prefix).all()
         ref = ModelRef(labels, model.algorithm, int(meta["version"]), model.n_topics, ids, names)
-        return Served(model, vocab, ref)
+        return Served(model, vocab, ref, float(meta["created_at"]), int(meta.get("size_bytes", 0)))
 
     def _follow(self) -> None:
         while not self._stop_follower.wait(self.poll_s):
@@ -198,6 +198,9 @@ class Replica(BatchWorker):
             pending, self._pending = self._pending, None
         if pending is not None:
             self.served = pending
+            # The gauges describe what is served from now on, not what the follower has loaded.
+            self.metrics.snapshot_seen(pending.ref.version, pending.created_at, pending.size_bytes)
+            self.metrics.describe_model(pending.ref.algorithm, pending.model.n_topics, pending.model.n_words)
             log.info("serving snapshot %d", pending.ref.version)
 
     # ------------------------------------------------------------------ running

@@ -90,8 +90,9 @@ def test_a_snapshot_that_does_not_make_a_model_is_skipped_and_versions_that_go_b
 
     newer = store.save(original, min_version=bad).version
     assert replica.reload()
+    assert sample(replica.metrics, "topicstream_snapshot_version") == good  # loaded, not served yet
     replica.between_batches(None)
-    assert replica.version == newer == 3
+    assert replica.version == newer == 3 == sample(replica.metrics, "topicstream_snapshot_version")
     for key in store.r.scan_iter(f"{s.redis_prefix}:*"):  # Redis lost this prefix's data ...
         store.r.delete(key)
     assert store.save(original).version == 1
