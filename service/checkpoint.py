@@ -37,6 +37,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from kernels import TopicModel
+from kernels.hygiene import mass_topics
 from kernels.summaries import hellinger_rows
 
 from .backoff import Backoff
@@ -44,7 +45,7 @@ from .metrics import Metrics
 from .pipeline import TopicLabels
 from .snapshot import FencedOut, SnapshotInfo, SnapshotStore
 
-__all__ = ["Capture", "SnapshotWriter"]
+__all__ = ["Capture", "SnapshotWriter", "snapshot_summary"]
 
 log = logging.getLogger(__name__)
 
@@ -234,3 +235,31 @@ class SnapshotWriter:
         self._stop.set()
         self._queue.put(None)
         self._thread.join(timeout)
+
+
+def snapshot_summary(cap: Capture, info: SnapshotInfo, algorithm: str, names: dict[int, str]) -> dict[str, Any]:
+    """The summary of a written snapshot (``P:summary``, what ``topicstream topics`` and the subscriptions read):
+    every topic by its stable id, with its slot, name, prevalence, drift, top words and background flag."""
+    assert cap.labels is not None  # described by the writer before the write
+    ids = cap.topic_ids
+    return {
+        "version": info.version,
+        "algorithm": algorithm,
+        "created_at": info.created_at,
+        "articles_learned": cap.meta["articles_learned"],
+        "topics_used": cap.topics_used,
+        "topics_holding_95": mass_topics(cap.weights),  # TopicModel.topics_holding of the captured state
+        "model_drift": float(np.dot(cap.weights, cap.drift)),
+        "topics": [
+            {
+                "topic": ids[k],  # the stable id, as in outputs, headers and gauges
+                "slot": k,
+                **({"name": names[ids[k]]} if ids[k] in names else {}),
+                "prevalence": float(cap.weights[k]),
+                "drift": float(cap.drift[k]),
+                "top_words": cap.labels.top_words[k],
+                "background": k == cap.background,
+            }
+            for k in range(len(cap.weights))
+        ],
+    }

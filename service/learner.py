@@ -37,10 +37,10 @@ from numpy.typing import NDArray
 from typing_extensions import Unpack  # typing.Unpack from Python 3.11
 
 from kernels import Batch, TopicModel
-from kernels.hygiene import Event, RecentDocs, SupportsTopicMoves, TopicHygiene, mass_topics
+from kernels.hygiene import Event, RecentDocs, SupportsTopicMoves, TopicHygiene
 from kernels.registry import kernel_class
 
-from .checkpoint import Capture, SnapshotWriter
+from .checkpoint import Capture, SnapshotWriter, snapshot_summary
 from .compat import restore_plan
 from .history import SummaryHistory
 from .inflight import InFlight, ModelRef
@@ -410,7 +410,7 @@ class Learner(BatchWorker):
     def _written(self, cap: Capture, info: SnapshotInfo) -> None:
         """After a snapshot is in Redis (writer thread): labels, summary, metrics."""
         assert cap.labels is not None  # described by the writer before the write
-        labels = self.labels = cap.labels
+        self.labels = cap.labels
         self.version = info.version
         self.metrics.lease_token.set(self.lease.token or 0)
         self._unwritten_events = []  # the next capture waits for this write: no race with it
@@ -423,30 +423,8 @@ class Learner(BatchWorker):
                         with contextlib.suppress(KeyError):
                             gauge.remove(str(e.topic))
         self._names = self.names.all()
-        ids = cap.topic_ids
-        model_drift = float(np.dot(cap.weights, cap.drift))
-        background = cap.background
-        summary = {
-            "version": info.version,
-            "algorithm": self.settings.algorithm,
-            "created_at": info.created_at,
-            "articles_learned": cap.meta["articles_learned"],
-            "topics_used": cap.topics_used,
-            "topics_holding_95": mass_topics(cap.weights),  # TopicModel.topics_holding of the captured state
-            "model_drift": model_drift,
-            "topics": [
-                {
-                    "topic": ids[k],  # the stable id, as in outputs, headers and gauges
-                    "slot": k,
-                    **({"name": self._names[ids[k]]} if ids[k] in self._names else {}),
-                    "prevalence": float(cap.weights[k]),
-                    "drift": float(cap.drift[k]),
-                    "top_words": labels.top_words[k],
-                    "background": k == background,
-                }
-                for k in range(len(cap.weights))
-            ],
-        }
+        summary = snapshot_summary(cap, info, self.settings.algorithm, self._names)
+        ids, model_drift, background = cap.topic_ids, summary["model_drift"], cap.background
         self.store.put_summary(summary)
         SummaryHistory(self.store.r, self.store.prefix).append(summary)
         m = self.metrics
@@ -459,7 +437,7 @@ class Learner(BatchWorker):
             "snapshot %d: %.1f MB, %d articles learned",
             info.version,
             info.size_bytes / 1e6,
-            cap.meta["articles_learned"],
+            summary["articles_learned"],
         )
 
     def _model_gauges(self) -> None:

@@ -150,6 +150,17 @@ def test_a_kernel_call_longer_than_max_poll_interval_keeps_the_partitions(settin
     assert sorted(ids) == sorted(json.loads(v)["id"] for v in values)
 
 
+def _snapshotted_learner(settings: Settings, server: RedisServer, n: int, seed: int) -> tuple[Settings, Learner]:
+    """A learner on ``server``'s Redis, ``n`` articles waiting for it, its first 40 learned and snapshotted."""
+    s = settings.model_copy(update={"batch_size": 20, "redis_url": server.url()})
+    produce(s, good_articles(n, seed=seed))
+    learner = Learner(s)
+    learner.subscribe()
+    consume_into(learner, 40)
+    learner.checkpoint()
+    return s, learner
+
+
 def test_a_snapshot_written_before_the_keeper_reclaims_the_lease_is_not_refused(
     settings: Settings, server: RedisServer
 ) -> None:
@@ -157,13 +168,8 @@ def test_a_snapshot_written_before_the_keeper_reclaims_the_lease_is_not_refused(
     keeper's next renewal: the write is refused for its old token, the learner renews (the keeper reclaims the
     lapsed lease with a newer token) and writes again. Before, the learner took the refusal for another learner's
     and stopped. The keeper thread is stopped here, so the write surely comes first."""
-    s = settings.model_copy(update={"batch_size": 20, "redis_url": server.url()})
-    produce(s, good_articles(60, seed=31))
-    learner = Learner(s)
+    s, learner = _snapshotted_learner(settings, server, 60, seed=31)
     try:
-        learner.subscribe()
-        consume_into(learner, 40)
-        learner.checkpoint()
         first, old_token = learner.version, learner.lease.token
         learner.keeper.stop()
         learner.keeper.join(5)
@@ -237,13 +243,8 @@ def test_a_move_made_while_redis_is_down_reaches_the_lineage_with_the_next_snaps
     """Topic-hygiene moves are made at a capture, and their lineage events pushed once the snapshot is written:
     when that write fails (Redis down), the events go with the next snapshot that is written. Before, they were
     dropped: ``P:lineage`` and its counter missed the merge, and the merged-away id's gauges stayed."""
-    s = settings.model_copy(update={"batch_size": 20, "redis_url": server.url()})
-    produce(s, good_articles(80, seed=71))
-    learner = Learner(s)
+    s, learner = _snapshotted_learner(settings, server, 80, seed=71)
     try:
-        learner.subscribe()
-        consume_into(learner, 40)
-        learner.checkpoint()
         learner._planned = [Event("merge", (1,), 0, 0.9)]  # as if the writer had planned it on the last copy
         server.kill()
         consume_into(learner, 20)
