@@ -151,7 +151,7 @@ class SCVB0(TopicModel):
         Saved("phi_", shape=lambda K, W: (W, K)),
         Saved("scale_"),
         Saved("nz_", shape=lambda K, W: (K,)),
-        Saved("n_updates_", int),
+        Saved("n_updates_", float),  # an int in snapshots from before fractional steps
         Saved("alpha_", missing=lambda m: float(m.alpha)),
     )
 
@@ -206,7 +206,7 @@ class SCVB0(TopicModel):
         self.phi_ = self.rng_.random((W, K))  # M, with N^Φ = scale_ · M
         self.scale_ = 1.0
         self.nz_ = self.phi_.sum(axis=0)  # N^Z = Σ_w N^Φ_w
-        self.n_updates_ = 0  # minibatches that updated N^Φ (t of ρ^Φ_t)
+        self.n_updates_ = 0.0  # minibatches that updated N^Φ, a small one counting d/B (t of ρ^Φ_t)
         self.alpha_ = float(self.alpha)  # the α in use (learned when learn_alpha)
 
     # ------------------------------------------------------------------ learning and inference
@@ -228,23 +228,32 @@ class SCVB0(TopicModel):
         n_mb = (n_docs + B - 1) // B
         return (np.arange(n_mb + 1, dtype=np.int64) * n_docs) // max(n_mb, 1)
 
-    def _schedule(self, batch: Batch, mb_docs: NDArray[np.int64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        """ρ^Φ and C for each minibatch of ``batch`` (entries of token-less minibatches are placeholders)."""
+    def _schedule(
+        self, batch: Batch, mb_docs: NDArray[np.int64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64], float]:
+        """ρ^Φ and C for each minibatch of ``batch`` (entries of token-less minibatches are placeholders), and t
+        after them.
+
+        A minibatch of d < B documents (a quiet stream makes batches of a few articles) counts as d/B of a step:
+        its ρ is 1 − (1 − ρ^Φ_t)^(d/B) and t moves by d/B, so B/d such minibatches forget as much as one full one.
+        With a whole step each, a night of one-article batches kept only the last ~1/ρ articles (at ρ's floor of
+        0.01, a hundred) instead of the window's ~25,000."""
         n_mb = mb_docs.shape[0] - 1
         bounds = batch.indptr[mb_docs]
         csum = np.concatenate(([0.0], np.cumsum(batch.counts)))
         mb_tokens = csum[bounds[1:]] - csum[bounds[:-1]]
         rhos = np.zeros(n_mb)
         corpus = np.zeros(n_mb)
-        t = self.n_updates_
+        t = float(self.n_updates_)
         seen = self.n_tokens_seen_
         for b in range(n_mb):
             if mb_tokens[b] > 0:
+                share = min(1.0, float(mb_docs[b + 1] - mb_docs[b]) / float(self.batch_size))
                 seen += mb_tokens[b]
-                rhos[b] = self._rho_phi(t)
+                rhos[b] = 1.0 - (1.0 - self._rho_phi(t)) ** share
                 corpus[b] = min(float(self.window), seen)
-                t += 1
-        return rhos, corpus
+                t += share
+        return rhos, corpus, t
 
     def _alpha_now(self) -> float:
         """The α in use: the learned ``alpha_`` with ``learn_alpha``, else the ``alpha`` setting (which
@@ -271,11 +280,11 @@ class SCVB0(TopicModel):
             return np.empty((0, K))
         theta0 = self._theta_init(batch)
         mb_docs = self._minibatches(batch.n_docs)
-        rhos, corpus = self._schedule(batch, mb_docs)
+        rhos, corpus, t = self._schedule(batch, mb_docs)
         plan = Plan(theta0, mb_docs, rhos, corpus)
         scale, theta = _fit(batch.csr, self._topics(), float(self.scale_), plan, self._config())
         self.scale_ = float(scale)
-        self.n_updates_ += int(np.count_nonzero(corpus))
+        self.n_updates_ = t
         if self.learn_alpha and np.any(corpus > 0):
             doc_len = batch.doc_tokens()
             a = np.full((batch.n_docs, K), self.alpha_)

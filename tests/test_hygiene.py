@@ -121,7 +121,7 @@ def test_lda_corpus_recovered_without_duplicates(seed):
 
 def test_birth_after_a_topic_appears_mid_stream():
     truth, docs = lda_corpus(3000, 0, late_topic=True)
-    model = SCVB0(n_topics=len(truth), n_words=truth.shape[1], seed=0)
+    model = SCVB0(n_topics=len(truth), n_words=truth.shape[1], seed=0, batch_size=64)  # a step per batch
     events = stream(model, docs, TopicHygiene(), 64, 5)
     births = [(at, e) for at, e in events if e.kind == "birth"]
     assert births and all(at > docs.n_docs // 2 for at, _ in births)
@@ -135,7 +135,7 @@ def test_moves_planned_on_a_copy_and_replayed_later_still_clean_the_model():
     the next snapshot, a few batches later (``TopicHygiene.replay``): duplicates still go, the late topic is
     still born."""
     truth, docs = lda_corpus(3000, 0, late_topic=True)
-    model = SCVB0(n_topics=len(truth) + 2, n_words=truth.shape[1], seed=0)
+    model = SCVB0(n_topics=len(truth) + 2, n_words=truth.shape[1], seed=0, batch_size=64)  # a step per batch
     hygiene, planned, made = TopicHygiene(), [], []
     for n, start in enumerate(range(0, docs.n_docs, 64), 1):
         stop = min(docs.n_docs, start + 64)
