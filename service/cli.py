@@ -8,9 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import signal
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,9 +21,9 @@ from rich.table import Table
 
 from evaluation.command import eval_command
 
-from .process import tune_for_service
+from .process import stop_on_signals, tune_for_service
 from .settings import Settings, SettingsError, load_settings
-from .tables import topics_table
+from .tables import matches_table, topics_table
 
 app = typer.Typer(help="Streaming topic models over Kafka.", no_args_is_help=True, add_completion=False)
 app.command("eval")(eval_command)
@@ -79,6 +77,16 @@ def _settings(ctx: typer.Context, *, kernel: bool = False, sizes: bool = False) 
     return settings
 
 
+def _serve_metrics(metrics: Any, settings: Settings) -> None:
+    """Serve ``/metrics``, or exit 2 with one line when the port is taken (another process on this host)."""
+    try:
+        metrics.serve(settings.metrics_port, settings.metrics_host)
+    except OSError as e:
+        where = f"{settings.metrics_host}:{settings.metrics_port}"
+        err.print(f"[red]cannot serve /metrics on {where}: {e.strerror or e}[/red] (TOPICSTREAM_METRICS_PORT)")
+        raise typer.Exit(2) from None
+
+
 @contextlib.contextmanager
 def _unreachable_is_fatal(settings: Settings) -> Iterator[None]:
     """Turn "cannot reach Kafka/Redis" into one clear line and exit code 3 instead of a traceback."""
@@ -102,19 +110,6 @@ def _unreachable_is_fatal(settings: Settings) -> Iterator[None]:
         raise typer.Exit(3) from None
 
 
-def _stop_on_signals() -> threading.Event:
-    """An event set by SIGTERM/SIGINT: the loop finishes its batch, snapshots, commits and exits."""
-    stop = threading.Event()
-
-    def handler(signum: int, _frame: object) -> None:
-        logging.getLogger("topicstream").info("%s: finishing the batch and stopping", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
-    return stop
-
-
 @app.command()
 def run(
     ctx: typer.Context,
@@ -133,8 +128,8 @@ def run(
     s = _settings(ctx, kernel=True, sizes=True)
     tune_for_service()
     metrics = Metrics("learner")
-    metrics.serve(s.metrics_port, s.metrics_host)  # before the lease: a standby shows up on dashboards too
-    stop = _stop_on_signals()
+    _serve_metrics(metrics, s)  # before the lease: a standby shows up on dashboards too
+    stop = stop_on_signals()
     with _unreachable_is_fatal(s):
         if create_topics:
             ensure_topics(s, {s.input_topic: 1, s.output_topic: 1, s.dlq_topic: 1})
@@ -166,8 +161,8 @@ def replica(
     tune_for_service()
     with _unreachable_is_fatal(s):
         rep = Replica(s)
-    rep.metrics.serve(s.metrics_port, s.metrics_host)
-    rep.run(_stop_on_signals())
+    _serve_metrics(rep.metrics, s)
+    rep.run(stop_on_signals())
 
 
 @app.command()
@@ -183,21 +178,34 @@ def produce(
     bootstrap: Bootstrap = None,
 ) -> None:
     """Replay a JSONL file or a live feed into the input topic, or generate articles offline."""
-    from .kafka import ensure_topics
+    from .kafka import DeliveryError, ensure_topics
     from .source import generated_lines, iter_lines, produce_lines
 
     s = _settings(ctx)
+    if file is not None and str(file) != "-" and not Path(file).is_file():  # before a broker check that may wait
+        err.print(f"[red]no such file: {file}[/red]")
+        raise typer.Exit(2)
+    if limit is not None and limit < 0:
+        raise typer.BadParameter(f"must be >= 0, got {limit}", param_hint="--limit")
     with _unreachable_is_fatal(s):
         ensure_topics(s, {s.input_topic: 1})
     lines = iter_lines(file) if file else generated_lines(limit, seed)
     t0 = time.monotonic()
+    skipped: list[int] = []
     try:
-        n = produce_lines(s, lines, rate=rate, limit=limit)
-    except FileNotFoundError as e:
-        err.print(f"[red]{e}[/red]")
+        with _unreachable_is_fatal(s):
+            n = produce_lines(s, lines, rate=rate, limit=limit, skipped=skipped)
+    except (OSError, EOFError) as e:  # not gzip, truncated, unreadable: what was sent before stays sent
+        err.print(f"[red]cannot read {file}: {e}[/red]")
         raise typer.Exit(2) from None
+    except DeliveryError as e:
+        err.print(f"[red]{e}[/red]")
+        raise typer.Exit(1) from None
     dt = time.monotonic() - t0
     err.print(f"produced {n} articles to {s.input_topic} in {dt:.1f}s ({n / max(dt, 1e-9):.0f}/s)")
+    if skipped:
+        err.print(f"[red]{len(skipped)} too large for the broker, not sent: articles {skipped[:10]}[/red]")
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -242,14 +250,14 @@ def feeds(
             timeout_s=s.feed_timeout_s,
             backoff_max_s=s.feed_backoff_max_s,
         )
-        poller.metrics.serve(s.metrics_port, s.metrics_host)
+        _serve_metrics(poller.metrics, s)
         err.print(f"polling {len(urls)} feed(s) every {s.feed_interval_s:g}s into {s.input_topic}")
         try:
             if once:
                 n = poller.poll_once()
                 err.print(f"produced {n} new entries to {s.input_topic}")
             else:
-                poller.run(_stop_on_signals())
+                poller.run(stop_on_signals())
         except DeliveryError as e:
             err.print(f"[red]{e}[/red] (TOPICSTREAM_KAFKA_BOOTSTRAP)")
             raise typer.Exit(3) from None
@@ -289,16 +297,6 @@ def show_topics(
             Console().print("recent topic events (newest first):\n  " + "\n  ".join(render_lineage(events)))
 
 
-def matches_table(matches: list[Any], words: str, version: Any) -> Table:
-    """The topics that ``words`` resolved to (``service.follow.Match`` list), best first."""
-    table = Table(title=f"topics for {words!r} · snapshot v{version}", title_justify="left")
-    for col, justify in (("topic", "right"), ("name", "left"), ("score", "right"), ("top words", "left")):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
-    for m in matches:
-        table.add_row(str(m.topic), m.name or "", f"{m.score:.2f}", " ".join(m.top_words[:8]))
-    return table
-
-
 @app.command()
 def subscribe(
     ctx: typer.Context,
@@ -331,7 +329,7 @@ def subscribe(
             err.print(f"[red]{e}[/red]")
             raise typer.Exit(2) from None
     s = _settings(ctx)
-    stop = _stop_on_signals()
+    stop = stop_on_signals()
     out = Console(stderr=True)
 
     def show(matches: list[Any], summary: dict[str, Any]) -> None:
@@ -483,7 +481,12 @@ def demo(
     duration: Annotated[float | None, typer.Option(help="Stop after this many seconds")] = None,
 ) -> None:
     """`make run`: start a local broker + Redis (unless configured), stream articles, show live topics."""
-    from .dev.demo import run_demo
+    from .dev.demo import ChildFailed, run_demo
 
     s = _settings(ctx)
-    run_demo(s, articles=articles, rate=rate, duration=duration, topics=topics)
+    try:
+        with _unreachable_is_fatal(s):
+            run_demo(s, articles=articles, rate=rate, duration=duration, topics=topics)
+    except ChildFailed as e:
+        err.print(f"[red]{e}[/red]")
+        raise typer.Exit(1) from None

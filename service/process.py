@@ -1,15 +1,32 @@
-"""Process-wide settings for the long-running service processes (``topicstream run`` and ``replica``).
+"""Process-wide settings for the long-running service processes (``topicstream run``, ``replica``, ``feeds``):
+signal handling and memory and thread tuning.
 
-Both are set once, at start-up, by the command; a library user who embeds :class:`service.learner.Learner`
+They are set once, at start-up, by the command; a library user who embeds :class:`service.learner.Learner`
 in another program decides for that program.
 """
 
 from __future__ import annotations
 
 import ctypes
+import logging
+import signal
 import sys
+import threading
 
-__all__ = ["tune_for_service"]
+__all__ = ["stop_on_signals", "tune_for_service"]
+
+
+def stop_on_signals() -> threading.Event:
+    """An event set by SIGTERM/SIGINT: the loop finishes its batch, snapshots, commits and exits."""
+    stop = threading.Event()
+
+    def handler(signum: int, _frame: object) -> None:
+        logging.getLogger("topicstream").info("%s: finishing the batch and stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return stop
 
 
 def tune_for_service() -> None:

@@ -9,15 +9,20 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import logging
 import sys
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from confluent_kafka import KafkaException
+
 from .kafka import DeliveryTracker, flush_all, make_producer
 from .settings import Settings
 
 __all__ = ["iter_lines", "produce_lines"]
+
+log = logging.getLogger(__name__)
 
 
 def iter_lines(path: str | Path) -> Iterator[bytes]:
@@ -62,10 +67,13 @@ def produce_lines(
     rate: float = 0.0,
     limit: int | None = None,
     topic: str | None = None,
+    skipped: list[int] | None = None,
 ) -> int:
     """Send ``lines`` to the input topic at most ``rate`` per second (0 = as fast as possible).
 
-    Returns the number of messages acknowledged by the broker; raises if any was not.
+    Returns the number of messages acknowledged by the broker; raises if any was not. A line the producer refuses
+    outright (larger than the broker takes) cannot enter the stream: it is skipped with a warning that names its
+    line number, and counted in ``skipped`` when a list is given (the rest of the file is sent).
     """
     producer = make_producer(settings)
     tracker = DeliveryTracker()
@@ -85,6 +93,11 @@ def produce_lines(
                 break
             except BufferError:
                 producer.poll(0.1)
+            except KafkaException as e:
+                log.warning("article %d (%d bytes) not sent: %s", sent + 1, len(line), e)
+                if skipped is not None:
+                    skipped.append(sent + 1)
+                break
         producer.poll(0)
     flush_all(producer)
     tracker.raise_on_failure()

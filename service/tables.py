@@ -1,4 +1,4 @@
-"""Tables a person reads in a terminal: the topics of a snapshot summary."""
+"""Tables a person reads in a terminal: the topics of a snapshot summary, the topics a subscription's words mean."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.table import Table
 
-__all__ = ["EMPTY", "TRUNCATION_LIMITS", "TRUNCATION_USED", "topics_table"]
+__all__ = ["EMPTY", "TRUNCATION_LIMITS", "TRUNCATION_USED", "matches_table", "topics_table"]
 
 #: A topic slot holding less of the corpus than this is empty: never used yet, or freed by topic hygiene (a merge
 #: or a retirement moved its tokens away). Topic hygiene's own line (``TopicHygiene.empty_below``), written again
@@ -64,4 +64,14 @@ def topics_table(
         cells = [label] + ([names.get(t["topic"], "")] if names else [])
         cells += [f"{t['prevalence']:.3f}", f"{t['drift']:.3f}", " ".join(t["top_words"][:n_words])]
         table.add_row(*cells)
+    return table
+
+
+def matches_table(matches: list[Any], words: str, version: Any) -> Table:
+    """The topics that ``words`` resolved to (``service.follow.Match`` list), best first."""
+    table = Table(title=f"topics for {words!r} · snapshot v{version}", title_justify="left")
+    for col, justify in (("topic", "right"), ("name", "left"), ("score", "right"), ("top words", "left")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for m in matches:
+        table.add_row(str(m.topic), m.name or "", f"{m.score:.2f}", " ".join(m.top_words[:8]))
     return table

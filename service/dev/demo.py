@@ -25,9 +25,13 @@ from ..kafka import ensure_topics
 from ..settings import Settings
 from ..snapshot import SnapshotStore
 from ..tables import topics_table
-from .localstack import LocalStack, free_port
+from .localstack import LocalStack, free_port, run_names
 
-__all__ = ["run_demo"]
+__all__ = ["ChildFailed", "run_demo"]
+
+
+class ChildFailed(RuntimeError):
+    """The learner or the producer the demo started stopped (its log says why)."""
 
 
 def _child(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -68,6 +72,12 @@ def run_demo(
         raise SystemExit(2)
     use_local = not configured
     stack = LocalStack() if use_local else None
+    if not use_local:  # real services: the demo's own topics, group and prefix, never the production ones
+        names = run_names(f"demo-{int(time.time())}")
+        for field, value in names.items():
+            os.environ.setdefault(f"TOPICSTREAM_{field.upper()}", value)
+        settings = settings.model_copy(update={f: os.environ[f"TOPICSTREAM_{f.upper()}"] for f in names})
+        console.print(f"real services: the demo writes to its own topics, prefix [bold]{settings.redis_prefix}[/bold]")
     workdir = Path(".topicstream")
     workdir.mkdir(exist_ok=True)
     learner = producer = None
@@ -106,7 +116,7 @@ def run_demo(
             "· Ctrl-C to stop"
         )
         console.print(second_terminal(env, workdir), soft_wrap=True, highlight=False)
-        _watch(console, SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix), learner, duration)
+        _watch(console, SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix), learner, producer, duration)
     except KeyboardInterrupt:
         pass
     finally:
@@ -152,15 +162,23 @@ def second_terminal(env: dict[str, str], workdir: Path) -> str:
     )
 
 
-def _watch(console: Console, store: SnapshotStore, learner: subprocess.Popen[bytes], duration: float | None) -> None:
+def _watch(
+    console: Console,
+    store: SnapshotStore,
+    learner: subprocess.Popen[bytes],
+    producer: subprocess.Popen[bytes],
+    duration: float | None,
+) -> None:
     """Redraw the newest snapshot's topics every second until ``duration`` runs out (or Ctrl-C); a learner that
-    exits ends the demo with the path of its log, since nothing more would be learned."""
+    exits, or a producer that fails (an unreadable file), ends the demo with the path of its log."""
     start = time.monotonic()
     first: tuple[int, float] | None = None  # (articles learned, snapshot time) of the first snapshot seen
     with Live(Text("waiting for the first snapshot ..."), console=console, refresh_per_second=2) as live:
         while duration is None or time.monotonic() - start < duration:
-            if learner.poll() is not None:
-                raise RuntimeError(f"the learner exited with code {learner.returncode}; see .topicstream/learner.log")
+            for name, child in (("learner", learner), ("producer", producer)):
+                code = child.poll()
+                if code is not None and (name == "learner" or code != 0):
+                    raise ChildFailed(f"the {name} exited with code {code}; see .topicstream/{name}.log")
             summary = store.summary()
             if summary is not None:
                 n, t = summary["articles_learned"], summary["created_at"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -53,6 +54,38 @@ def test_produce_file_then_topics_and_subscribe(settings: Settings, tmp_path: Pa
     assert result.exit_code == 0, result.output
     lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     assert len(lines) == expected and all(line["weight"] >= 0.1 for line in lines)
+
+
+def test_produce_says_what_is_wrong_with_a_file_in_one_line(settings: Settings, tmp_path: Path) -> None:
+    """A directory, a ``.gz`` that is not gzip, and an article too large for the broker: one line each, a
+    non-zero exit, no traceback; the articles around the large one are sent."""
+    runner, env = CliRunner(), env_for(settings)
+    result = runner.invoke(app, ["produce", str(tmp_path)], env=env)
+    assert result.exit_code == 2 and "no such file" in result.output and result.exception is not None
+    fake = tmp_path / "articles.jsonl.gz"
+    fake.write_bytes(b'{"id": "a", "text": "not compressed"}\n')
+    result = runner.invoke(app, ["produce", str(fake)], env=env)
+    assert result.exit_code == 2 and "cannot read" in result.output
+    big = tmp_path / "big.jsonl"
+    huge = json.dumps({"id": "huge", "text": "word " * 400_000}).encode()
+    big.write_bytes(b"\n".join([good_articles(1, seed=1)[0], huge, good_articles(1, seed=2)[0]]) + b"\n")
+    result = runner.invoke(app, ["produce", str(big)], env=env)
+    assert result.exit_code == 1, result.output
+    assert "produced 2 articles" in result.output and "not sent: articles [2]" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_metrics_port_in_use_is_one_line(settings: Settings) -> None:
+    """``topicstream run`` on a host where the metrics port is taken (the compose learner publishes 9100): exit 2
+    and the setting to change, not a traceback."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {**env_for(settings), "TOPICSTREAM_METRICS_HOST": "127.0.0.1"}
+        result = CliRunner().invoke(app, ["run", "--metrics-port", str(port)], env=env)
+    assert result.exit_code == 2, result.output
+    assert f"cannot serve /metrics on 127.0.0.1:{port}" in result.output and "TOPICSTREAM_METRICS_PORT" in result.output
 
 
 def test_topics_without_a_snapshot_says_so(settings: Settings) -> None:
