@@ -93,6 +93,14 @@ def evaluate(
 
 
 # ============================================================================================ command line
+def _load(path: Path, max_docs: int | None, hint: str) -> list[dict[str, Any]]:
+    """The articles of ``path``, or a usage error naming the file and line that could not be read."""
+    try:
+        return load_articles(path, max_docs)
+    except (ValueError, OSError, EOFError) as e:  # a bad line, not gzip, truncated, a directory
+        raise typer.BadParameter(str(e), param_hint=hint) from None
+
+
 def _parse_params(items: Sequence[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items:
@@ -187,14 +195,14 @@ def eval_command(
     if problems:  # one line per problem, before any article is read
         typer.echo("invalid settings:\n  " + "\n  ".join(problems), err=True)
         raise typer.Exit(2)
-    articles = load_articles(train, max_docs)
+    articles = _load(train, max_docs, "--train")
     if test is None:
         try:
             train_articles, test_articles = split_articles(articles, test_fraction, seed)
         except ValueError as e:
             raise typer.BadParameter(str(e), param_hint="--test-fraction") from e
     else:
-        train_articles, test_articles = articles, load_articles(test, max_docs)
+        train_articles, test_articles = articles, _load(test, max_docs, "--test")
 
     err = Console(stderr=True)
     with Progress(

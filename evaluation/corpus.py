@@ -33,7 +33,10 @@ def load_articles(path: str | Path, max_docs: int | None = None) -> list[dict[st
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            obj = json.loads(line)
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{p}:{lineno}: not JSON ({e.msg})") from None
             if not isinstance(obj, dict):
                 raise ValueError(f"{p}:{lineno}: not a JSON object")
             rows.append(obj)

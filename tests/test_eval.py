@@ -95,6 +95,21 @@ def test_eval_table_and_errors(shared_data: Path, tmp_path: Path) -> None:
     assert bad_param.exit_code != 0 and bad_param.stdout == ""
 
 
+def test_eval_names_the_line_it_cannot_read(tmp_path: Path) -> None:
+    """A line that is not JSON, or not an object, is a usage error naming the file and line (exit 2), not a
+    traceback; so is a training file that is not the gzip its name says."""
+    for i, line in enumerate(["not json", "[1, 2]"]):
+        path = tmp_path / f"bad{i}.jsonl"
+        path.write_text('{"id": "a", "text": "fine"}\n' + line + "\n")
+        result = CliRunner().invoke(app, ["eval", "--train", str(path), "--json"])
+        assert result.exit_code == 2, result.output
+        assert f"bad{i}.jsonl:2" in result.output and result.stdout == ""
+    fake = tmp_path / "train.jsonl.gz"
+    fake.write_text('{"id": "a", "text": "fine"}\n')
+    result = CliRunner().invoke(app, ["eval", "--train", str(fake), "--json"])
+    assert result.exit_code == 2 and "gzip" in result.output.lower()
+
+
 # ------------------------------------------------------------------------------------------- scorers
 def test_loglik_of_known_phi_and_theta() -> None:
     phi = np.array([[0.5, 0.5, 0.0], [0.0, 0.5, 0.5]])
