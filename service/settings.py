@@ -152,6 +152,12 @@ class Settings(BaseSettings):
     def _check_redis(cls, v: str) -> str:
         if not v.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("expected redis://[:password@]host:port/db, rediss://... or unix://...")
+        from redis.connection import parse_url
+
+        try:
+            parse_url(v)  # what the client will do with it: a bad port, say, is a settings error, not a traceback
+        except ValueError as e:
+            raise ValueError(f"{e} (expected redis://[:password@]host:port/db)") from None
         return v
 
     @field_validator("algorithm")

@@ -161,6 +161,7 @@ def test_a_bad_setting_never_prints_a_secret() -> None:
     """A wrong Redis URL or a bad librdkafka value is named, but its password is masked in the message."""
     for overrides in (
         {"redis_url": "http://:hunter2@cache:6379/0"},
+        {"redis_url": "redis://:hunter2@cache:63x9/0"},  # a port the client cannot read: a settings error too
         {"kafka_config": {"sasl.password": 5, "sasl.username": "svc"}},
     ):
         with pytest.raises(SettingsError) as e:
