@@ -382,10 +382,12 @@ def test_k8s_manifests() -> None:
         assert c["envFrom"][0]["configMapRef"]["name"] == "topicstream-config"
         assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
     for kind, name in docs:
-        if kind == "Service":
-            svc = docs[(kind, name)]
-            assert svc["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
-            assert svc["metadata"]["annotations"]["prometheus.io/port"] == "9100"
+        meta = docs[(kind, name)]["metadata"]
+        if kind == "Deployment":  # Prometheus discovers the pods (deploy/README.md) ...
+            annotations = docs[(kind, name)]["spec"]["template"]["metadata"]["annotations"]
+            assert annotations["prometheus.io/scrape"] == "true" and annotations["prometheus.io/port"] == "9100"
+        if kind == "Service":  # ... and not the Services too: every process would be scraped twice
+            assert not any(k.startswith("prometheus.io/") for k in meta.get("annotations", {}))
     kustomization = yaml.safe_load((DEPLOY / "k8s/kustomization.yaml").read_text())
     for res in kustomization["resources"]:
         assert (DEPLOY / "k8s" / res).exists()
@@ -424,7 +426,7 @@ def test_one_rule_for_who_publishes() -> None:
     assert re.fullmatch(r"\$\{TOPICSTREAM_LEARNER_PUBLISH:-false\}", publish), publish
     assert "TOPICSTREAM_LEARNER_PUBLISH" not in services["replica"]["environment"]
     docs = _k8s()
-    assert docs[("Deployment", "topicstream-replica")]["spec"]["replicas"] >= 1
+    assert "replicas" not in docs[("Deployment", "topicstream-replica")]["spec"]  # the autoscaler owns the count
     assert docs[("HorizontalPodAutoscaler", "topicstream-replica")]["spec"]["minReplicas"] >= 1
     cm = docs[("ConfigMap", "topicstream-config")]["data"]
     assert cm["TOPICSTREAM_LEARNER_PUBLISH"] == "false"
