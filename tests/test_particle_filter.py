@@ -11,84 +11,12 @@ import math
 import numpy as np
 import pytest
 from scipy import stats
-from scipy.optimize import linear_sum_assignment
 
-from kernels import ALGORITHMS, Batch, ParticleFilterLDA
+from kernels import ALGORITHMS, ParticleFilterLDA
 from kernels import _pf_state as st
 from kernels._pf_filter import proposal
-from kernels._pf_gibbs import Tokens, gibbs_chain, new_chain
-from kernels._pf_rng import rng_below, rng_uniform, sample_cat, sample_cumulative
 from tests.naive import pf as naive
-from tests.synthetic import block_topics_corpus
-
-
-def _batch(docs: list[list[int]]) -> Batch:
-    """Documents given as token lists (one count per token, repeats allowed)."""
-    return Batch.from_docs([(np.asarray(d, dtype=np.int64), np.ones(len(d))) for d in docs])
-
-
-def _single_token_docs(first: int, n: int) -> Batch:
-    return Batch(np.arange(n + 1, dtype=np.int64), np.arange(first, first + n, dtype=np.int64), np.ones(n))
-
-
-def _random_stream(n_docs: int, doc_len: int, W: int, seed: int) -> Batch:
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(0, W, n_docs * doc_len).astype(np.int64)
-    return Batch(np.arange(0, n_docs * doc_len + 1, doc_len, dtype=np.int64), ids, np.ones(n_docs * doc_len))
-
-
-def _reservoir_tokens(m: ParticleFilterLDA, p: int) -> tuple[list[int], list[int], list[int]]:
-    fill = int(m.particles_.ctr[st.FILL])
-    return (
-        m.reservoir_.res_w[:fill].tolist(),
-        m.reservoir_.res_slot[:fill].tolist(),
-        m.reservoir_.res_z[:fill, p].astype(int).tolist(),
-    )
-
-
-def _ndk(m: ParticleFilterLDA, s: int, p: int) -> np.ndarray:
-    """Particle p's document–topic counts of slot s (through its copy-on-write row pointer)."""
-    return np.asarray(m.doc_rows_.drows[m.doc_rows_.dptr[s, p]])
-
-
-def _check_pool(rows: np.ndarray, refcnt: np.ndarray, free: np.ndarray, ptr: np.ndarray, n_free: int) -> None:
-    """Copy-on-write bookkeeping of one pool of count rows: reference counts = pointers, free stack + used rows
-    = pool, no negative count, row 0 all zero."""
-    C = rows.shape[0]
-    used = np.bincount(ptr.ravel(), minlength=C)
-    used[0] = 0
-    np.testing.assert_array_equal(refcnt[1:], used[1:])
-    stack = free[:n_free]
-    assert len(set(stack.tolist())) == n_free and 0 not in stack
-    assert np.all(used[stack] == 0)
-    assert n_free + int(np.count_nonzero(used[1:])) == C - 1
-    assert np.all(rows[0] == 0) and np.all(rows[ptr] >= 0)
-
-
-def _check_list(items: np.ndarray, mark: np.ndarray, n: int, differ: np.ndarray) -> None:
-    """A divergent list: ``items[:n]`` without duplicates, ``mark`` set exactly for them, and every entry whose
-    values differ between particles (``differ``, a prefix of the marks) listed."""
-    listed = items[:n]
-    assert len(set(listed.tolist())) == n
-    expected = np.zeros(mark.size, dtype=np.uint8)
-    expected[listed] = 1
-    np.testing.assert_array_equal(mark, expected)
-    assert np.all(mark[: differ.size][differ] == 1)
-
-
-def _check_invariants(m: ParticleFilterLDA) -> None:
-    """Both pools' bookkeeping (:func:`_check_pool`), n_k = Σ_w n_kw for every particle, and the divergent-word
-    and divergent-token lists (:func:`_check_list`)."""
-    ctr = m.particles_.ctr
-    words, docs = m.words_, m.doc_rows_
-    _check_pool(words.rows, words.refcnt, words.free, words.ptr, int(ctr[st.N_FREE]))
-    _check_pool(docs.drows, docs.dref, docs.dfree, docs.dptr, int(ctr[st.D_FREE]))
-    for p in range(m.n_particles):
-        np.testing.assert_array_equal(words.rows[words.ptr[:, p]].sum(axis=0), m.particles_.nk[p])
-    differ = words.ptr.min(axis=1) != words.ptr.max(axis=1)
-    _check_list(m.words_.div, m.words_.div_mark, int(ctr[st.N_DIV]), differ)
-    z = m.reservoir_.res_z[: int(ctr[st.FILL])]
-    _check_list(m.reservoir_.rdiv, m.reservoir_.rdiv_mark, int(ctr[st.N_RDIV]), z.min(axis=1) != z.max(axis=1))
+from tests.pf_support import batch_of, check_invariants, ndk_of, random_stream, reservoir_tokens, single_token_docs
 
 
 # ------------------------------------------------------------------------------------------ exactness
@@ -118,7 +46,7 @@ def test_matches_dense_reference_filter(seed: int, ess_threshold: float) -> None
     np.testing.assert_allclose(m.particles_.weights, ref.weights, rtol=1e-12)
     d = m.diagnostics()
     assert d["resamples"] > 0 and d["rejuvenations"] > 0 and d["collapses"] == 0 and d["reservoir_tokens"] == R
-    _check_invariants(m)
+    check_invariants(m)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -130,7 +58,7 @@ def test_proposal_and_counts_match_brute_force(seed: int) -> None:
         K, W, seed, n_particles=3, ess_threshold=0.99, rejuvenation="history", n_rejuvenate=4,
         history_tokens=64, history_docs=8, alpha=alpha, beta=beta, init_docs=0, pool_factor=3.0,
     )  # fmt: skip
-    m.partial_fit(_batch([[0, 1, 1, 2], [3, 3, 0, 2, 1], [2, 0]]))
+    m.partial_fit(batch_of([[0, 1, 1, 2], [3, 3, 0, 2, 1], [2, 0]]))
     assert (
         m.particles_.ctr[st.FILL] == 11
         and m.particles_.ctr[st.RESAMPLES] > 0
@@ -138,18 +66,18 @@ def test_proposal_and_counts_match_brute_force(seed: int) -> None:
     )
     q = np.empty(K)
     for p in range(3):
-        words, slots, z = _reservoir_tokens(m, p)
+        words, slots, z = reservoir_tokens(m, p)
         # The counts are exactly those implied by the particle's assignments.
         nkw = np.zeros((K, W), dtype=np.int64)
         np.add.at(nkw, (z, words), 1)
         np.testing.assert_array_equal(m.words_.rows[m.words_.ptr[:, p]].T, nkw)
         for s in set(slots):
             zs = [k for k, t in zip(z, slots, strict=True) if t == s]
-            np.testing.assert_array_equal(_ndk(m, s, p), np.bincount(zs, minlength=K))
+            np.testing.assert_array_equal(ndk_of(m, s, p), np.bincount(zs, minlength=K))
         for w_new in range(W):
             for s in [slots[-1], 7]:  # an existing document, and a new one (slot 7 unused: empty counts)
                 nd = float(m.doc_rows_.slot_len[s]) if s in slots else 0.0
-                ndk = _ndk(m, s, p) if s in slots else np.zeros(K, dtype=np.int32)
+                ndk = ndk_of(m, s, p) if s in slots else np.zeros(K, dtype=np.int32)
                 total = proposal(
                     m.words_.rows,
                     int(m.words_.ptr[w_new, p]),
@@ -164,46 +92,6 @@ def test_proposal_and_counts_match_brute_force(seed: int) -> None:
                 assert q[-1] == total == pytest.approx(ref_w, rel=1e-12)
 
 
-def test_gibbs_chain_draws_each_topic_from_the_collapsed_conditional() -> None:
-    """``gibbs_chain`` (the Gibbs start and every refinement) against collapsed Gibbs by definition
-    (``naive.gibbs_sweeps``: each conditional a ratio of LDA joints), both drawing from the same random stream: the
-    same topic for every token after three sweeps, and counts (with 1/(n_k + Wβ)) that match those topics. The
-    local vocabulary (V = 5) is smaller than W = 9, as in a buffer, so Wβ must be the full vocabulary's."""
-    K, V, W, alpha, beta = 3, 5, 9, 0.3, 0.2
-    rng = np.random.default_rng(4)
-    doc_of = np.repeat(np.arange(4), [5, 3, 6, 4]).astype(np.int64)
-    words = rng.integers(0, V, doc_of.size).astype(np.int64)
-    prng = np.array([11, 12, 13, 14], dtype=np.uint64)
-    ref_rng = prng.copy()
-    z = np.zeros(words.size, dtype=np.int64)
-    chain = new_chain(4, V, K)
-    gibbs_chain(Tokens(words, doc_of, z), chain, st.Prior(alpha, beta, W * beta), 3, True, prng)
-    start = [rng_below(ref_rng, K) for _ in range(words.size)]
-    expected = naive.gibbs_sweeps(
-        words.tolist(), doc_of.tolist(), start, K, W, alpha, beta, 3, lambda: rng_uniform(ref_rng)
-    )
-    assert z.tolist() == expected
-    nwk, ndk = np.zeros((V, K), np.int64), np.zeros((4, K), np.int64)
-    np.add.at(nwk, (words, z), 1)
-    np.add.at(ndk, (doc_of, z), 1)
-    np.testing.assert_array_equal(chain.nwk, nwk)
-    np.testing.assert_array_equal(chain.ndk, ndk)
-    np.testing.assert_array_equal(chain.nk, nwk.sum(axis=0))
-    np.testing.assert_allclose(chain.inv, 1.0 / (nwk.sum(axis=0) + W * beta), rtol=1e-15)
-
-
-def test_bisection_draws_what_the_linear_scan_draws() -> None:
-    """``sample_cumulative`` (bisection over running sums, Gibbs) draws the same topic as ``sample_cat`` (a
-    linear scan, the filter) from the same random number, zero masses included."""
-    rng = np.random.default_rng(5)
-    a, b = np.array([1, 2, 3, 4], dtype=np.uint64), np.array([1, 2, 3, 4], dtype=np.uint64)
-    for _ in range(2000):
-        K = int(rng.integers(1, 12))
-        q = rng.random(K) * (rng.random(K) < 0.7)
-        q[rng.integers(0, K)] += 0.1
-        assert sample_cumulative(np.cumsum(q), K, a) == sample_cat(q, K, float(q.sum()), b)
-
-
 def test_weight_estimate_matches_exact_marginal() -> None:
     """The filter's evidence estimate Π_i Σ_p ω^(p) Σ_k q_k^(p) is unbiased for P(w_1..w_n): its mean over
     many seeded runs (with resampling and reservoir rejuvenation active) matches the enumerated marginal."""
@@ -212,7 +100,7 @@ def test_weight_estimate_matches_exact_marginal() -> None:
     words = [w for d in docs for w in d]
     doc_of = [i for i, d in enumerate(docs) for _ in d]
     exact = naive.exact_log_marginal(words, doc_of, K, W, alpha, beta)
-    batch = _batch(docs)
+    batch = batch_of(docs)
     ratios, rejuvenations = [], 0
     for seed in range(2000):
         m = ParticleFilterLDA(
@@ -244,7 +132,7 @@ def test_reservoir_keeps_every_token_with_probability_R_over_i() -> None:
     n1, n, R, runs = 100, 300, 30, 400
     hits1 = np.zeros(n1, dtype=np.int64)
     hits = np.zeros(n, dtype=np.int64)
-    first, rest = _single_token_docs(0, n1), _single_token_docs(n1, n - n1)
+    first, rest = single_token_docs(0, n1), single_token_docs(n1, n - n1)
     for seed in range(runs):
         m = ParticleFilterLDA(2, n, seed, n_particles=1, n_rejuvenate=0, reservoir_size=R, init_docs=0, pool_factor=1.0)
         m.partial_fit(first)
@@ -287,17 +175,17 @@ def test_memory_constant_over_stream() -> None:
         return s, a
 
     for b in range(10):
-        m.partial_fit(_random_stream(1000, 3, 200, b))
+        m.partial_fit(random_stream(1000, 3, 200, b))
     at_10k = nbytes()
     for b in range(10, 100):
-        m.partial_fit(_random_stream(1000, 3, 200, b))
+        m.partial_fit(random_stream(1000, 3, 200, b))
     at_100k = nbytes()
     assert m.n_docs_seen_ == 100_000 and m.diagnostics()["resamples"] > 100
     assert abs(at_100k[0] - at_10k[0]) <= 0.05 * at_10k[0]
     assert abs(at_100k[1] - at_10k[1]) <= 0.05 * at_10k[1]
     assert at_10k[1] == m.memory_bytes()
     assert m.diagnostics()["pool_peak_fill"] <= 1.0
-    _check_invariants(m)
+    check_invariants(m)
 
 
 def test_resampling_shares_rows_copy_on_write() -> None:
@@ -307,7 +195,7 @@ def test_resampling_shares_rows_copy_on_write() -> None:
     P, K, W, R = 8, 20, 5000, 200
     m = ParticleFilterLDA(K, W, 3, n_particles=P, ess_threshold=0.5, n_rejuvenate=10, reservoir_size=R, init_docs=10)
     for b in range(20):
-        m.partial_fit(_random_stream(50, 20, W, b))
+        m.partial_fit(random_stream(50, 20, W, b))
     d = m.diagnostics()
     assert d["resamples"] > 50
     rows_used = d["pool_fill"] * (m.words_.rows.shape[0] - 1)
@@ -316,136 +204,17 @@ def test_resampling_shares_rows_copy_on_write() -> None:
     # Copying whole particles (a plain P·(K·W + R + R·K) layout) writes (P - 1)·(K·W + R + R·K) numbers.
     dense_bytes_per_resample = (P - 1) * (K * W + R + R * K) * 4
     assert d["resample_copied_mb"] * 1e6 / d["resamples"] < 0.2 * dense_bytes_per_resample
-    _check_invariants(m)
+    check_invariants(m)
     tight = ParticleFilterLDA(4, 60, 1, n_particles=6, ess_threshold=0.9, n_rejuvenate=5, init_docs=0)
     for b in range(30):
-        tight.partial_fit(_random_stream(20, 10, 60, 100 + b))
-        _check_invariants(tight)
+        tight.partial_fit(random_stream(20, 10, 60, 100 + b))
+        check_invariants(tight)
     assert tight.diagnostics()["collapses"] > 0
-    theta = tight.transform(_random_stream(5, 10, 60, 7))
+    theta = tight.transform(random_stream(5, 10, 60, 7))
     np.testing.assert_allclose(theta.sum(axis=1), 1.0)
 
 
 # ------------------------------------------------------------------------------------------ behaviour
-def test_initialisation_buffer_and_mixtures() -> None:
-    """Before initialisation documents get the prior mean; the batch that fills the buffer gets Gibbs mixtures
-    for its buffered documents and filtered mixtures for the rest; the sample's tokens are in the counts."""
-    K = 3
-    m = ParticleFilterLDA(
-        K, 30, 0, n_particles=4, ess_threshold=0.5, init_docs=5, init_sweeps=20, init_restarts=3,
-        reservoir_size=20,
-    )  # fmt: skip
-    th = m.partial_fit_transform(_random_stream(3, 6, 30, 0))
-    np.testing.assert_allclose(th, 1.0 / K)
-    assert m.diagnostics()["initialized"] == 0.0 and m.particles_.nk.sum() == 0
-    th = m.partial_fit_transform(_random_stream(4, 6, 30, 1))
-    assert m.diagnostics()["initialized"] == 1.0
-    np.testing.assert_allclose(th.sum(axis=1), 1.0)
-    assert not np.allclose(th, 1.0 / K)
-    assert np.all(m.particles_.nk.sum(axis=1) == 7 * 6)  # 5 initial documents + 2 filtered, 6 tokens each
-    assert m.particles_.ctr[st.FILL] == 20 and m.particles_.ctr[st.TOKENS] == 42
-    _check_invariants(m)
-    # The token cap ends buffering early.
-    capped = ParticleFilterLDA(
-        K, 30, 0, n_particles=2, ess_threshold=0.6, init_docs=100, init_max_tokens=10, init_sweeps=5
-    )
-    capped.partial_fit(_random_stream(4, 4, 30, 2))
-    assert capped.initialized_ and capped.particles_.nk[0].sum() == 16
-
-
-@pytest.mark.parametrize("batch_size", [1, 5, 12])
-def test_a_refinement_ended_by_the_token_cap_keeps_every_token(batch_size: int) -> None:
-    """When the buffer's tokens run out mid-batch (a document does not fit: the last Gibbs run, which every
-    particle restarts from), every token of the stream is still in every particle's counts and in the reservoir's
-    count of tokens seen, whatever the batches: the documents past the cap are filtered after the run."""
-    m = ParticleFilterLDA(
-        3, 30, 0, n_particles=4, ess_threshold=0.5, init_docs=2, refine_docs=16, init_max_tokens=60,
-        init_sweeps=5, reservoir_size=20,
-    )  # fmt: skip
-    stream = _random_stream(12, 10, 30, 3)
-    for lo in range(0, 12, batch_size):
-        m.partial_fit(stream.slice(lo, min(12, lo + batch_size)))
-    assert m.gibbs_at_ == 0 and m.buf_docs_ == 0  # the cap ended refining (6 documents of 10 tokens fit)
-    assert np.all(m.particles_.nk.sum(axis=1) == 120)
-    assert m.particles_.ctr[st.TOKENS] == 120
-    _check_invariants(m)
-
-
-def _planted_cosines(m: ParticleFilterLDA, phi: np.ndarray) -> np.ndarray:
-    """Cosine of each planted topic with the learned topic matched to it (best one-to-one matching)."""
-    est = m.topic_word()
-    sim = (est / np.linalg.norm(est, axis=1, keepdims=True)) @ (phi / np.linalg.norm(phi, axis=1, keepdims=True)).T
-    r, c = linear_sum_assignment(-sim)
-    return np.asarray(sim[r, c])
-
-
-def test_refinement_doubles_keeps_slots_and_recovers_what_a_small_start_muddles() -> None:
-    """From a 10-document start, Gibbs runs again when the buffer reaches 20, 40, …, 320 and 400 documents
-    (``refine_docs``), then the buffer is emptied; each run keeps every topic in its slot (the best matching of
-    the topics before and after is the identity); the refined model recovers all 8 planted topics, which the
-    10-document start alone does not."""
-    phi, docs = block_topics_corpus(seed=0, n_docs=800)
-    refined = ParticleFilterLDA(8, 240, 0, init_docs=10, refine_docs=400)
-    alone = ParticleFilterLDA(8, 240, 0, init_docs=10, refine_docs=0)
-    due, prev = [refined.gibbs_at_], None
-    for i in range(0, 800, 20):
-        batch = Batch.from_docs(docs[i : i + 20])
-        before = refined.gibbs_at_
-        refined.partial_fit(batch)
-        alone.partial_fit(batch)
-        now = refined.topic_word()
-        if refined.gibbs_at_ != before:
-            due.append(refined.gibbs_at_)
-            if prev is not None:
-                dist = 1 - np.sqrt(prev) @ np.sqrt(now).T  # squared Hellinger distances, before × after
-                rows, cols = linear_sum_assignment(dist)
-                np.testing.assert_array_equal(cols, rows)
-        prev = now
-        _check_invariants(refined)
-    # 10 and 20 both fall in the first batch.
-    assert due == [10, 40, 80, 160, 320, 400, 0]
-    assert refined.diagnostics()["buffered_docs"] == 0 and not refined.buf_words_.any() and not refined.buf_z_.any()
-    assert np.all(refined.particles_.ctr[st.RESAMPLES] > 0)
-    assert _planted_cosines(refined, phi).min() > 0.99
-    assert alone.gibbs_at_ == 0 and _planted_cosines(alone, phi).min() < 0.9
-
-
-def test_reset_words_keeps_the_buffered_topics_with_their_tokens() -> None:
-    """Dropping a word from the Gibbs buffer mid-refinement drops the topics of its tokens with it."""
-    m = ParticleFilterLDA(3, 30, 0, n_particles=4, ess_threshold=0.5, init_docs=4, refine_docs=64, init_sweeps=10)
-    m.partial_fit(_random_stream(6, 8, 10, 0))  # Gibbs at 4 documents, 6 buffered, the next run at 8
-    assert m.gibbs_docs_ == 4 and m.buf_docs_ == 6
-    known = int(m.buf_doc_ptr_[m.gibbs_docs_])
-    words, z = m.buf_words_[:known].copy(), m.buf_z_[:known].copy()
-    gone = int(np.bincount(words).argmax())
-    m.reset_words([gone])
-    kept = words != gone
-    assert 0 < kept.sum() < known
-    np.testing.assert_array_equal(m.buf_words_[: kept.sum()], words[kept])
-    np.testing.assert_array_equal(m.buf_z_[: kept.sum()], z[kept])
-    assert int(m.buf_doc_ptr_[m.gibbs_docs_]) == kept.sum()
-    m.partial_fit(_random_stream(4, 8, 10, 1))  # the refinement at 8 documents runs on what is left
-    assert m.gibbs_at_ == 16
-    _check_invariants(m)
-
-
-def test_snapshots_from_before_refinement_load_and_never_refine() -> None:
-    """A state written before ``refine_docs`` existed (no such setting, no ``buf_z``, ``gibbs_*``) loads as
-    ``refine_docs = 0`` and continues exactly like a model with that setting."""
-    params = {**ParticleFilterLDA._unit_test_params(), "refine_docs": 0}
-    m = ParticleFilterLDA(4, 40, 3, **params)
-    m.partial_fit(_random_stream(2, 5, 40, 0))  # mid-buffer
-    old = m.state_dict()
-    del old["params"]["refine_docs"]
-    for key in ("buf_z", "gibbs_docs", "gibbs_at"):
-        del old["state"][key]
-    r = ParticleFilterLDA.from_state(old)
-    assert r.refine_docs == 0
-    for x in (_random_stream(6, 5, 40, 1), _random_stream(8, 7, 40, 2)):
-        np.testing.assert_array_equal(m.partial_fit_transform(x), r.partial_fit_transform(x))
-    assert r.gibbs_at_ == 0 and r.initialized_
-
-
 def _dense_counts(m: ParticleFilterLDA, p: int) -> tuple[np.ndarray, np.ndarray]:
     """Particle p's n_kw (W×K) and n_dk of every document slot (D×K), read through its row pointers."""
     return m.words_.rows[m.words_.ptr[:, p]].astype(np.int64), m.doc_rows_.drows[m.doc_rows_.dptr[:, p]]
@@ -456,7 +225,7 @@ def test_merge_relabels_every_token_of_one_topic_in_every_particle() -> None:
     column a holds both, column b none, the other columns are unchanged; the reservoir's z and the Gibbs buffer's
     topics say a where they said b; the pools stay consistent and the filter goes on from there."""
     m = ParticleFilterLDA(4, 30, 0, n_particles=4, ess_threshold=0.6, init_docs=4, refine_docs=64, init_sweeps=10)
-    m.partial_fit(_random_stream(12, 8, 30, 0))  # refined at 8 documents; 12 buffered, the next run at 16
+    m.partial_fit(random_stream(12, 8, 30, 0))  # refined at 8 documents; 12 buffered, the next run at 16
     assert m.gibbs_at_ == 16 and m.gibbs_docs_ == 8
     a, b = 2, 1
     before = [_dense_counts(m, p) for p in range(m.n_particles)]
@@ -478,10 +247,10 @@ def test_merge_relabels_every_token_of_one_topic_in_every_particle() -> None:
     assert m.topic_weights()[b] == 0.0
     np.testing.assert_array_equal(m.reservoir_.res_z[:fill], np.where(res_z == b, a, res_z))
     np.testing.assert_array_equal(m.buf_z_[:known], np.where(buf_z == b, a, buf_z))
-    _check_invariants(m)
-    m.partial_fit(_random_stream(6, 8, 30, 1))  # the refinement at 16 documents starts from the merged topics
+    check_invariants(m)
+    m.partial_fit(random_stream(6, 8, 30, 1))  # the refinement at 16 documents starts from the merged topics
     assert m.gibbs_at_ == 32
-    _check_invariants(m)
+    check_invariants(m)
     with pytest.raises(ValueError, match="into itself"):
         m.merge_topics(a, a)
     with pytest.raises(ValueError, match="topic id"):
@@ -494,7 +263,7 @@ def test_recovers_planted_topics() -> None:
     labels = rng.integers(0, 2, 300)
     docs = [rng.integers(0, 10, 15) + 10 * lab for lab in labels]
     m = ParticleFilterLDA(2, 20, 0, n_particles=8, init_docs=0)
-    theta = m.partial_fit_transform(_batch([d.tolist() for d in docs]))
+    theta = m.partial_fit_transform(batch_of([d.tolist() for d in docs]))
     pred = theta[100:].argmax(axis=1)
     acc = max(np.mean(pred == labels[100:]), np.mean(pred != labels[100:]))
     assert acc > 0.95
@@ -506,7 +275,7 @@ def test_recovers_planted_topics() -> None:
 def test_reproducible_and_state_round_trip() -> None:
     """Same seed → identical state; from_state(state_dict()) continues bit-identically, also mid-buffer."""
     params = ParticleFilterLDA._unit_test_params()
-    batches = [_random_stream(2, 5, 40, 0), _random_stream(3, 5, 40, 1), _random_stream(8, 7, 40, 2)]
+    batches = [random_stream(2, 5, 40, 0), random_stream(3, 5, 40, 1), random_stream(8, 7, 40, 2)]
     a = ParticleFilterLDA(4, 40, 11, **params)
     b = ParticleFilterLDA(4, 40, 11, **params)
     c = ParticleFilterLDA(4, 40, 12, **params)
@@ -536,15 +305,15 @@ def test_reproducible_and_state_round_trip() -> None:
 
 def test_reset_words_forgets() -> None:
     m = ParticleFilterLDA(3, 30, 0, n_particles=4, ess_threshold=0.5, init_docs=4, init_sweeps=10, reservoir_size=40)
-    m.partial_fit(_random_stream(30, 8, 10, 0))  # words 0..9 only
+    m.partial_fit(random_stream(30, 8, 10, 0))  # words 0..9 only
     before = m.topic_word()[:, 4].sum()
     m.reset_words([4])
     after = m.topic_word()[:, 4].sum()
     assert after * 10 <= before
     assert 4 not in m.reservoir_.res_w[: m.particles_.ctr[st.FILL]].tolist()
-    _check_invariants(m)
-    m.partial_fit(_random_stream(10, 8, 10, 1))
-    _check_invariants(m)
+    check_invariants(m)
+    m.partial_fit(random_stream(10, 8, 10, 1))
+    check_invariants(m)
 
 
 def test_registered_and_validates() -> None:
@@ -581,7 +350,7 @@ def test_ess_threshold_must_allow_resampling(P: int) -> None:
     with pytest.raises(ValueError, match="ess_threshold > 1/n_particles"):
         ParticleFilterLDA(3, 20, 0, n_particles=P, ess_threshold=1.0 / P)
     m = ParticleFilterLDA(3, 20, 0, n_particles=P, ess_threshold=min(1.0, 1.0 / P + 0.3), n_rejuvenate=3, init_docs=0)
-    m.partial_fit(_random_stream(40, 10, 20, P))
+    m.partial_fit(random_stream(40, 10, 20, P))
     assert m.diagnostics()["resamples"] > 0 and m.diagnostics()["rejuvenations"] > 0
-    _check_invariants(m)
+    check_invariants(m)
     ParticleFilterLDA(3, 20, 0, n_particles=1, ess_threshold=0.2, pool_factor=1.0)  # one particle: no resampling
