@@ -90,8 +90,28 @@ class Batch:
             word_ids = np.concatenate([np.atleast_1d(np.asarray(ids)).ravel() for ids, _ in docs])
             counts = np.concatenate([np.atleast_1d(np.asarray(c, dtype=np.float64)).ravel() for _, c in docs])
         else:
-            word_ids, counts = np.zeros(0), np.zeros(0)
-        return cls(indptr, np.ascontiguousarray(word_ids, dtype=np.int64), np.ascontiguousarray(counts))
+            word_ids, counts = np.zeros(0, dtype=np.int64), np.zeros(0)
+        return cls(indptr, _integer_ids(word_ids), np.ascontiguousarray(counts))
+
+
+def _integer_ids(ids: NDArray[Any]) -> NDArray[np.int64]:
+    """``ids`` as int64, or ``ValueError`` naming the first id that is not an integer (2.7, "3", NaN) or does not
+    fit (an unsigned id ≥ 2^63): a cast would silently learn another word."""
+    if ids.dtype.kind == "u" and ids.size and int(ids.max()) > np.iinfo(np.int64).max:
+        raise ValueError(f"word id {int(ids.max())} is too large")
+    if ids.dtype.kind not in "iub":
+        try:
+            as_float = ids.astype(np.float64) if ids.dtype.kind in "f" else None
+        except (TypeError, ValueError):
+            as_float = None
+        bad = (
+            np.flatnonzero(~np.isfinite(as_float) | (as_float != np.rint(as_float)))
+            if as_float is not None
+            else np.arange(ids.size)
+        )
+        if bad.size:
+            raise ValueError(f"word ids must be integers, got {ids[bad[0]].item()!r}")
+    return np.ascontiguousarray(ids, dtype=np.int64)
 
 
 Docs = Batch | Sequence[tuple[ArrayLike, ArrayLike]]
@@ -108,7 +128,7 @@ def as_batch(docs: Docs, n_words: int) -> Batch:
     """
     batch = docs if isinstance(docs, Batch) else Batch.from_docs(list(docs))
     indptr = np.ascontiguousarray(batch.indptr, dtype=np.int64)
-    word_ids = np.ascontiguousarray(batch.word_ids, dtype=np.int64)
+    word_ids = _integer_ids(np.asarray(batch.word_ids))
     counts = np.ascontiguousarray(batch.counts, dtype=np.float64)
     if indptr.ndim != 1 or indptr.shape[0] < 1 or indptr[0] != 0:
         raise ValueError("indptr must be a 1-d array starting at 0")

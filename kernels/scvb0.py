@@ -188,6 +188,8 @@ class SCVB0(TopicModel):
         check_interval("window", self.window, 0.0, low_open=True, high_open=True)
         check_positive_int("transform_passes", self.transform_passes)
         check_interval("background", self.background, 0.0, high_open=True)
+        if self.background > 0 and self.n_topics < 2:  # slot 0 would be the only slot, with no topic beside it
+            raise ValueError(f"background > 0 needs n_topics >= 2 (slot 0 is the background), got {self.n_topics}")
         if not isinstance(self.learn_alpha, bool | np.bool_):
             raise ValueError(f"learn_alpha must be a bool, got {self.learn_alpha!r}")
         self._rho_phi = StepSize(

@@ -276,6 +276,9 @@ def test_empty_documents_and_empty_batches(cls: type[TopicModel], trained: Topic
         ([([1, 2], [1.0, float("nan")])], "counts"),
         ([([1, 2], [1.0, 0.0])], "counts"),
         ([([1, 2], [1.0])], "equal length"),
+        ([([2.7], [1.0])], "must be integers, got 2.7"),  # a cast would learn word 2
+        ([(["3"], [1.0])], "must be integers"),
+        ([(np.array([2**63], dtype=np.uint64), [1.0])], "too large"),
     ],
 )
 def test_bad_documents_raise_value_error(cls: type[TopicModel], docs: list[Any], message: str) -> None:

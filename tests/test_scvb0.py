@@ -290,3 +290,11 @@ def test_batches_of_one_article_forget_no_faster_than_full_minibatches() -> None
     assert old_share(full) > 0.5
     assert abs(old_share(singles) - old_share(full)) < 0.05
     assert singles.n_updates_ == pytest.approx(full.n_updates_)
+
+
+def test_a_background_slot_needs_a_topic_beside_it() -> None:
+    """With K = 1 the background slot would be the only slot: its α_0 = b·0 made θ's normaliser zero (a
+    ZeroDivisionError halfway through an update). Refused when the model is made."""
+    with pytest.raises(ValueError, match="n_topics >= 2"):
+        SCVB0(n_topics=1, n_words=10, background=0.05)
+    assert SCVB0(n_topics=2, n_words=10, background=0.05).background == 0.05
