@@ -97,18 +97,11 @@ class Batch:
 def _integer_ids(ids: NDArray[Any]) -> NDArray[np.int64]:
     """``ids`` as int64, or ``ValueError`` naming the first id that is not an integer (2.7, "3", NaN) or does not
     fit (an unsigned id ≥ 2^63): a cast would silently learn another word."""
-    if ids.dtype.kind == "u" and ids.size and int(ids.max()) > np.iinfo(np.int64).max:
+    kind = ids.dtype.kind
+    if kind == "u" and ids.size and int(ids.max()) > np.iinfo(np.int64).max:
         raise ValueError(f"word id {int(ids.max())} is too large")
-    if ids.dtype.kind not in "iub":
-        try:
-            as_float = ids.astype(np.float64) if ids.dtype.kind in "f" else None
-        except (TypeError, ValueError):
-            as_float = None
-        bad = (
-            np.flatnonzero(~np.isfinite(as_float) | (as_float != np.rint(as_float)))
-            if as_float is not None
-            else np.arange(ids.size)
-        )
+    if kind not in "iub":
+        bad = np.flatnonzero(~np.isfinite(ids) | (ids != np.rint(ids))) if kind == "f" else np.arange(ids.size)
         if bad.size:
             raise ValueError(f"word ids must be integers, got {ids[bad[0]].item()!r}")
     return np.ascontiguousarray(ids, dtype=np.int64)

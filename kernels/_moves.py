@@ -25,6 +25,7 @@ __all__ = [
     "Columns",
     "birth_column",
     "birth_counts",
+    "check_merge",
     "check_topic",
     "delete_column",
     "mean_loglik",
@@ -52,6 +53,14 @@ def check_topic(k: int, n_topics: int, what: str) -> int:
     return int(k)
 
 
+def check_merge(into: int, src: int, n_topics: int) -> tuple[int, int]:
+    """``(into, src)`` of a merge as ints, or ``ValueError``: each a topic id, and not the same one."""
+    into, src = check_topic(into, n_topics, "into"), check_topic(src, n_topics, "src")
+    if into == src:
+        raise ValueError(f"cannot merge topic {src} into itself")
+    return into, src
+
+
 def merge_columns(cols: Columns, into: int, src: int) -> None:
     """Merge topic ``src`` into topic ``into``: G_·into += G_·src, G_·src = 0 (and the totals alike).
 
@@ -60,11 +69,7 @@ def merge_columns(cols: Columns, into: int, src: int) -> None:
     whole topic, so the merged topic is exactly the union of the two.
     """
     M, total = cols.M, cols.total
-    K = M.shape[1]
-    into = check_topic(into, K, "into")
-    src = check_topic(src, K, "src")
-    if into == src:
-        raise ValueError(f"cannot merge topic {src} into itself")
+    into, src = check_merge(into, src, M.shape[1])
     M[:, into] += M[:, src]
     M[:, src] = 0.0
     total[into] += total[src]

@@ -43,7 +43,7 @@ from numpy.typing import ArrayLike, NDArray
 from . import _pf_state as st
 from ._base import StateValue, TopicModel, check_interval, check_non_negative_int, check_positive_int
 from ._batch import CSR, Batch
-from ._moves import check_topic
+from ._moves import check_merge
 from ._pf_filter import filter_docs
 from ._pf_gibbs import InitPlan, TokenDocs, gibbs_init, gibbs_refine, install_init
 from ._pf_pools import forget_words
@@ -399,10 +399,7 @@ class ParticleFilterLDA(TopicModel):
         topics — so every particle holds exactly the counts its assignments would give had they said ``into``
         wherever they said ``src`` (the merged topic is the union of the two: Bryant & Sudderth 2012's merge,
         which for hard counts is exact). ``src`` is left empty."""
-        into = check_topic(into, self.n_topics, "into")
-        src = check_topic(src, self.n_topics, "src")
-        if into == src:
-            raise ValueError(f"cannot merge topic {src} into itself")
+        into, src = check_merge(into, src, self.n_topics)
         for counts in (self.words_.rows, self.doc_rows_.drows, self.particles_.nk):
             counts[:, into] += counts[:, src]
             counts[:, src] = 0

@@ -50,7 +50,7 @@ from .names import TopicNames
 from .pipeline import TopicLabels
 from .schemas import Rejection
 from .settings import Settings
-from .snapshot import STATISTICS, FencedOut, NoReadableSnapshot, SnapshotInfo, SnapshotStore
+from .snapshot import STATISTICS, Fence, FencedOut, NoReadableSnapshot, SnapshotInfo, SnapshotStore
 from .text import FlatBags, Vocabulary
 from .worker import BatchWorker, WorkerParts
 
@@ -380,8 +380,12 @@ class Learner(BatchWorker):
         one (or came before the reclaim) is refused. So renew once; if the lease is still ours, with a token other
         than the refused one, write again with it."""
         fence = self.lease.fence()
-        try:
+
+        def write(fence: Fence) -> SnapshotInfo:
             return self.store.save(cap.payload, cap.meta, min_version=self.version, fence=fence)
+
+        try:
+            return write(fence)
         except FencedOut:
             self.keeper.step()
             if self.keeper.lost.is_set() or self.lease.token == fence.token:
@@ -391,7 +395,7 @@ class Learner(BatchWorker):
                 fence.token,
                 self.lease.token,
             )
-            return self.store.save(cap.payload, cap.meta, min_version=self.version, fence=self.lease.fence())
+            return write(self.lease.fence())
 
     def _check_redis_empty(self) -> None:
         """Writer thread, while idle: Redis came back without our snapshots (restarted without persistence)?

@@ -253,13 +253,15 @@ class BatchWorker(abc.ABC):
         batch.timings["tokenize"] = time.perf_counter() - t1
         return batch, bags
 
-    def _without_given_up(self, batch: InFlight) -> tuple[InFlight, FlatBags]:
+    def _without_given_up(self, batch: InFlight, bags: FlatBags) -> tuple[InFlight, FlatBags]:
         """``batch`` without the messages of the partitions given up while the previous batch drained. Whoever
         owns them next reads them again (a replica from the group's committed offset, the learner from its
         positions when they come back), so handing them to the kernel would publish them twice. Dead letters
         already sent for them may be sent again by the next reader; nothing is lost. The batch keeps its number
         and its delivery tracker (the dead letters of the messages kept are awaited as before)."""
         kept = [m for m in batch.msgs if partition_of(m) not in self._given_up]
+        if len(kept) == len(batch.msgs):
+            return batch, bags
         log.info("dropped %d messages of partitions given up during the wait", len(batch.msgs) - len(kept))
         again = InFlight(batch.seq, kept, decode_batch(kept, self.settings.max_article_bytes), batch.tracker)
         again.timings = batch.timings
@@ -442,7 +444,7 @@ class BatchWorker(abc.ABC):
         batch, bags = self._prepare(msgs)  # overlaps the kernel lane's work on the previous batch
         self.drain()  # the model now includes the previous batch, and its outputs are sent
         if self._given_up:  # a keep-alive poll gave partitions up: their messages are no longer ours
-            batch, bags = self._without_given_up(batch)
+            batch, bags = self._without_given_up(batch, bags)
             if not batch.msgs:
                 return 0
         self._submit(batch, bags)
