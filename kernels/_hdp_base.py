@@ -145,7 +145,7 @@ class OnlineHDPBase(TopicModel):
     topic_stat_: NDArray[np.float64] = field(init=False)
     topic_total_: NDArray[np.float64] = field(init=False)
     scale_: float = field(init=False)
-    n_updates_: int = field(init=False)
+    n_updates_: float = field(init=False)  # t of ρ_t: minibatches learned, one of d < S documents counting d/S
     last_doc_iters_: float = field(init=False)
     gamma_q_: NDArray[np.float64] = field(init=False)  # (shape, rate) of q(γ)
     alpha_q_: NDArray[np.float64] = field(init=False)  # (shape, rate) of q(α0)
@@ -156,7 +156,7 @@ class OnlineHDPBase(TopicModel):
         Saved("topic_stat_", shape=lambda K, W: (W, K)),
         Saved("topic_total_", shape=lambda K, W: (K,)),
         Saved("scale_"),
-        Saved("n_updates_", int),
+        Saved("n_updates_", float),  # an int in snapshots from before fractional steps
         Saved("last_doc_iters_"),
         Saved("gamma_q_", shape=lambda K, W: (2,), missing=lambda m: m._initial_q(m.gamma_shape, m.gamma)),
         Saved("alpha_q_", shape=lambda K, W: (2,), missing=lambda m: m._initial_q(m.alpha_shape, m.alpha)),
@@ -190,7 +190,7 @@ class OnlineHDPBase(TopicModel):
         self.topic_stat_ = np.ascontiguousarray(topic_stat)
         self.topic_total_ = self.topic_stat_.sum(axis=0)
         self.scale_ = 1.0
-        self.n_updates_ = 0
+        self.n_updates_ = 0.0
         self.last_doc_iters_ = 0.0
         self._init_concentrations()
 
@@ -242,7 +242,7 @@ class OnlineHDPBase(TopicModel):
         """(shape, rate) of q(γ) from the corpus sticks, Eq. (C1) of :mod:`kernels._concentration`."""
 
     # ------------------------------------------------------------------ learning
-    def _rho(self, t: int) -> float:
+    def _rho(self, t: float) -> float:
         return self._schedule(float(t))
 
     def _partial_fit(self, batch: Batch) -> NDArray[np.float64]:
@@ -271,13 +271,18 @@ class OnlineHDPBase(TopicModel):
         self.last_doc_iters_ = iters / max(1, docs.n_docs)
         if docs.word_ids.shape[0] == 0:
             return mb.theta
-        rho = self._rho(self.n_updates_)
+        # A minibatch of d < S documents (a quiet stream makes batches of a few articles) counts as d/S of a
+        # step: ρ = 1 − (1 − ρ_t)^(d/S) and t moves by d/S, so S/d such minibatches forget as much as one of S.
+        # With a whole step each, a night of one-article batches kept only the last ~1/ρ articles (at ρ's
+        # floor of 0.01, a hundred) instead of the window.
+        share = min(1.0, docs.n_docs / float(self.batch_size))
+        rho = 1.0 - (1.0 - self._rho(self.n_updates_)) ** share
         mult = float(self.window) / docs.n_docs  # D/S
         self.scale_ = sparse_step(self._corpus_stat(), rows, mb.stat, rho, mult)
         self._update_sticks(stick_stat, rho, mult)
         if self.learn_concentrations:
             self._learn_concentrations(alpha_stat, rho, mult)
-        self.n_updates_ += 1
+        self.n_updates_ += share
         return mb.theta
 
     def _learn_concentrations(self, alpha_stat: tuple[float, float], rho: float, mult: float) -> None:
