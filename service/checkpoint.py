@@ -192,22 +192,24 @@ class SnapshotWriter:
                     self._idle.set()
 
     def _write(self, job: Future[Capture]) -> None:
-        t0 = time.perf_counter()
         try:
-            cap = job.result()
+            cap = job.result()  # waits for the batch ahead of the capture on the kernel lane: not timed
         except Exception:
             self.metrics.snapshot_failures.inc()
             log.exception("capturing the state for a snapshot failed")
             return
+        t0 = time.perf_counter()
         try:
             t0 += self._describe(cap)  # the hygiene plan's time is its own series, not the snapshot's
         except Exception:
             self.metrics.snapshot_failures.inc()
             log.exception("describing the captured state failed")
             return
+        waited = time.perf_counter()
         if not self.wait_acknowledged(cap.seq, self._stop):
             log.warning("not writing the snapshot of batch %d: its outputs were not acknowledged", cap.seq)
             return
+        t0 += time.perf_counter() - waited  # the broker's acknowledgements are not the snapshot's time either
         try:
             info = self.save(cap)
         except FencedOut as e:

@@ -156,6 +156,7 @@ class Learner(BatchWorker):
             if not self.lease.acquire(stop=stop, grace_s=2 * self.lease.ttl_s):
                 raise LeaseLost("stopped while waiting as a standby")
             self.metrics.standby.set(0)
+            self.metrics.heartbeat.set(time.time())  # the loop's clock starts now, not when the process did
         self.metrics.lease_token.set(self.lease.token or 0)
         log.info(
             "holding the learner lease of prefix %r (fencing token %s)", self.settings.redis_prefix, self.lease.token
@@ -418,25 +419,20 @@ class Learner(BatchWorker):
         self.version = info.version
         self.metrics.lease_token.set(self.lease.token or 0)
         self._unwritten_events = []  # the next capture waits for this write: no race with it
+        m = self.metrics  # the snapshot is in Redis: its gauges first, whatever the writes below meet
+        ids, background = cap.topic_ids, cap.background
+        m.snapshot_seen(info.version, info.created_at, info.size_bytes)
+        m.background_topic.set(-1 if background is None else ids[background])
+        m.set_topics(ids, drift=cap.drift)
+        for e in cap.events:
+            m.topic_events.labels(kind=e.kind).inc()
         if cap.events:
             self.lineage_store.push(stamp(cap.events, info.version, info.created_at))
-            for e in cap.events:
-                self.metrics.topic_events.labels(kind=e.kind).inc()
-                if e.kind in ("merge", "retire"):  # the id is gone: drop its series (bounded label sets)
-                    for gauge in (self.metrics.topic_prevalence, self.metrics.topic_drift):
-                        with contextlib.suppress(KeyError):
-                            gauge.remove(str(e.topic))
         self._names = self.names.all()
         summary = snapshot_summary(cap, info, self.settings.algorithm, self._names)
-        ids, model_drift, background = cap.topic_ids, summary["model_drift"], cap.background
+        m.model_drift.set(summary["model_drift"])
         self.store.put_summary(summary)
         SummaryHistory(self.store.r, self.store.prefix).append(summary)
-        m = self.metrics
-        m.snapshot_seen(info.version, info.created_at, info.size_bytes)
-        m.model_drift.set(model_drift)
-        m.background_topic.set(-1 if background is None else ids[background])
-        for k, d in enumerate(cap.drift):
-            m.topic_drift.labels(topic=str(ids[k])).set(float(d))
         log.info(
             "snapshot %d: %.1f MB, %d articles learned",
             info.version,
@@ -447,8 +443,7 @@ class Learner(BatchWorker):
     def _model_gauges(self) -> None:
         m = self.metrics
         ids = self.lineage.slot_ids if self.lineage is not None else range(self.settings.topics)
-        for k, w in enumerate(self.model.topic_weights()):
-            m.topic_prevalence.labels(topic=str(ids[k])).set(float(w))
+        m.set_topics(ids, prevalence=self.model.topic_weights())
         m.topics_used.set(self.model.topics_used())
         m.topics_holding.set(self.model.topics_holding())
         m.vocabulary_words.set(len(self.vocab))

@@ -7,7 +7,10 @@ The Grafana dashboard in ``deploy/grafana`` and the README's metric table use ex
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
+from collections.abc import Iterable, Sequence
 from functools import partial
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
@@ -44,6 +47,9 @@ class Metrics:
         histogram = partial(Histogram, registry=r)
         self.role = role
         self._snapshot_created_at = 0.0  # of the newest snapshot seen (snapshot_seen), for the age gauge
+        self._started_at = time.time()  # the age gauge counts from here until the first snapshot
+        self._topic_labels: set[str] = set()  # topic ids with prevalence/drift series (set_topics)
+        self._topic_lock = threading.Lock()  # the batch loop and the snapshot writer both set them
 
         # Throughput.
         self.consumed = counter("topicstream_articles_consumed_total", "Messages read from the input topic")
@@ -82,11 +88,18 @@ class Metrics:
             "High watermark minus the consumer's position, per input partition",
             ["topic", "partition"],
         )
+        self.heartbeat = gauge(
+            "topicstream_loop_heartbeat_timestamp_seconds",
+            "Unix time the batch loop last finished a turn, with or without messages (a loop that hangs while "
+            "/metrics still answers stops it); the process's start until its first turn",
+        )
+        self.heartbeat.set(self._started_at)
 
         # Snapshots (learner writes, replicas read).
         self.snapshot_duration = histogram(
             "topicstream_snapshot_duration_seconds",
-            "Time to write (learner) or load (replica) one snapshot",
+            "Time to write (learner: describe and write, not the hygiene plan or the wait for the batch's outputs to "
+            "be acknowledged) or load (replica) one snapshot",
             buckets=_DURATION_BUCKETS,
         )
         self.snapshot_size = gauge("topicstream_snapshot_size_bytes", "Size of the newest snapshot written or loaded")
@@ -96,9 +109,16 @@ class Metrics:
         self.snapshot_timestamp = gauge(
             "topicstream_snapshot_timestamp_seconds", "Unix time of the newest snapshot written or loaded"
         )
-        self.snapshot_age = gauge("topicstream_snapshot_age_seconds", "Seconds since the newest snapshot was written")
+        self.snapshot_age = gauge(
+            "topicstream_snapshot_age_seconds",
+            "Seconds since the newest snapshot was written (before this process saw one: since it started)",
+        )
         self.snapshot_age.set_function(self._snapshot_age)
-        self.snapshot_failures = counter("topicstream_snapshot_failures_total", "Snapshot writes or loads that failed")
+        self.snapshot_failures = counter(
+            "topicstream_snapshot_failures_total",
+            "Snapshot writes that failed (learner; a replica counts unreadable versions in "
+            "topicstream_snapshot_fallbacks_total and Redis errors in topicstream_errors_total)",
+        )
         self.hygiene_plan_duration = histogram(
             "topicstream_topic_hygiene_plan_seconds",
             "Time the snapshot writer spent planning topic hygiene on a snapshot's copy (learner; not part of "
@@ -175,7 +195,27 @@ class Metrics:
 
     def _snapshot_age(self) -> float:
         ts = self._snapshot_created_at
-        return max(0.0, time.time() - ts) if ts > 0 else 0.0
+        return max(0.0, time.time() - (ts if ts > 0 else self._started_at))
+
+    def set_topics(
+        self, ids: Sequence[int], prevalence: Iterable[float] | None = None, drift: Iterable[float] | None = None
+    ) -> None:
+        """The per-topic gauges of the topics with stable ``ids`` (slot order): ``prevalence`` and ``drift`` of
+        each, where given. The series of ids no longer in ``ids`` are removed, whatever ended them (a merge, a
+        retirement, a birth or split into a slot whose old id had no event of its own), so the label sets stay
+        those of the K topics in use rather than of every id the stream has seen."""
+        labels = [str(i) for i in ids]
+        gauges = (self.topic_prevalence, self.topic_drift)
+        with self._topic_lock:
+            for gone in self._topic_labels.difference(labels):
+                for gauge in gauges:
+                    with contextlib.suppress(KeyError):  # a series never set for this id
+                        gauge.remove(gone)
+            self._topic_labels = set(labels)
+            for gauge, values in zip(gauges, (prevalence, drift), strict=True):
+                if values is not None:
+                    for label, value in zip(labels, values, strict=True):
+                        gauge.labels(topic=label).set(float(value))
 
     def describe_model(self, algorithm: str, n_topics: int, capacity: int) -> None:
         self.info.info({"algorithm": algorithm, "topics": str(n_topics), "role": self.role})

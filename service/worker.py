@@ -440,16 +440,22 @@ class BatchWorker(abc.ABC):
         if not msgs:
             self.drain()
             self.between_batches(None)
+            self._turn_done()
             return 0
         batch, bags = self._prepare(msgs)  # overlaps the kernel lane's work on the previous batch
         self.drain()  # the model now includes the previous batch, and its outputs are sent
         if self._given_up:  # a keep-alive poll gave partitions up: their messages are no longer ours
             batch, bags = self._without_given_up(batch, bags)
-            if not batch.msgs:
-                return 0
-        self._submit(batch, bags)
-        self._update_lag()
+        if batch.msgs:
+            self._submit(batch, bags)
+        self._turn_done()
         return len(batch.msgs)
+
+    def _turn_done(self) -> None:
+        """The end of a turn, quiet or not: the lag (a quiet input's too, or its gauge would freeze) and the
+        heartbeat that tells a loop at work from one that hangs while ``/metrics`` still answers."""
+        self._update_lag()
+        self.metrics.heartbeat.set(time.time())
 
     def subscribe(self) -> None:
         self._last_consume = time.monotonic()  # the first batch may wait a whole timeout

@@ -230,9 +230,11 @@ def _normal_operation(replicas: int, minutes: int = 90) -> list[dict[str, str]]:
         for le, per_minute in (("0.5", share - 6), ("5.0", share), ("+Inf", share)):
             add("topicstream_end_to_end_latency_seconds_bucket", job, instance, f"0+{per_minute}x{n}", le=le)
         add("topicstream_snapshot_timestamp_seconds", job, instance, f"0+60x{n}")
+        add("topicstream_loop_heartbeat_timestamp_seconds", job, instance, f"0+60x{n}")
         add("topicstream_snapshot_failures_total", job, instance, f"0x{n}")
         add("topicstream_errors_total", job, instance, f"0x{n}", kind="kafka")
     add("topicstream_model_drift", "learner", "learner:9100", f"0.02x{n}")
+    add("topicstream_learner_standby", "learner", "learner:9100", f"0x{n}")
     add("topicstream_topics_holding_mass", "learner", "learner:9100", f"40x{n}")
     add("topicstream_topics_used", "learner", "learner:9100", f"15x{n}")
     add("topicstream_topic_slots", "learner", "learner:9100", f"100x{n}")

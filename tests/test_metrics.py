@@ -13,7 +13,8 @@ def sample(m: Metrics, name: str) -> float | None:
 
 def test_snapshot_gauges_and_age_follow_the_newest_snapshot_seen() -> None:
     m = Metrics("replica")
-    assert sample(m, "topicstream_snapshot_age_seconds") == 0.0  # none seen yet: no age, not "55 years"
+    m._started_at -= 40.0  # started 40 s ago, no snapshot seen yet: 40 s without one (not 0, not "55 years")
+    assert 40.0 <= (sample(m, "topicstream_snapshot_age_seconds") or 0.0) < 60.0
     created = time.time() - 30.0
     m.snapshot_seen(7, created, 1234)
     assert sample(m, "topicstream_snapshot_version") == 7
@@ -31,3 +32,27 @@ def test_the_topic_slots_are_those_of_the_model_described() -> None:
     m.describe_model("ohdp", 150, 65536)
     assert sample(m, "topicstream_topic_slots") == 150
     assert sample(m, "topicstream_vocabulary_capacity_words") == 65536
+
+
+def _topics(m: Metrics, name: str) -> dict[str, float]:
+    return {s.labels["topic"]: s.value for metric in m.registry.collect() for s in metric.samples if s.name == name}
+
+
+def test_topic_series_are_those_of_the_topics_in_use() -> None:
+    """Births reuse slots whose old id had no retire event of its own (retirement is off by default): the old
+    id's series go with it, so 100 births on 5 slots leave 5 series of each gauge, not 105."""
+    m = Metrics("learner")
+    ids = [0, 1, 2, 3, 4]
+    m.set_topics(ids, prevalence=[0.2] * 5, drift=[0.0] * 5)
+    for new_id in range(5, 105):
+        ids[new_id % 5] = new_id  # a birth into slot new_id % 5
+        m.set_topics(ids, prevalence=[0.1, 0.2, 0.3, 0.2, 0.2])  # the batch loop: prevalence only
+        m.set_topics(ids, drift=[0.01] * 5)  # the snapshot writer: drift only
+    assert _topics(m, "topicstream_topic_prevalence") == {"100": 0.1, "101": 0.2, "102": 0.3, "103": 0.2, "104": 0.2}
+    assert set(_topics(m, "topicstream_topic_drift")) == {"100", "101", "102", "103", "104"}
+
+
+def test_the_heartbeat_starts_at_the_process_start() -> None:
+    before = time.time()
+    m = Metrics("learner")
+    assert before <= (sample(m, "topicstream_loop_heartbeat_timestamp_seconds") or 0.0) <= time.time()
