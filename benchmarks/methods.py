@@ -272,8 +272,14 @@ class VowpalWabbitLda(Method):
         for text in self.lines[i]:
             vw.learn(Example(vw, text, simple))
         # VW learns when its buffer holds --minibatch examples; our minibatches have exactly that many
-        # documents except possibly the last one of a pass, whose examples then join the next buffer.
+        # documents except possibly the last one of a pass. Its examples would wait in the buffer, unlearned
+        # (BBC: the last 80 documents, 4.6 % of the tokens, in a single pass), so empty examples fill it up:
+        # VW then learns them as the other methods learn their last minibatch (scaled as a full one, D/B).
         self.pending += len(self.lines[i])
+        if i == len(self.lines) - 1 and self.pending % self.batch_size:
+            for _ in range(self.batch_size - self.pending % self.batch_size):
+                vw.learn(Example(vw, "|", simple))
+                self.pending += 1
         self.n_minibatches += self.pending // self.batch_size
         self.pending %= self.batch_size
         self._phi = None

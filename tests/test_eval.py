@@ -110,6 +110,26 @@ def test_eval_names_the_line_it_cannot_read(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "gzip" in result.output.lower()
 
 
+def test_eval_json_has_no_nan_when_a_score_has_no_value(tmp_path: Path) -> None:
+    """No test document has two in-vocabulary tokens, so the held-out log-likelihood has no value: stdout is still
+    one strict JSON object (null, not the NaN that ``json.dumps`` writes and JSON parsers refuse)."""
+    words = ["market", "shares", "goal", "match", "film", "actor", "music", "album"]
+    rng = np.random.default_rng(0)
+    train = [{"id": str(i), "text": " ".join(rng.choice(words, 12))} for i in range(40)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train))
+    (tmp_path / "test.jsonl").write_text('{"id": "t1", "text": "space"}\n{"id": "t2", "text": "qqqzzz"}\n')
+    args = ["eval", "--train", str(tmp_path / "train.jsonl"), "--test", str(tmp_path / "test.jsonl")]
+    result = CliRunner().invoke(app, [*args, "--topics", "3", "--json"])
+    assert result.exit_code == 0, result.output
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"not JSON: {constant}")
+
+    out = json.loads(result.stdout, parse_constant=refuse)
+    assert out["heldout_loglik_per_word"] is None
+    assert set(out) >= CONTRACT_KEYS
+
+
 # ------------------------------------------------------------------------------------------- scorers
 def test_loglik_of_known_phi_and_theta() -> None:
     phi = np.array([[0.5, 0.5, 0.0], [0.0, 0.5, 0.5]])
