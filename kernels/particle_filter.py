@@ -25,8 +25,8 @@ previous run's assignments so that topics keep their slots (:func:`kernels._pf_g
 particle restarts from it. The filter's own mixtures are returned meanwhile; then the buffer is emptied.
 
 Token counts: a document's word counts are rounded to integers (at least 1 per listed word): the filter
-samples one topic per token. Counts are int32 per (topic, word) and int64 per topic: a stream would need 2^31
-tokens of one word in one topic to overflow.
+samples one topic per token. Counts are int32 per (topic, word) and int64 per topic; before a batch could take a
+count past 2^30, every topic–word count is halved (:func:`kernels._pf_halve.halve_counts`), so none can wrap.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from . import _pf_halve
 from . import _pf_state as st
 from ._base import StateValue, TopicModel, check_interval, check_non_negative_int, check_positive_int
 from ._batch import CSR, Batch
@@ -261,6 +262,9 @@ class ParticleFilterLDA(TopicModel):
     def _filter(self, batch: Batch) -> NDArray[np.float64]:
         """Steps 1–6 over every token of ``batch`` (:func:`kernels._pf_filter.filter_docs`); the mixtures."""
         counts = self._int_counts(batch)
+        limit = _pf_halve.COUNT_LIMIT - int(counts.sum())  # n_k bounds every n_kw: the cheap test first
+        if self.particles_.nk.max() > limit and self.words_.rows.max() > limit:
+            _pf_halve.halve_counts(self._bundles())
         cs = np.concatenate(([0], np.cumsum(counts)))
         per_doc = cs[batch.indptr[1:]] - cs[batch.indptr[:-1]]
         max_len = max(1, int(per_doc.max())) if per_doc.size else 1

@@ -1,0 +1,94 @@
+"""The particle filter's topic–word counts are halved before an int32 count could wrap (``kernels/_pf_halve.py``).
+
+A real stream needs days at full speed to get there, so these tests lower the limit; the halving itself is checked
+against what it must keep: the copy-on-write bookkeeping, n_k = Σ_w n_kw, the reservoir's tokens in their counts,
+and the topics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kernels import ParticleFilterLDA, _pf_halve
+from kernels import _pf_state as st
+from kernels.hygiene import hellinger_matrix
+from tests.pf_support import batch_of, check_invariants, reservoir_tokens
+
+
+def _planted_docs(rng: np.random.Generator, n: int) -> list[list[int]]:
+    """Three topics on disjoint words 0–9, 10–19, 20–29; each document 20 tokens of one topic."""
+    return [(rng.integers(0, 10, 20) + 10 * rng.integers(0, 3)).tolist() for _ in range(n)]
+
+
+def _model() -> ParticleFilterLDA:
+    return ParticleFilterLDA(3, 30, 0, n_particles=6, reservoir_size=200, n_rejuvenate=10, init_docs=20)
+
+
+def _check_reservoir_floor(m: ParticleFilterLDA) -> None:
+    """Every particle's count of (word, topic) holds at least its reservoir tokens with that word and topic."""
+    words = m.words_
+    for p in range(m.n_particles):
+        w, _, z = reservoir_tokens(m, p)
+        held = np.zeros((m.n_words, m.n_topics), dtype=np.int64)
+        np.add.at(held, (np.asarray(w), np.asarray(z)), 1)
+        counts = words.rows[words.ptr[:, p]]
+        assert np.all(counts >= held)
+
+
+def test_halving_keeps_the_topics_and_every_invariant() -> None:
+    rng = np.random.default_rng(0)
+    m = _model()
+    m.partial_fit(batch_of(_planted_docs(rng, 400)))
+    phi = m.topic_word()
+    before = m.words_.rows.copy()
+    used = m.words_.refcnt > 0
+    _pf_halve.halve_counts(m._bundles())
+    after = m.words_.rows
+    assert np.all(after[used] >= (before[used] + 1) // 2)  # halved, rounded up, or raised to the reservoir's floor
+    assert np.all(after[used] <= np.maximum((before[used] + 1) // 2, m.reservoir_size))
+    assert after[used].sum() < 0.6 * before[used].sum()
+    check_invariants(m)  # n_k = Σ_w n_kw again, the pools untouched
+    _check_reservoir_floor(m)
+    # The topics stay where they were (a count of 1 and 2 both become 1: only small counts move).
+    assert np.diag(hellinger_matrix(np.vstack([phi, m.topic_word()]))[:3, 3:]).max() < 0.05
+    # Rejuvenation keeps taking reservoir tokens out of their counts: no count goes negative.
+    for _ in range(5):
+        m.partial_fit(batch_of(_planted_docs(rng, 100)))
+        check_invariants(m)
+
+
+def test_counts_are_halved_before_a_batch_could_pass_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the limit lowered to 1,000, a stream of 60,000 tokens keeps every count below it, each batch of 500
+    tokens included, and the filter still tells the three planted topics apart."""
+    monkeypatch.setattr(_pf_halve, "COUNT_LIMIT", 1_000)
+    rng = np.random.default_rng(1)
+    m = _model()
+    halvings = 0
+    for _ in range(120):
+        top = int(m.words_.rows.max())
+        m.partial_fit(batch_of(_planted_docs(rng, 25)))
+        halvings += int(m.words_.rows.max()) < top
+        assert m.words_.rows.max() <= 1_000
+        check_invariants(m)
+    assert halvings >= 3
+    _check_reservoir_floor(m)
+    phi = m.topic_word()
+    blocks = np.array([[phi[k, 10 * b : 10 * b + 10].sum() for b in range(3)] for k in range(3)])
+    assert sorted(blocks.argmax(axis=1).tolist()) == [0, 1, 2] and blocks.max(axis=1).min() > 0.9
+
+
+def test_a_count_never_falls_below_the_reservoir_tokens_it_holds() -> None:
+    """A reservoir larger than the stream holds every token, so each count is exactly its reservoir tokens:
+    halving must leave them all as they are, or rejuvenation would later take tokens out of counts that no
+    longer hold them (a negative count)."""
+    rng = np.random.default_rng(2)
+    m = ParticleFilterLDA(3, 30, 0, n_particles=6, reservoir_size=5_000, n_rejuvenate=10, init_docs=20)
+    m.partial_fit(batch_of(_planted_docs(rng, 100)))
+    assert m.particles_.ctr[st.FILL] == m.particles_.ctr[st.TOKENS] == 2_000
+    before = m.words_.rows.copy()
+    _pf_halve.halve_counts(m._bundles())
+    np.testing.assert_array_equal(m.words_.rows, before)
+    check_invariants(m)
+    for _ in range(3):
+        m.partial_fit(batch_of(_planted_docs(rng, 50)))
+        check_invariants(m)
