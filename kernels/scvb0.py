@@ -78,8 +78,9 @@ class SCVB0(TopicModel):
     window : float
         The streaming meaning of the corpus size C of Eqs. 7–8: the model summarises roughly the last
         ``window`` tokens. Minibatch t uses C_t = min(window, tokens seen so far including this minibatch), so
-        early on N^Φ carries the weight of what has actually been seen (η smooths a small sample properly) and
-        later it holds ``window`` tokens' worth of counts. It should be about
+        early on N^Φ carries about the weight of what has actually been seen (η smooths a small sample
+        properly; with minibatches smaller than B it trails it: 43 % after 100 one-document batches, against
+        100 % after one minibatch of 100) and later it holds ``window`` tokens' worth of counts. It should be about
         (tokens per minibatch)/``phi_floor`` so that the count mass matches the EMA memory.
     transform_passes : int
         CVB0 sweeps over a document in :meth:`transform` (fold-in with the topics fixed).
@@ -136,8 +137,8 @@ class SCVB0(TopicModel):
 
     algorithm: ClassVar[str] = "scvb0"
     #: Only K, W and the seed are fixed on a restored model. The state (N^Φ = s·M, N^Z, the update count t) has
-    #: the same meaning under any other setting: the priors α, η enter each update and read-out afresh (Eqs. 5,
-    #: 9), the Φ and Θ schedules are evaluated at the stored t and at each document's token count, and
+    #: the same meaning under any other setting: the priors α, η enter each update (Eq. 5) and read-out
+    #: afresh, the Φ and Θ schedules are evaluated at the stored t and at each document's token count, and
     #: ``batch_size``, ``burn_in``, ``window`` and ``transform_passes`` shape only future updates. The seed acts
     #: only on a new model: a restored one continues the stored random generator.
     restore_fixed: ClassVar[frozenset[str]] = TopicModel.restore_fixed
@@ -222,9 +223,10 @@ class SCVB0(TopicModel):
     def _minibatches(self, n_docs: int) -> NDArray[np.int64]:
         """Document bounds of the internal minibatches: ⌈n/B⌉ minibatches of as equal sizes as possible.
 
-        Equal sizes, not B, B, …, remainder: a small remainder minibatch would get the same step ρ^Φ as a
-        full one from a fraction of the documents (measured: with B = 64 and batches of 100, the 64 + 36 split
-        cost 0.016–0.025 nats/word of held-out log-likelihood after one pass on BBC, 20NG and Reuters).
+        Equal sizes, not B, B, …, remainder: before small minibatches took fractional steps (:meth:`_schedule`),
+        a small remainder got the step of a full one from a fraction of the documents (measured: with B = 64 and
+        batches of 100, the 64 + 36 split cost 0.016–0.025 nats/word of held-out log-likelihood after one pass on
+        BBC, 20NG and Reuters); equal sizes keep every step near a whole one.
         """
         B = int(self.batch_size)
         n_mb = (n_docs + B - 1) // B
@@ -236,10 +238,14 @@ class SCVB0(TopicModel):
         """ρ^Φ and C for each minibatch of ``batch`` (entries of token-less minibatches are placeholders), and t
         after them.
 
-        A minibatch of d < B documents (a quiet stream makes batches of a few articles) counts as d/B of a step:
-        its ρ is 1 − (1 − ρ^Φ_t)^(d/B) and t moves by d/B, so B/d such minibatches forget as much as one full one.
-        With a whole step each, a night of one-article batches kept only the last ~1/ρ articles (at ρ's floor of
-        0.01, a hundred) instead of the window's ~25,000."""
+        A minibatch of fewer than B documents with tokens (a quiet stream makes batches of a few articles) counts
+        as a fraction f of a step: its ρ is 1 − (1 − ρ^Φ_t)^f and t moves by f, so minibatches adding up to one
+        full one forget as much as it. With a whole step each, a night of one-article batches kept only the last
+        ~1/ρ articles (at ρ's floor of 0.01, a hundred) instead of the window's ~25,000. f is the minibatch's
+        share of the tokens a full minibatch holds, B times the mean document length seen so far: Eq. 7 weighs
+        every token alike, so a long article takes a longer step than a brief (with f = d/B a one-document
+        minibatch took the same step whatever its length: fed one at a time, the briefs of a stream alternating
+        10- and 1,000-token articles held half of N^Φ instead of their 1 %)."""
         n_mb = mb_docs.shape[0] - 1
         bounds = batch.indptr[mb_docs]
         csum = np.concatenate(([0.0], np.cumsum(batch.counts)))
@@ -247,11 +253,15 @@ class SCVB0(TopicModel):
         rhos = np.zeros(n_mb)
         corpus = np.zeros(n_mb)
         t = float(self.n_updates_)
-        seen = self.n_tokens_seen_
+        seen, docs_seen, B = self.n_tokens_seen_, float(self.n_docs_seen_), float(self.batch_size)
+        doc_tokens = csum[batch.indptr[1:]] - csum[batch.indptr[:-1]]
         for b in range(n_mb):
+            lo, hi = mb_docs[b], mb_docs[b + 1]
+            docs_seen += hi - lo
             if mb_tokens[b] > 0:
-                share = min(1.0, float(mb_docs[b + 1] - mb_docs[b]) / float(self.batch_size))
                 seen += mb_tokens[b]
+                full = np.count_nonzero(doc_tokens[lo:hi]) >= B  # B documents with tokens: a whole step
+                share = 1.0 if full else min(1.0, mb_tokens[b] * docs_seen / (seen * B))  # tokens / (B·mean)
                 rhos[b] = 1.0 - (1.0 - self._rho_phi(t)) ** share
                 corpus[b] = min(float(self.window), seen)
                 t += share
@@ -295,7 +305,7 @@ class SCVB0(TopicModel):
             n_theta = np.maximum(theta * a.sum(axis=1, keepdims=True) + theta * doc_len[:, None] - a, 0.0)
             if self.background > 0:  # Minka's fixed point is for the symmetric α of the other topics
                 n_theta = n_theta[:, 1:]
-            rho = float(rhos[corpus > 0][-1])
+            rho = 1.0 - float(np.prod(1.0 - rhos[corpus > 0]))  # the batch's minibatches' steps together
             self.alpha_ = (1.0 - rho) * self.alpha_ + rho * minka_alpha(n_theta[doc_len > 0], self.alpha_)
         return theta
 

@@ -111,7 +111,7 @@ def test_many_minibatches_schedule_window_and_renormalisation() -> None:
     m = SCVB0(K, W, seed=4, batch_size=3, window=40.0, phi_floor=0.2, burn_in=2)
     rng = np.random.default_rng(5)
     n_phi, n_z = m.phi_ * m.scale_, m.nz_.copy()
-    t, seen = 0.0, 0.0
+    t, seen, n_docs = 0.0, 0.0, 0
     for call in range(4):
         batch = random_docs(rng, 8)
         if call == 2:  # same N^Φ, tiny scale: the next update must renormalise
@@ -121,10 +121,14 @@ def test_many_minibatches_schedule_window_and_renormalisation() -> None:
         thetas = []
         for d0, d1 in [(0, 2), (2, 5), (5, 8)]:
             mb = batch.slice(d0, d1)
-            share = min(1.0, mb.n_docs / m.batch_size)  # the first minibatch, 2 documents of 3: 2/3 of a step
+            n_docs += mb.n_docs
+            seen += mb.n_tokens
+            # Fewer than B documents with tokens: the minibatch's tokens over a full one's, B times the mean
+            # document length so far (random_docs makes every fifth document empty).
+            full = np.count_nonzero(np.diff(mb.indptr)) == m.batch_size
+            share = 1.0 if full else min(1.0, mb.n_tokens / (m.batch_size * seen / n_docs))
             rho = 1 - (1 - naive.step_size(t, m.phi_scale, m.phi_tau, m.phi_kappa, m.phi_floor)) ** share
             if mb.n_tokens:
-                seen += mb.n_tokens
                 t += share
             n_phi, n_z, th = naive.minibatch_update(
                 n_phi, n_z, docs_of(mb), theta0[d0 : d0 + mb.n_docs], rho, min(m.window, seen),
@@ -290,6 +294,30 @@ def test_batches_of_one_article_forget_no_faster_than_full_minibatches() -> None
     assert old_share(full) > 0.5
     assert abs(old_share(singles) - old_share(full)) < 0.05
     assert singles.n_updates_ == pytest.approx(full.n_updates_)
+
+
+def test_a_small_minibatch_steps_by_its_tokens_not_its_documents() -> None:
+    """Eq. 7 weighs every token alike. A stream alternating 10-token briefs (words 0–99) and 1,000-token articles
+    (words 100–999): fed one document at a time, the briefs' words hold about their token share of N^Φ (1 %), as
+    in minibatches of 100. Counted by documents, each brief took the step of a long article: 50 %."""
+    rng = np.random.default_rng(1)
+
+    def doc(i: int) -> tuple[np.ndarray, np.ndarray]:
+        if i % 2 == 0:
+            return np.sort(rng.choice(100, 10, replace=False)), np.ones(10)
+        return np.arange(100, 1000), np.r_[np.full(100, 2.0), np.ones(800)]
+
+    docs = Batch.from_docs([doc(i) for i in range(400)])
+
+    def brief_share(batch_size: int) -> float:
+        m = SCVB0(n_topics=5, n_words=1000, seed=0)
+        for d in range(0, 400, batch_size):
+            m.partial_fit(docs.slice(d, d + batch_size))
+        return float(m.phi_[:100].sum() / m.phi_.sum())
+
+    singles, batched = brief_share(1), brief_share(100)
+    assert batched < 0.02
+    assert singles < 2 * batched
 
 
 def test_a_background_slot_needs_a_topic_beside_it() -> None:
