@@ -29,6 +29,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, cast
 
 import numpy as np
@@ -45,7 +46,7 @@ from .compat import restore_plan
 from .history import SummaryHistory
 from .inflight import InFlight, ModelRef
 from .lease import Lease, LeaseKeeper
-from .lineage import Lineage, LineageEvent, LineageStore, stamp
+from .lineage import DEFAULT_KEEP, Lineage, LineageEvent, LineageStore, stamp
 from .names import TopicNames
 from .pipeline import TopicLabels
 from .schemas import Rejection
@@ -86,6 +87,9 @@ class Learner(BatchWorker):
         self.version = 0
         self.articles_learned = 0
         self.lineage: Lineage | None = None
+        self.lineage_store = LineageStore(self.store.r, s.redis_prefix)
+        #: Lineage events of the moves made since the last snapshot written (a failed write carries them on).
+        self._unwritten_events: list[LineageEvent] = []
         self.lease = Lease.from_url(s.redis_url, s.redis_prefix, ttl_s=s.lease_ttl_s)  # timeouts within the TTL
         self._take_lease(stop)
         # Renewed from now on: reading and checking the snapshots to restore may take longer than the TTL.
@@ -117,9 +121,11 @@ class Learner(BatchWorker):
         self._last_hygiene = time.monotonic()
         #: Hygiene moves planned by the writer thread on a snapshot's copy, to be made at the next capture.
         self._planned: list[Event] = []
-        #: Lineage events of the moves made since the last snapshot written (a failed write carries them on).
-        self._unwritten_events: list[LineageEvent] = []
-        self.lineage_store = LineageStore(self.store.r, s.redis_prefix)
+        #: Kernel lane: vocabulary slots recycled since the last copy hygiene plans on (a replayed birth or split
+        #: leaves them out of its proposal).
+        self._forgotten: list[NDArray[np.int64]] = []
+        #: Events of snapshots written whose push to P:lineage failed (stamped): pushed with the next one.
+        self._unpushed: list[LineageEvent] = []
         self.names = TopicNames(self.store.r, s.redis_prefix)
         self._names: dict[int, str] = {}
         log.info("compiling the %s kernel (cached on disk after the first start)", s.algorithm)
@@ -205,6 +211,7 @@ class Learner(BatchWorker):
         self.positions = {(t, int(p)): int(o) for t, p, o in payload["offsets"]}
         if "lineage" in payload:
             self.lineage = Lineage.from_state(payload["lineage"])
+            self._unwritten_events = self.lineage.catch_up(self.lineage_store.recent(), int(meta["version"]))
         # Continue above everything this prefix has seen, even versions whose data is unreadable.
         self.version = max([int(meta["version"]), *(v for v, _ in loaded.skipped)])
         self.articles_learned = int(payload.get("articles_learned", 0))
@@ -260,6 +267,12 @@ class Learner(BatchWorker):
         if recycled.size:
             self.model.reset_words(recycled)
             self.metrics.vocabulary_recycled.inc(int(recycled.size))
+            if self.hygiene is not None:
+                self._forgotten.append(recycled)
+        # The stable ids of the slots as this batch's mixtures are computed (a capture's moves, on this lane,
+        # change them between batches; the main thread's encode may have run before that capture).
+        assert self.lineage is not None and batch.model is not None
+        batch.model = replace(batch.model, topic_ids=tuple(self.lineage.slot_ids))
         if not batch.decoded.good:
             return np.zeros((0, self.settings.topics))
         if self.hygiene is not None:
@@ -331,7 +344,8 @@ class Learner(BatchWorker):
             planned, self._planned = self._planned, []
             if planned:
                 model = cast(SupportsTopicMoves, self.model)  # its moves checked in __init__
-                events = self.lineage.record(self.hygiene.replay(model, planned), 0, time.time())
+                forgotten = np.concatenate(self._forgotten) if self._forgotten else None
+                events = self.lineage.record(self.hygiene.replay(model, planned, forgotten), 0, time.time())
             if self._unseen is not None:
                 unseen, self._unseen = self._unseen.batch(), None
             now = time.monotonic()
@@ -351,6 +365,8 @@ class Learner(BatchWorker):
         cap.topic_ids = list(self.lineage.slot_ids)
         cap.hygiene_docs = recent
         cap.unseen_docs = unseen
+        if recent is not None:  # this copy is the one the next plan is made on
+            self._forgotten = []
         self.metrics.batch_duration.labels(stage="snapshot").observe(main_s + time.perf_counter() - t0)
         return cap
 
@@ -426,8 +442,11 @@ class Learner(BatchWorker):
         m.set_topics(ids, drift=cap.drift)
         for e in cap.events:
             m.topic_events.labels(kind=e.kind).inc()
-        if cap.events:
-            self.lineage_store.push(stamp(cap.events, info.version, info.created_at))
+        # The moves are in Redis with the snapshot; their events are kept until P:lineage has them too.
+        self._unpushed = (self._unpushed + stamp(cap.events, info.version, info.created_at))[-DEFAULT_KEEP:]
+        if self._unpushed:
+            self.lineage_store.push(self._unpushed)
+            self._unpushed = []
         self._names = self.names.all()
         summary = snapshot_summary(cap, info, self.settings.algorithm, self._names)
         m.model_drift.set(summary["model_drift"])

@@ -42,7 +42,8 @@ class LineageEvent:
     ``kind``: birth | merge | split | retire. ``topic``: the id born (for a split: the new half's), merged away
     or retired; ``slot``: the kernel slot it concerned; ``into``: for a merge, the id that now carries ``topic``;
     ``score``: the move's score (see :class:`kernels.hygiene.Event`); ``version``: the snapshot version the move
-    is part of; ``time``: Unix seconds; ``parent``: for a split, the id that was split (it keeps the other half).
+    is part of; ``time``: Unix seconds; ``parent``: for a split, the id that was split (it keeps the other half);
+    for a birth without a move, the id the slot's topic had before (:meth:`Lineage.catch_up`).
     """
 
     kind: str
@@ -109,6 +110,33 @@ class Lineage:
         self.slot_ids[slot] = new
         return new
 
+    def _remember_merge(self, gone: int, into: int) -> None:
+        """``gone`` now lives on in ``into``; the oldest merges are forgotten past :data:`MAX_MERGED`."""
+        self.merged_into.pop(gone, None)  # re-inserted last: the dict's order is the merges' order
+        self.merged_into[gone] = into
+        while len(self.merged_into) > MAX_MERGED:
+            del self.merged_into[next(iter(self.merged_into))]
+
+    def catch_up(self, history: Sequence[LineageEvent], version: int) -> list[LineageEvent]:
+        """Make this mapping, restored from snapshot ``version``, agree with ``history`` (``P:lineage``, newest
+        first), which may hold events of later snapshots: the newest were unreadable and skipped, or they were
+        written by a learner whose snapshots are gone. Ids those events gave out are never given out again, merges
+        they announced are followed by :meth:`successor`, and a slot whose id they announced as merged away or
+        retired gets a fresh id, so no announced-dead id labels a topic again. Returns a birth event (version 0,
+        ``parent`` = the old id) for each such slot, to be stamped and pushed with the next snapshot."""
+        given = [i for e in history for i in (e.topic, e.into, e.parent) if i is not None]
+        self.next_id = max([self.next_id, *(i + 1 for i in given)])
+        later = [e for e in reversed(history) if e.version > version]  # oldest first
+        for e in later:
+            if e.kind == "merge" and e.into is not None:
+                self._remember_merge(e.topic, e.into)
+        dead = {e.topic for e in later if e.kind in ("merge", "retire")}
+        out = []
+        for slot, topic in enumerate(self.slot_ids):
+            if topic in dead:
+                out.append(LineageEvent("birth", self._fresh(slot), slot, None, 0.0, 0, 0.0, parent=topic))
+        return out
+
     def record(self, events: Iterable[Event], version: int, at: float) -> list[LineageEvent]:
         """Apply hygiene ``events`` (slot ids, in the order they happened) and return them in stable ids."""
         out: list[LineageEvent] = []
@@ -121,9 +149,7 @@ class Lineage:
                 if e.into is None:
                     raise ValueError(f"merge event without 'into': {e}")
                 gone, into = self.slot_ids[slot], self.slot_ids[e.into]
-                self.merged_into[gone] = into
-                while len(self.merged_into) > MAX_MERGED:
-                    del self.merged_into[next(iter(self.merged_into))]
+                self._remember_merge(gone, into)
                 self._fresh(slot)
                 out.append(LineageEvent("merge", gone, slot, into, e.score, version, at))
             elif e.kind == "retire":
@@ -146,7 +172,7 @@ class Lineage:
         return {
             "slot_ids": list(self.slot_ids),
             "next_id": self.next_id,
-            "merged_into": [[a, b] for a, b in sorted(self.merged_into.items())],
+            "merged_into": [[a, b] for a, b in self.merged_into.items()],  # oldest first: the order of forgetting
         }
 
     @classmethod
@@ -216,6 +242,8 @@ def render_lineage(events: Sequence[LineageEvent]) -> list[str]:
             what = f"topic {e.topic} retired (weight {e.score:.4f})"
         elif e.kind == "split":
             what = f"topic {e.parent} split → {e.parent} + {e.topic} (slot {e.slot}, gain {e.score:.3f} nats/token)"
+        elif e.parent is not None:
+            what = f"topic {e.topic} in slot {e.slot}, which held topic {e.parent} (its id was announced gone)"
         else:
             what = f"topic {e.topic} born in slot {e.slot} (gain {e.score:.3f} nats/token)"
         lines.append(f"v{e.version} {when} {e.kind:<6} {what}")

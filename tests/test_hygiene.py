@@ -169,6 +169,46 @@ def test_replay_on_an_identical_model_makes_exactly_the_planned_moves():
     assert hygiene.replay(model, planned) == []
 
 
+def test_replay_skips_moves_whose_topics_changed_since_the_plan():
+    """Planned on a copy where slots 0 and 1 were duplicates and slot 2 nearly empty; by replay time the live
+    model holds distinct topics there (as the online HDP refills near-empty slots): the merge and the retirement
+    are skipped, not made on topics they were never planned for. On a model where the plan still fits, both are
+    made."""
+    truth, docs = lda_corpus(1200, 4)
+    model = SCVB0(n_topics=len(truth), n_words=truth.shape[1], seed=0, batch_size=50)
+    model.partial_fit(docs)
+    dist = hellinger_matrix(model.topic_word())
+    weights = model.topic_weights()
+    a = int(np.argmax(weights))
+    b = int(np.argmax(dist[a]))
+    assert dist[a, b] > 0.5  # two distinct topics now
+    planned = [Event("merge", (int(b),), int(a), 0.05), Event("retire", (int(a),), None, 0.0002)]
+    hygiene = TopicHygiene()
+    assert hygiene.replay(model, planned) == []
+    assert np.array_equal(model.topic_weights(), weights)  # untouched
+    fits = [Event("merge", (int(b),), int(a), float(dist[a, b])), Event("retire", (int(a),), None, 0.9)]
+    assert hygiene.replay(model, fits) == fits
+
+
+def test_a_replayed_birth_takes_no_counts_of_recycled_words():
+    """A birth planned on a copy whose proposal holds words whose vocabulary slots were recycled before the
+    replay: the born topic takes none of those slots' counts (they now belong to other words)."""
+    truth, docs = lda_corpus(1000, 5)
+    model = SCVB0(n_topics=len(truth) + 1, n_words=truth.shape[1], seed=0, batch_size=50)
+    model.partial_fit(docs)
+    free = int(np.argmin(model.topic_weights()))
+    model.delete_topic(free)  # a free slot for the birth
+    ids = np.arange(0, 20, dtype=np.int64)  # topic 0's top words
+    probs = np.full(20, 1 / 20)
+    planned = [Event("birth", (free,), None, 0.01, proposal=(ids, probs, 0.1))]
+    twin = SCVB0.from_state(model.state_dict())
+    assert TopicHygiene().replay(twin, planned) == planned
+    assert TopicHygiene().replay(model, planned, forgotten=ids[:10]) == planned
+    kept, plain = model.topic_word()[free], twin.topic_word()[free]
+    assert plain[:10].sum() > 0.2  # without the recycled words left out, the born topic takes their counts
+    assert kept[:10].sum() < 0.01 and kept[10:20].sum() > 0.5
+
+
 # ------------------------------------------------------------------------------------------------ the moves
 def _fitted(cls: type, **kw) -> SCVB0 | OnlineHDP:
     truth, docs = lda_corpus(400, 3)

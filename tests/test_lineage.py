@@ -118,3 +118,39 @@ def test_events_of_a_stream_with_a_merge_and_a_birth_reach_redis_bounded(redis_c
     assert len(lines) == len(kept) and all(
         line.startswith(f"v{ev.version} ") for line, ev in zip(lines, kept, strict=True)
     )
+
+
+def test_the_oldest_merges_are_forgotten_first_after_a_restore_too(monkeypatch):
+    """``merged_into`` is bounded by forgetting the oldest merges. The snapshot keeps their order, so a restored
+    mapping forgets the same ones as the live one would (it sorted them by id, and then forgot a recent merge of
+    a low id: successor(0) became None)."""
+    monkeypatch.setattr("service.lineage.MAX_MERGED", 3)
+    live = Lineage(8)
+    for gone in (6, 5, 0):  # into slot 7; id 0 merged last
+        live.record([Event("merge", (gone,), 7, 0.1)], version=1, at=0.0)
+    restored = Lineage.from_state(live.state_dict())
+    for lin in (live, restored):
+        lin.record([Event("merge", (1,), 7, 0.1)], version=2, at=0.0)
+        assert list(lin.merged_into) == [5, 0, 1]  # 6, the oldest, forgotten
+        assert lin.successor(0) == 7
+
+
+def test_a_restore_from_an_older_snapshot_reuses_no_id_and_revives_no_merged_one():
+    """Snapshot 11 was written and its moves announced in P:lineage (2 merged into 0, 6 born in slot 2), then it
+    became unreadable and the learner restored snapshot 10. Catching up with the history, id 6 is not given out
+    again, id 2 labels no topic any more (its slot gets a fresh id, announced as a birth), and successor(2) is
+    0."""
+    at_10 = Lineage(5)
+    lost = Lineage.from_state(at_10.state_dict())
+    history = stamp(lost.record([Event("merge", (2,), 0, 0.1), Event("birth", (2,), None, 0.1)], 0, 0.0), 11, 5.0)
+    restored = Lineage.from_state(at_10.state_dict())
+    births = restored.catch_up(list(reversed(history)), version=10)  # P:lineage is newest first
+    assert [(e.kind, e.slot, e.parent) for e in births] == [("birth", 2, 2)]
+    assert 2 not in restored.slot_ids and restored.slot_ids[2] == births[0].topic == 7
+    assert restored.next_id == 8 and restored.successor(2) == 0
+    later = restored.record([Event("birth", (4,), None, 0.1)], 12, 0.0)
+    assert later[0].topic == 8  # not 6, which the lost snapshot's birth had
+    # A history with nothing newer than the snapshot changes nothing.
+    same = Lineage.from_state(at_10.state_dict())
+    assert same.catch_up(list(reversed(stamp(Lineage(5).record([], 0, 0.0), 9, 0.0))), 10) == []
+    assert same.state_dict() == at_10.state_dict()

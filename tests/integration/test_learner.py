@@ -161,6 +161,36 @@ def _snapshotted_learner(settings: Settings, server: RedisServer, n: int, seed: 
     return s, learner
 
 
+def test_lineage_events_whose_push_failed_go_with_the_next_snapshot(settings: Settings, server: RedisServer) -> None:
+    """The snapshot holding a merge is written, but pushing its lineage event fails (here: P:lineage's client
+    points at a port where no Redis listens). The event is kept and pushed with the next snapshot, stamped with
+    the version of the snapshot that holds the move. Before, it was dropped: subscribers never heard of the
+    merge."""
+    import redis as redis_lib
+
+    from service.dev.localstack import free_port
+
+    s, learner = _snapshotted_learner(settings, server, 80, seed=73)
+    store = learner.lineage_store
+    try:
+        learner._planned = [Event("merge", (1,), 0, 0.9)]
+        nowhere = redis_lib.Redis(port=free_port(), socket_connect_timeout=1)
+        learner.lineage_store = LineageStore(nowhere, s.redis_prefix)
+        consume_into(learner, 20)
+        learner.checkpoint()  # written; the push fails
+        holds_merge = learner.version
+        assert store.recent(10) == [] and learner.lineage is not None and learner.lineage.successor(1) == 0
+        learner.lineage_store = store
+        consume_into(learner, 20)
+        learner.checkpoint()
+        events = store.recent(10)
+        assert [(e.kind, e.topic, e.into, e.version) for e in events] == [("merge", 1, 0, holds_merge)]
+        assert learner.version > holds_merge
+    finally:
+        learner.lineage_store = store
+        learner.close()
+
+
 def test_a_snapshot_written_before_the_keeper_reclaims_the_lease_is_not_refused(
     settings: Settings, server: RedisServer
 ) -> None:
