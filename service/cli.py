@@ -132,7 +132,7 @@ def run(
     stop = stop_on_signals()
     with _unreachable_is_fatal(s):
         if create_topics:
-            ensure_topics(s, {s.input_topic: 1, s.output_topic: 1, s.dlq_topic: 1})
+            ensure_topics(s, {s.input_topic: 1, s.output_topic: 1, s.dlq_topic: 1, s.lineage_topic_name(): 1})
         try:
             learner = Learner(s, metrics=metrics, stop=stop)
         except StateMismatch as e:
@@ -315,6 +315,7 @@ def subscribe(
     import redis
 
     from .follow import query_words
+    from .lineage import LineageEvent, LineageStore
     from .names import TopicNames
     from .snapshot import SnapshotStore
     from .subscriber import OutputReader, TopicChoice, matching_articles
@@ -338,6 +339,13 @@ def subscribe(
         else:
             out.print(f"no topic of snapshot v{summary.get('version')} has any of {words!r} yet; waiting")
 
+    def moved(events: list[LineageEvent]) -> None:
+        for e in events:
+            if e.kind == "merge":
+                out.print(f"topic {e.topic} was merged into topic {e.into} (snapshot v{e.version}): following {e.into}")
+            else:
+                out.print(f"topic {e.topic} was retired (snapshot v{e.version}): no article will carry it any more")
+
     with _unreachable_is_fatal(s):
         client = redis.Redis.from_url(s.redis_url, socket_timeout=30, socket_connect_timeout=10)
         store = SnapshotStore(client, prefix=s.redis_prefix)
@@ -348,6 +356,8 @@ def subscribe(
             fixed=frozenset() if topic is None else frozenset({topic}),
             max_topics=max_topics,
             on_change=show,
+            lineage=LineageStore(client, s.redis_prefix) if topic is not None else None,
+            on_moved=moved,
         )
         if words is not None and not choice.update() and choice.version is None:
             out.print(f"no snapshot under Redis prefix {s.redis_prefix!r} yet; waiting for the learner")

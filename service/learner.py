@@ -446,6 +446,7 @@ class Learner(BatchWorker):
         self._unpushed = (self._unpushed + stamp(cap.events, info.version, info.created_at))[-DEFAULT_KEEP:]
         if self._unpushed:
             self.lineage_store.push(self._unpushed)
+            self._announce(self._unpushed)
             self._unpushed = []
         self._names = self.names.all()
         summary = snapshot_summary(cap, info, self.settings.algorithm, self._names)
@@ -458,6 +459,21 @@ class Learner(BatchWorker):
             info.size_bytes / 1e6,
             summary["articles_learned"],
         )
+
+    def _announce(self, events: list[LineageEvent]) -> None:
+        """Writer thread: the events, as in P:lineage, on the Kafka lineage topic (``lineage_topic_name``), for
+        subscribers that read Kafka only. The producer retries while the broker is away; a refusal is logged and
+        counted (P:lineage has the events all the same)."""
+        topic = self.settings.lineage_topic_name()
+
+        def delivered(err: Any, msg: Message) -> None:
+            if err is not None:
+                self.metrics.errors.labels(kind="lineage").inc()
+                log.warning("lineage event for topic %s not delivered to %s: %s", msg.key(), topic, err)
+
+        for e in events:
+            key, value, headers = e.kafka_record()
+            self.producer.produce(topic, value=value, key=key, headers=headers, on_delivery=delivered)
 
     def _model_gauges(self) -> None:
         m = self.metrics

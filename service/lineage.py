@@ -27,7 +27,12 @@ import redis
 
 from kernels.hygiene import Event
 
-__all__ = ["Lineage", "LineageEvent", "LineageStore", "render_lineage", "stamp"]
+__all__ = ["H_INTO", "H_LINEAGE_KIND", "Lineage", "LineageEvent", "LineageStore", "render_lineage", "stamp"]
+
+#: Headers of a lineage event on the Kafka lineage topic (beside the outputs' topicstream-topics and
+#: topicstream-model-version): its kind, and for a merge the id that carries the topic now.
+H_LINEAGE_KIND = "topicstream-lineage-kind"
+H_INTO = "topicstream-into"
 
 #: Events kept in ``P:lineage`` by default.
 DEFAULT_KEEP = 1000
@@ -57,6 +62,21 @@ class LineageEvent:
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
+
+    def kafka_record(self) -> tuple[bytes, bytes, list[tuple[str, str | bytes | None]]]:
+        """Key, value and headers of this event on the lineage topic. The key is the id it is about (the topic
+        born, merged away, split off or retired); ``topicstream-topics`` names that id too, as on an output, so a
+        consumer that filters outputs by that header for its topic can read this topic with the same filter."""
+        from .pipeline import H_TOPICS, H_VERSION
+
+        headers: list[tuple[str, str | bytes | None]] = [
+            (H_TOPICS, str(self.topic).encode()),
+            (H_VERSION, str(self.version).encode()),
+            (H_LINEAGE_KIND, self.kind.encode()),
+        ]
+        if self.into is not None:
+            headers.append((H_INTO, str(self.into).encode()))
+        return str(self.topic).encode(), self.to_json().encode(), headers
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> LineageEvent:

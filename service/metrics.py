@@ -31,6 +31,7 @@ ERROR_KINDS = (
     "fenced",
     "summary",
     "dead_letter_refused",
+    "lineage",
 )
 
 

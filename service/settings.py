@@ -40,6 +40,11 @@ class Settings(BaseSettings):
     input_topic: str = Field("articles", description="Topic the articles are read from")
     output_topic: str = Field("article-topics", description="Topic the mixtures are written to")
     dlq_topic: str = Field("articles.dlq", description="Dead-letter topic for bad input")
+    lineage_topic: str | None = Field(
+        None,
+        description="Topic the learner announces topic births, merges, splits and retirements on (key = topic id); "
+        "default <TOPICSTREAM_OUTPUT_TOPIC>.lineage",
+    )
     group_id: str | None = Field(
         None,
         description="Consumer group; default <TOPICSTREAM_REDIS_PREFIX>-learner (run) or -replicas (replica), so "
@@ -178,10 +183,14 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _check_topics_differ(self) -> Settings:
-        names = [self.input_topic, self.output_topic, self.dlq_topic]
+        names = [self.input_topic, self.output_topic, self.dlq_topic, self.lineage_topic_name()]
         if len(set(names)) != len(names):
-            raise ValueError(f"input, output and dead-letter topics must differ, got {names}")
+            raise ValueError(f"input, output, dead-letter and lineage topics must differ, got {names}")
         return self
+
+    def lineage_topic_name(self) -> str:
+        """Where lineage events go (:mod:`service.lineage`): the setting, or the output topic + ``.lineage``."""
+        return self.lineage_topic or f"{self.output_topic}.lineage"
 
     def learner_group(self) -> str:
         """The learner's consumer group: one per prefix (one model), whatever else reads the input topic."""

@@ -15,6 +15,12 @@ the offset found is that output, so the guard is a no-op there.
 **Words.** :class:`TopicChoice` resolves words to topics (:func:`service.follow.resolve`) against the newest
 summary in Redis and re-resolves whenever a new snapshot version appears, so the subscription follows the
 topics its words mean as the model moves.
+
+**Ids.** A topic id never changes meaning, but topic hygiene may merge it into another or retire it
+(:mod:`service.lineage`). Whenever a new snapshot version appears, :class:`TopicChoice` reads the lineage events in
+Redis (``P:lineage``) and follows a merged-away id to the id that carries it now, telling its ``on_moved``
+callback (``topicstream subscribe`` prints a line); a retired id is dropped with a notice, so nobody waits on it in
+silence.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, Message, Top
 
 from .follow import Match, resolve
 from .kafka import make_consumer
+from .lineage import LineageEvent, LineageStore
 from .names import TopicNames
 from .settings import Settings
 from .snapshot import SnapshotStore
@@ -108,6 +115,10 @@ class TopicChoice:
     fixed: frozenset[int] = frozenset()
     max_topics: int = 3
     on_change: Callable[[list[Match], dict[str, Any]], None] | None = None
+    #: Where merges and retirements of followed ids are read (ids only): None follows the ids as given.
+    lineage: LineageStore | None = None
+    #: Told the events that moved followed ids (a merge: now following its ``into``; a retirement: dropped).
+    on_moved: Callable[[list[LineageEvent]], None] | None = None
     recheck_s: float = 2.0
     topics: frozenset[int] = frozenset()
     matches: list[Match] = field(default_factory=list)
@@ -123,9 +134,11 @@ class TopicChoice:
         """Re-resolve the words if a new summary appeared since the last call (at most every ``recheck_s``);
         True when the followed topics changed."""
         now = time.monotonic() if now is None else now
-        if self.words is None or now < self._next_check:
+        if now < self._next_check or (self.words is None and self.lineage is None):
             return False
         self._next_check = now + self.recheck_s
+        if self.words is None:
+            return self._follow_ids()
         try:
             latest = self.store.latest_version()
             if latest is None or latest == self.version:
@@ -150,6 +163,45 @@ class TopicChoice:
         if changed and self.on_change is not None:
             self.on_change(matches, summary)
         return changed
+
+    def _follow_ids(self) -> bool:
+        """A new snapshot version: follow the fixed ids through the merges and retirements announced in
+        ``P:lineage`` (chains too: a merged into b, b into c). True when the followed ids changed."""
+        assert self.lineage is not None
+        try:
+            latest = self.store.latest_version()
+            if latest is None or latest == self.version:
+                return False
+            events = self.lineage.recent()
+        except redis.RedisError as e:
+            log.warning(
+                "cannot read the topic lineage (%s: %s); following %s meanwhile",
+                type(e).__name__,
+                e,
+                sorted(self.topics),
+            )
+            return False
+        self.version = latest
+        by_id = {e.topic: e for e in events if e.kind in ("merge", "retire")}  # an id ends once: no duplicates
+        moved: list[LineageEvent] = []
+        topics: set[int] = set()
+        for topic in self.topics:
+            seen = {topic}
+            while topic in by_id:
+                event = by_id[topic]
+                moved.append(event)
+                if event.kind == "retire" or event.into is None or event.into in seen:
+                    break
+                topic = event.into
+                seen.add(topic)
+            else:
+                topics.add(topic)
+        if not moved:
+            return False
+        self.topics = self.fixed = frozenset(topics)
+        if self.on_moved is not None:
+            self.on_moved(moved)
+        return True
 
 
 def _tags(msg: Message) -> set[int]:

@@ -108,5 +108,5 @@ def settings(endpoints: Endpoints) -> Settings:
         **run_names("articles"),
         **TEST_SETTINGS,
     )
-    ensure_topics(s, {s.input_topic: 2, s.output_topic: 1, s.dlq_topic: 1})
+    ensure_topics(s, {s.input_topic: 2, s.output_topic: 1, s.dlq_topic: 1, s.lineage_topic_name(): 1})
     return s

@@ -332,7 +332,7 @@ def test_compose_kafka_is_single_node_kraft_with_the_topics() -> None:
     fields = Settings.model_fields
     default = {name: fields[name].default for name in ("input_topic", "output_topic", "dlq_topic")}
     assert re.search(rf"--topic {re.escape(default['input_topic'])} --partitions 6\b", script)
-    for topic in (default["output_topic"], default["dlq_topic"]):
+    for topic in (default["output_topic"], default["dlq_topic"], f"{default['output_topic']}.lineage"):
         assert f"--topic {topic} " in script
 
 

@@ -107,7 +107,7 @@ def run_demo(
                 "redis_prefix": env.get("TOPICSTREAM_REDIS_PREFIX", settings.redis_prefix),
             }
         )
-        ensure_topics(s, {s.input_topic: 2, s.output_topic: 1, s.dlq_topic: 1})
+        ensure_topics(s, {s.input_topic: 2, s.output_topic: 1, s.dlq_topic: 1, s.lineage_topic_name(): 1})
         learner = _child(["run"], env, workdir / "learner.log")
         source = [str(articles)] if articles else []
         producer = _child(["produce", *source, "--rate", str(rate)], env, workdir / "producer.log")

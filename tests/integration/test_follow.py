@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from service.cli import app
 from service.dev.generator import PLANTED_TOPICS, generate_articles
 from service.learner import Learner
+from service.lineage import LineageEvent, LineageStore
 from service.names import TopicNames
 from service.pipeline import H_TOPICS
 from service.settings import Settings
@@ -105,6 +106,35 @@ def test_words_are_re_resolved_when_a_new_summary_appears(settings: Settings) ->
     assert not choice.update(now=20.5)  # checked at most every recheck_s
     assert choice.update(now=30) and choice.topics == {5}
     assert changes == [[3], [5]]
+
+
+def test_a_followed_id_follows_its_merges_and_is_dropped_when_retired(settings: Settings) -> None:
+    """``topicstream subscribe 3``: when a new snapshot announces (``P:lineage``) that 3 was merged into 5, and
+    later 5 into 1, the subscription follows 1 and says so; a retired id is dropped with a notice. Before, it kept
+    filtering for 3 and silently got nothing."""
+    s = settings
+    client = redis.Redis.from_url(s.redis_url)
+    store = SnapshotStore(client, prefix=s.redis_prefix)
+    lineage = LineageStore(client, s.redis_prefix)
+    told: list[tuple[str, int, int | None]] = []
+    choice = TopicChoice(
+        store,
+        fixed=frozenset({3, 7}),
+        lineage=lineage,
+        on_moved=lambda events: told.extend((e.kind, e.topic, e.into) for e in events),
+    )
+    publish(store, summary_of(1, {0: "tennis", 3: "energy"}))
+    assert not choice.update(now=0) and choice.topics == {3, 7}
+    lineage.push([LineageEvent("merge", 3, 3, 5, 0.1, 2, 0.0)])
+    assert not choice.update(now=1)  # no new snapshot version yet: nothing read
+    publish(store, summary_of(2, {0: "tennis", 3: "energy"}))
+    assert choice.update(now=10) and choice.topics == {5, 7}
+    lineage.push([LineageEvent("merge", 5, 4, 1, 0.1, 3, 0.0), LineageEvent("retire", 7, 7, None, 0.001, 3, 0.0)])
+    publish(store, summary_of(3, {0: "tennis", 3: "energy"}))
+    assert choice.update(now=20) and choice.topics == {1}
+    assert told == [("merge", 3, 5), ("merge", 5, 1), ("retire", 7, None)]
+    publish(store, summary_of(4, {0: "tennis", 3: "energy"}))
+    assert not choice.update(now=30)  # nothing new about 1
 
 
 def test_a_redis_that_goes_away_keeps_the_topics_followed(server: RedisServer) -> None:

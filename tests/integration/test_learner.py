@@ -17,9 +17,9 @@ from kernels.hygiene import Event
 from service.inflight import InFlight
 from service.learner import Learner, StateMismatch
 from service.lease import Lease
-from service.lineage import LineageStore
+from service.lineage import LineageEvent, LineageStore
 from service.metrics import Metrics
-from service.pipeline import H_REASON, H_SRC_OFFSET, H_SRC_PARTITION, H_SRC_TOPIC, H_TOPIC, H_TOPICS
+from service.pipeline import H_REASON, H_SRC_OFFSET, H_SRC_PARTITION, H_SRC_TOPIC, H_TOPIC, H_TOPICS, H_VERSION
 from service.schemas import TopicEvent
 from service.settings import Settings
 from service.snapshot import SnapshotStore
@@ -186,6 +186,12 @@ def test_lineage_events_whose_push_failed_go_with_the_next_snapshot(settings: Se
         events = store.recent(10)
         assert [(e.kind, e.topic, e.into, e.version) for e in events] == [("merge", 1, 0, holds_merge)]
         assert learner.version > holds_merge
+        # ... and on the Kafka lineage topic, for subscribers that read Kafka only: keyed and tagged by the id.
+        (record,) = read_all(s, s.lineage_topic_name(), 1)
+        headers = {k: v for k, v in record.headers()}
+        assert record.key() == b"1" and headers[H_TOPICS] == b"1" and headers["topicstream-into"] == b"0"
+        assert headers["topicstream-lineage-kind"] == b"merge" and headers[H_VERSION] == str(holds_merge).encode()
+        assert LineageEvent.from_json(record.value()) == events[0]
     finally:
         learner.lineage_store = store
         learner.close()
