@@ -190,6 +190,7 @@ def test_a_container_limit_caps_the_available_memory(tmp_path: Path) -> None:
     assert _cgroup_free_bytes(v1) == 95
 
 
+@pytest.mark.data
 def test_a_real_vocabulary_packs_within_its_estimate(shared_data: Path) -> None:
     capacity = 4096
     vocab, tok, batch = Vocabulary(capacity), Tokenizer(), []

@@ -58,20 +58,21 @@ def test_racing_learners_see_exactly_one_holder(server: RedisServer) -> None:
 
 
 def test_expiry_lets_a_standby_take_over_with_a_greater_token(server: RedisServer) -> None:
-    a, b = lease(server, ttl_s=0.6), lease(server, ttl_s=0.6)
+    # A TTL 20 times the renewal interval: the keeper thread may stall a second on a loaded machine and still renew.
+    a, b = lease(server, ttl_s=2.0), lease(server, ttl_s=2.0)
     assert a.try_acquire() and not b.try_acquire()
     keeper = LeaseKeeper(a, interval_s=0.1)
     keeper.start()
     try:
-        assert not b.acquire(timeout=1.5)  # renewed: the standby keeps waiting
+        assert not b.acquire(timeout=3.0)  # renewed past its TTL: the standby keeps waiting
         assert a.is_held() and not keeper.lost.is_set()
     finally:
         keeper.stop()
         keeper.join(5)
-    assert b.acquire(timeout=5)  # a stopped renewing: its lease expires, b takes over
+    assert b.acquire(timeout=10)  # a stopped renewing: its lease expires, b takes over
     assert b.token is not None and a.token is not None and b.token == a.token + 1
     holder = b.holder()
-    assert holder is not None and (holder.id, holder.token) == (b.id, b.token) and 0 < holder.expires_in_s <= 0.6
+    assert holder is not None and (holder.id, holder.token) == (b.id, b.token) and 0 < holder.expires_in_s <= 2.0
     assert not a.renew() and not a.reclaim() and not a.is_held()
 
     # The old holder wakes up: its keeper reports the lease lost at the first renewal.
