@@ -46,7 +46,7 @@ from .compat import restore_plan
 from .history import SummaryHistory
 from .inflight import InFlight, ModelRef
 from .lease import Lease, LeaseKeeper
-from .lineage import DEFAULT_KEEP, Lineage, LineageEvent, LineageStore, stamp
+from .lineage import DEFAULT_KEEP, Lineage, LineageEvent, LineageStore, moved_slots, stamp
 from .names import TopicNames
 from .pipeline import TopicLabels
 from .schemas import Rejection
@@ -65,6 +65,12 @@ UNSEEN_DOCS = 256
 #: Fewer unseen documents than this (a stream gone quiet between two snapshots) and the plan skips the held-out
 #: moves: document completion on a handful of documents would delete, merge or keep topics by chance.
 UNSEEN_MIN_DOCS = 64
+#: A topic whose word distribution moved by more than this (Hellinger) between two snapshots, without a move, is
+#: another topic: it gets a fresh id. Between snapshots a topic moves by a few hundredths once formed (0.01–0.2 on
+#: the benchmark streams); the online HDP refilling a slot its learning emptied moves it by 0.6–0.9.
+RENEW_DRIFT = 0.5
+#: ... if it weighs at least this much: a nearly empty slot's word distribution is noise, and may jump for nothing.
+RENEW_WEIGHT = 0.01
 
 
 class StateMismatch(RuntimeError):
@@ -124,6 +130,9 @@ class Learner(BatchWorker):
         #: Kernel lane: vocabulary slots recycled since the last copy hygiene plans on (a replayed birth or split
         #: leaves them out of its proposal).
         self._forgotten: list[NDArray[np.int64]] = []
+        #: Slots whose topic changed meaning without a move (writer thread, from a written snapshot's drift):
+        #: the next capture gives them fresh ids (:meth:`_renewals`).
+        self._renew: tuple[list[int], list[float]] = ([], [])
         #: Events of snapshots written whose push to P:lineage failed (stamped): pushed with the next one.
         self._unpushed: list[LineageEvent] = []
         self.names = TopicNames(self.store.r, s.redis_prefix)
@@ -356,6 +365,10 @@ class Learner(BatchWorker):
                 recent = self._recent.batch()
                 if recent is not None and self.hygiene.scores_unseen:
                     self._unseen = RecentDocs(UNSEEN_DOCS)
+        (slots, drifts), self._renew = self._renew, ([], [])
+        moved = moved_slots(events, self.lineage.slot_ids)  # a move just changed them, and said so
+        keep = [i for i, k in enumerate(slots) if k not in moved]
+        events += self.lineage.renew([slots[i] for i in keep], [drifts[i] for i in keep])
         meta = {"algorithm": s.algorithm, "topics": s.topics, "articles_learned": articles_learned}
         extra = {"articles_learned": articles_learned, "lineage": self.lineage.state_dict()}
         cap = self.writer.capture(seq, self.model, vocab_state, slot_words, offsets, extra, meta)
@@ -435,6 +448,7 @@ class Learner(BatchWorker):
         self.version = info.version
         self.metrics.lease_token.set(self.lease.token or 0)
         self._unwritten_events = []  # the next capture waits for this write: no race with it
+        self._renew = self._renewals(cap)
         m = self.metrics  # the snapshot is in Redis: its gauges first, whatever the writes below meet
         ids, background = cap.topic_ids, cap.background
         m.snapshot_seen(info.version, info.created_at, info.size_bytes)
@@ -459,6 +473,19 @@ class Learner(BatchWorker):
             info.size_bytes / 1e6,
             summary["articles_learned"],
         )
+
+    def _renewals(self, cap: Capture) -> tuple[list[int], list[float]]:
+        """Writer thread: the slots of a written snapshot whose topic changed meaning since the one before without
+        a move: Hellinger drift over :data:`RENEW_DRIFT` at a weight of at least :data:`RENEW_WEIGHT`, past the
+        hygiene warm-up (40 documents per slot: before, every topic is still forming). The online HDP refills a
+        slot that its own learning emptied with another topic; a topic id must not change meaning."""
+        K = len(cap.drift)
+        if int(cap.meta.get("articles_learned", 0)) < 40 * K:
+            return [], []
+        moved = moved_slots(cap.events, cap.topic_ids)
+        slots = [k for k in range(K) if cap.drift[k] > RENEW_DRIFT and cap.weights[k] >= RENEW_WEIGHT]
+        slots = [k for k in slots if k not in moved]
+        return slots, [float(cap.drift[k]) for k in slots]
 
     def _announce(self, events: list[LineageEvent]) -> None:
         """Writer thread: the events, as in P:lineage, on the Kafka lineage topic (``lineage_topic_name``), for

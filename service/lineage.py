@@ -27,7 +27,16 @@ import redis
 
 from kernels.hygiene import Event
 
-__all__ = ["H_INTO", "H_LINEAGE_KIND", "Lineage", "LineageEvent", "LineageStore", "render_lineage", "stamp"]
+__all__ = [
+    "H_INTO",
+    "H_LINEAGE_KIND",
+    "Lineage",
+    "LineageEvent",
+    "LineageStore",
+    "moved_slots",
+    "render_lineage",
+    "stamp",
+]
 
 #: Headers of a lineage event on the Kafka lineage topic (beside the outputs' topicstream-topics and
 #: topicstream-model-version): its kind, and for a merge the id that carries the topic now.
@@ -157,6 +166,16 @@ class Lineage:
                 out.append(LineageEvent("birth", self._fresh(slot), slot, None, 0.0, 0, 0.0, parent=topic))
         return out
 
+    def renew(self, slots: Iterable[int], scores: Sequence[float]) -> list[LineageEvent]:
+        """Fresh ids for ``slots`` whose topic changed meaning without a move (the online HDP refills a slot that
+        its own learning emptied; ``scores``: each slot's Hellinger drift since the last snapshot). Returns a birth
+        event per slot (version 0, ``parent`` = the id the slot had), to be stamped with the snapshot."""
+        out = []
+        for k, score in zip(slots, scores, strict=True):
+            old = self.slot_ids[k]
+            out.append(LineageEvent("birth", self._fresh(k), k, None, float(score), 0, 0.0, parent=old))
+        return out
+
     def record(self, events: Iterable[Event], version: int, at: float) -> list[LineageEvent]:
         """Apply hygiene ``events`` (slot ids, in the order they happened) and return them in stable ids."""
         out: list[LineageEvent] = []
@@ -244,6 +263,18 @@ class LineageStore:
         return {(k.decode() if isinstance(k, bytes) else str(k)): int(v) for k, v in raw.items()}
 
 
+def moved_slots(events: Iterable[LineageEvent], slot_ids: Sequence[int]) -> set[int]:
+    """The slots ``events`` changed, with ``slot_ids`` the mapping after them: each event's own slot, a merge's
+    ``into`` and a split's ``parent`` (they keep their ids but not their words)."""
+    slots = set()
+    for e in events:
+        slots.add(e.slot)
+        for kept in (e.into, e.parent if e.kind == "split" else None):
+            if kept is not None and kept in slot_ids:
+                slots.add(slot_ids.index(kept))
+    return slots
+
+
 def stamp(events: Sequence[LineageEvent], version: int, at: float) -> list[LineageEvent]:
     """``events`` with their snapshot version and time set: the learner records moves before
     ``SnapshotStore.save`` (so the mapping goes into the payload) and learns the version only from it."""
@@ -263,7 +294,8 @@ def render_lineage(events: Sequence[LineageEvent]) -> list[str]:
         elif e.kind == "split":
             what = f"topic {e.parent} split → {e.parent} + {e.topic} (slot {e.slot}, gain {e.score:.3f} nats/token)"
         elif e.parent is not None:
-            what = f"topic {e.topic} in slot {e.slot}, which held topic {e.parent} (its id was announced gone)"
+            why = f"drift {e.score:.2f}" if e.score > 0 else "that id was announced gone"
+            what = f"topic {e.topic} born in slot {e.slot}, which held topic {e.parent} before ({why})"
         else:
             what = f"topic {e.topic} born in slot {e.slot} (gain {e.score:.3f} nats/token)"
         lines.append(f"v{e.version} {when} {e.kind:<6} {what}")

@@ -12,7 +12,7 @@ import redis
 from kernels import SCVB0
 from kernels.hygiene import Event, TopicHygiene
 from service.dev.localstack import free_port, local_binary, wait_for_port
-from service.lineage import MAX_MERGED, Lineage, LineageEvent, LineageStore, render_lineage, stamp
+from service.lineage import MAX_MERGED, Lineage, LineageEvent, LineageStore, moved_slots, render_lineage, stamp
 from tests.test_hygiene import lda_corpus, stream
 
 
@@ -154,3 +154,14 @@ def test_a_restore_from_an_older_snapshot_reuses_no_id_and_revives_no_merged_one
     same = Lineage.from_state(at_10.state_dict())
     assert same.catch_up(list(reversed(stamp(Lineage(5).record([], 0, 0.0), 9, 0.0))), 10) == []
     assert same.state_dict() == at_10.state_dict()
+
+
+def test_renewed_slots_get_fresh_ids_and_moves_name_the_slots_they_changed():
+    lin = Lineage(5)
+    events = lin.record([Event("merge", (3,), 1, 0.1), Event("split", (0, 4), None, 0.01)], 2, 0.0)
+    # The merge changed slot 3 (freed) and slot 1 (it took 3's words); the split slot 4 (new) and slot 0 (halved).
+    assert moved_slots(events, lin.slot_ids) == {0, 1, 3, 4}
+    renewed = lin.renew([2], [0.8])
+    assert [(e.kind, e.slot, e.parent, e.score) for e in renewed] == [("birth", 2, 2, 0.8)]
+    assert lin.slot_ids[2] == renewed[0].topic == 7 and lin.successor(2) is None
+    assert "which held topic 2 before (drift 0.80)" in render_lineage(stamp(renewed, 3, 0.0))[0]

@@ -207,6 +207,40 @@ def test_lineage_events_whose_push_failed_go_with_the_next_snapshot(settings: Se
         learner.close()
 
 
+def test_a_slot_whose_topic_changed_without_a_move_gets_a_fresh_id(settings: Settings) -> None:
+    """Past the warm-up, a slot's topic is replaced by another without any hygiene move (as the online HDP refills
+    a slot its own learning emptied; here the kernel's own delete and birth, called directly): the snapshot after
+    the change sees the slot drift by more than 0.5, and the next capture gives it a fresh id, announced as a
+    birth whose parent is the old id. Before, the old id silently took the new meaning."""
+    s = settings.model_copy(update={"batch_size": 50, "topic_hygiene": False})
+    produce(s, good_articles(500, seed=77))
+    learner = Learner(s)
+    learner.subscribe()
+    try:
+        consume_into(learner, 400)  # past 40 documents per slot
+        learner.checkpoint()
+        assert learner.lineage is not None
+        model = learner.model
+        k = int(np.argmax(model.topic_weights()))
+        old_id = learner.lineage.slot_ids[k]
+        used = np.flatnonzero(model.topic_word()[k] > 10.0 / model.n_words)
+        unused = np.setdiff1d(np.arange(model.n_words), used)[:20]
+        model.delete_topic(k)
+        model.birth_topic(k, unused, np.full(unused.size, 1.0 / unused.size), 0.2)
+        consume_into(learner, 50)
+        learner.checkpoint()  # its drift is seen when this snapshot is written
+        assert learner.lineage.slot_ids[k] == old_id
+        consume_into(learner, 50)
+        learner.checkpoint()  # this capture renews the id
+        new_id = learner.lineage.slot_ids[k]
+        assert new_id != old_id and new_id not in range(s.topics)
+        events = LineageStore(learner.store.r, s.redis_prefix).recent(10)
+        assert [(e.kind, e.topic, e.parent, e.slot) for e in events] == [("birth", new_id, old_id, k)]
+        assert events[0].score > 0.5
+    finally:
+        learner.close()
+
+
 def test_a_snapshot_written_before_the_keeper_reclaims_the_lease_is_not_refused(
     settings: Settings, server: RedisServer
 ) -> None:
