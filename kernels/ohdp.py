@@ -85,8 +85,9 @@ class OnlineHDP(OnlineHDPBase):
     eta : float
         Topic Dirichlet η (seed: 0.01).
     kappa, tau0 : float
-        ρ_t = (τ0 + t)^−κ (seed: κ = 0.6, τ0 = 64); t counts internal minibatches, one of d < S documents
-        counting d/S (its step is then 1 − (1 − ρ_t)^(d/S)).
+        ρ_t = (τ0 + t)^−κ (seed: κ = 0.6, τ0 = 64); t counts internal minibatches from 0 (the seed's Fig. 2
+        from 1: its first step is 65^−0.6 = 0.0817, ours 64^−0.6 = 0.0825), one of d < S documents counting d/S
+        (its step is then 1 − (1 − ρ_t)^(d/S)).
     rho_floor : float
         ρ_min: the step never falls below it, so a stream keeps being followed (memory ≈ 1/ρ_min minibatches).
     batch_size : int
