@@ -33,7 +33,7 @@ from dataclasses import replace
 from typing import Any, cast
 
 import numpy as np
-from confluent_kafka import OFFSET_BEGINNING, Message
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, Message
 from numpy.typing import NDArray
 from typing_extensions import Unpack  # typing.Unpack from Python 3.11
 
@@ -460,8 +460,8 @@ class Learner(BatchWorker):
         self._unpushed = (self._unpushed + stamp(cap.events, info.version, info.created_at))[-DEFAULT_KEEP:]
         if self._unpushed:
             self.lineage_store.push(self._unpushed)
-            self._announce(self._unpushed)
-            self._unpushed = []
+            pushed, self._unpushed = self._unpushed, []
+            self._announce(pushed)
         self._names = self.names.all()
         summary = snapshot_summary(cap, info, self.settings.algorithm, self._names)
         m.model_drift.set(summary["model_drift"])
@@ -500,7 +500,11 @@ class Learner(BatchWorker):
 
         for e in events:
             key, value, headers = e.kafka_record()
-            self.producer.produce(topic, value=value, key=key, headers=headers, on_delivery=delivered)
+            try:
+                self.producer.produce(topic, value=value, key=key, headers=headers, on_delivery=delivered)
+            except (BufferError, KafkaException) as exc:  # the local queue is full (broker away), or refused
+                self.metrics.errors.labels(kind="lineage").inc()
+                log.warning("lineage event for topic %s not sent to %s: %s", e.topic, topic, exc)
 
     def _model_gauges(self) -> None:
         m = self.metrics
