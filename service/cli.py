@@ -343,8 +343,13 @@ def subscribe(
         for e in events:
             if e.kind == "merge":
                 out.print(f"topic {e.topic} was merged into topic {e.into} (snapshot v{e.version}): following {e.into}")
-            else:
+            elif e.kind == "retire":
                 out.print(f"topic {e.topic} was retired (snapshot v{e.version}): no article will carry it any more")
+            else:
+                out.print(
+                    f"topic {e.parent} faded and its slot holds a new topic, {e.topic} (snapshot v{e.version}): "
+                    f"no article will carry {e.parent} any more"
+                )
 
     with _unreachable_is_fatal(s):
         client = redis.Redis.from_url(s.redis_url, socket_timeout=30, socket_connect_timeout=10)

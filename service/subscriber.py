@@ -19,8 +19,8 @@ topics its words mean as the model moves.
 **Ids.** A topic id never changes meaning, but topic hygiene may merge it into another or retire it
 (:mod:`service.lineage`). Whenever a new snapshot version appears, :class:`TopicChoice` reads the lineage events in
 Redis (``P:lineage``) and follows a merged-away id to the id that carries it now, telling its ``on_moved``
-callback (``topicstream subscribe`` prints a line); a retired id is dropped with a notice, so nobody waits on it in
-silence.
+callback (``topicstream subscribe`` prints a line); a retired id, or one whose slot now holds another topic under a
+fresh id (:meth:`service.lineage.Lineage.renew`), is dropped with a notice, so nobody waits on it in silence.
 """
 
 from __future__ import annotations
@@ -183,6 +183,9 @@ class TopicChoice:
             return False
         self.version = latest
         by_id = {e.topic: e for e in events if e.kind in ("merge", "retire")}  # an id ends once: no duplicates
+        for born in events:  # a slot given a fresh id for the new topic it holds (Lineage.renew): the old id ended
+            if born.kind == "birth" and born.parent is not None:
+                by_id.setdefault(born.parent, born)
         moved: list[LineageEvent] = []
         topics: set[int] = set()
         for topic in self.topics:
@@ -190,7 +193,7 @@ class TopicChoice:
             while topic in by_id:
                 event = by_id[topic]
                 moved.append(event)
-                if event.kind == "retire" or event.into is None or event.into in seen:
+                if event.kind != "merge" or event.into is None or event.into in seen:
                     break
                 topic = event.into
                 seen.add(topic)

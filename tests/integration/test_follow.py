@@ -135,6 +135,11 @@ def test_a_followed_id_follows_its_merges_and_is_dropped_when_retired(settings: 
     assert told == [("merge", 3, 5), ("merge", 5, 1), ("retire", 7, None)]
     publish(store, summary_of(4, {0: "tennis", 3: "energy"}))
     assert not choice.update(now=30)  # nothing new about 1
+    # Topic 1 fades and its slot is given a fresh id, 9, for the new topic it holds: 1 has ended.
+    lineage.push([LineageEvent("birth", 9, 4, None, 0.7, 5, 0.0, parent=1)])
+    publish(store, summary_of(5, {0: "tennis", 3: "energy"}))
+    assert choice.update(now=40) and choice.topics == frozenset()
+    assert told[-1] == ("birth", 9, None)
 
 
 def test_a_redis_that_goes_away_keeps_the_topics_followed(server: RedisServer) -> None:
