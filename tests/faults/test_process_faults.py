@@ -307,6 +307,49 @@ def test_broker_paused_past_the_session_timeout_no_exit_no_loss(make_stack: Call
     assert meta["articles_learned"] == len(run.good)
 
 
+def test_outputs_the_broker_never_acknowledges_stop_the_learner_and_lose_nothing(
+    make_stack: Callable[..., FaultStack],
+) -> None:
+    """With a finite delivery timeout (``message.timeout.ms`` 3 s, as an operator may set it) the broker is frozen
+    for longer: the learner's outputs fail. A failed delivery must stop the learner with nothing after it
+    committed or snapshotted (the failure side of at-least-once: ``BatchWorker._break``); a new learner then
+    resumes from the newest snapshot, and every article gets its mixture, each learned once."""
+    stack = make_stack(snapshot_every_batches=1)
+    s = stack.settings
+    records = keyed_articles(1500, 20, seed=4)
+    good, bad = split(records)
+    reader = stack.reader([s.output_topic, s.dlq_topic])
+    timeout = {"TOPICSTREAM_KAFKA_CONFIG": json.dumps({"message.timeout.ms": "3000"})}
+    learner = stack.start("run", **timeout)
+    learner.wait_log(ASSIGNED)
+    feeder = Feeder(s, records, rate=150)
+    feeder.start()
+    wait_until(lambda: len(reader.get(s.output_topic)) > 100, 60, "the learner's first outputs")
+    stack.pause_broker()
+    try:
+        learner.wait_log(r"a delivery or a kernel call failed: no snapshot", timeout=60)
+        learned = final_meta(stack)["articles_learned"]
+    finally:
+        stack.resume_broker()
+    deadline = time.monotonic() + 60  # leaving the group needs the broker back
+    while learner.alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not learner.alive(), "the learner kept running after its outputs failed"
+    assert learner.popen.returncode != 0, learner.tail()
+    assert final_meta(stack)["articles_learned"] == learned  # no snapshot after the failed delivery
+    learner = stack.start("run")  # the default: no delivery timeout
+    learner.wait_log(ASSIGNED, timeout=90)
+    feeder.join(180)
+    assert reader.wait_for(s.output_topic, good, 150, learner.alive), learner.tail()
+    assert reader.wait_for(s.dlq_topic, bad, 30, learner.alive), learner.tail()
+    assert learner.stop() == 0, learner.tail()
+    reader.close()
+    verdict = judge(good, bad, reader.get(s.output_topic), reader.get(s.dlq_topic))
+    report("deliveries-time-out", verdict, articles_learned=final_meta(stack)["articles_learned"])
+    assert not verdict.lost and not verdict.unexpected
+    assert final_meta(stack)["articles_learned"] == len(good)  # nothing learned twice: no snapshot after the failure
+
+
 def test_two_learners_one_active_standby_takes_over_old_one_is_fenced(make_stack: Callable[..., FaultStack]) -> None:
     stack = make_stack(snapshot_every_batches=2)
     s = stack.settings
