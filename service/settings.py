@@ -98,7 +98,12 @@ class Settings(BaseSettings):
     )
     snapshot_every_s: float = Field(30.0, gt=0, description="... or every T seconds, whichever comes first")
     snapshot_keep: int = Field(3, ge=1, description="Snapshot versions kept in Redis")
-    snapshot_ttl_s: int = Field(7 * 24 * 3600, ge=60, description="Expiry of a superseded snapshot, seconds")
+    snapshot_ttl_s: int = Field(
+        120,
+        ge=60,
+        description="Expiry of a superseded snapshot, seconds: long enough for a replica to finish loading it; Redis "
+        "holds up to TOPICSTREAM_SNAPSHOT_KEEP plus the versions written in this time",
+    )
     redis_prefix: str = Field("topicstream", description="Prefix of every Redis key")
     lease_ttl_s: float = Field(
         10.0,

@@ -171,7 +171,10 @@ _COMMIT = """
 if ARGV[2] == '1' then
   local current = redis.call('GET', KEYS[5])
   if (not current) or tonumber(current) ~= tonumber(ARGV[3]) then
-    redis.call('DEL', KEYS[2], KEYS[3])
+    local meta = redis.call('GET', KEYS[3])
+    if meta and tonumber(cjson.decode(meta)['fencing_token']) == tonumber(ARGV[3]) then
+      redis.call('DEL', KEYS[2], KEYS[3])  -- our own write only: never another writer's version
+    end
     return {-1, current or ''}
   end
 end
@@ -214,7 +217,7 @@ class SnapshotStore:
     client: InitVar[redis.Redis]
     prefix: str = "topicstream"
     keep: int = 3
-    ttl_s: int = 86400
+    ttl_s: int = 120
     pending_ttl_s: int = 3600
 
     def __post_init__(self, client: redis.Redis) -> None:
@@ -286,9 +289,14 @@ class SnapshotStore:
         }
         data_key, meta_key = self._key("snapshot", version, "data"), self._key("snapshot", version, "meta")
         pipe = self.r.pipeline(transaction=True)
-        pipe.set(data_key, data, ex=self.pending_ttl_s)
-        pipe.set(meta_key, json.dumps(meta_doc), ex=self.pending_ttl_s)
-        pipe.execute()
+        pipe.set(data_key, data, ex=self.pending_ttl_s, nx=True)
+        pipe.set(meta_key, json.dumps(meta_doc), ex=self.pending_ttl_s, nx=True)
+        wrote = pipe.execute()
+        if not all(wrote):  # this number is someone's already: a writer that slept through Redis losing its data
+            mine = [key for key, ok in zip((data_key, meta_key), wrote, strict=True) if ok]
+            if mine:
+                self.r.delete(*mine)
+            raise SnapshotWriteFailed(f"snapshot {version} exists already: another writer has that version")
         status, detail = self._commit(
             keys=[self._key("snapshot", "latest"), data_key, meta_key, self._key("snapshot", "kept"),
                   f.key if f is not None else ""],

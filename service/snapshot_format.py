@@ -41,6 +41,7 @@ _STRINGS_MIN = 256
 _STRING_KINDS = frozenset({str, type(None)})
 _DTYPE = re.compile(r"[<>|=][biufcSUV][1-9][0-9]{0,5}")  # byte order, kind, item size
 _CHUNK = 1 << 20  # elements per step of the finite / non-negative scans (bounded temporary memory)
+_MAX_DIMS = 32  # numpy allows 64; a snapshot holds vectors and matrices
 
 
 # Keys under which the kernels' and the vocabulary's state hold counts (never negative): what a reader passes
@@ -137,7 +138,11 @@ def unpack(data: bytes | memoryview) -> dict[str, Any]:
             dt = np.dtype(dtype)
         except TypeError:  # well-formed but meaningless, e.g. "<f3"
             raise SnapshotCorrupt(f"array {path}: unknown dtype {dtype!r}") from None
-        if not (isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)):
+        if not (
+            isinstance(shape, list)
+            and len(shape) <= _MAX_DIMS
+            and all(type(d) is int and 0 <= d < 2**63 for d in shape)
+        ):  # numpy refuses more dimensions, or larger ones, with a ValueError: corrupt, not a crash
             raise SnapshotCorrupt(f"array {path}: malformed shape {str(shape)[:80]}")
         if type(off) is not int or off != expected:
             raise SnapshotCorrupt(f"array {path}: offset {str(off)[:40]}, expected {expected}")
@@ -145,7 +150,10 @@ def unpack(data: bytes | memoryview) -> dict[str, Any]:
         if off + nbytes > len(body):
             raise SnapshotCorrupt(f"array {path}: needs bytes {off}..{off + nbytes} of a {len(body)}-byte body")
         expected = off + nbytes
-        return np.frombuffer(body, dtype=dt, count=nbytes // dt.itemsize, offset=off).reshape(shape)
+        try:
+            return np.frombuffer(body, dtype=dt, count=nbytes // dt.itemsize, offset=off).reshape(shape)
+        except ValueError as e:  # e.g. dimensions whose product overflows although one of them is 0
+            raise SnapshotCorrupt(f"array {path}: shape {str(shape)[:80]}: {e}") from None
 
     def fill(x: Any, path: str) -> Any:
         if isinstance(x, dict):
@@ -209,7 +217,8 @@ def _arrays_to_strings(lengths: Any, blob: Any, path: str) -> list[str | None]:
     ):
         raise SnapshotCorrupt(f"strings {path}: not a length array and a byte array")
     sizes = np.maximum(lengths, 0)
-    if (lengths < -1).any() or int(sizes.sum()) != blob.size:
+    # Summed as Python integers: int64 lengths near 2^63 would wrap around and add up to a short blob.
+    if (lengths < -1).any() or sum(sizes.tolist()) != blob.size:
         raise SnapshotCorrupt(f"strings {path}: lengths do not add up to the {blob.size} bytes stored")
     raw = blob.tobytes()
     ends = np.cumsum(sizes).tolist()

@@ -140,6 +140,9 @@ def test_random_damage_raises_only_snapshot_corrupt() -> None:
         ({"a": {"__ndarray__": ["<f3", [1], 0]}}, b"\0" * 8, "unknown dtype"),
         ({"a": {"__ndarray__": ["<f8", [-1], 0]}}, b"", "malformed shape"),
         ({"a": {"__ndarray__": ["<f8", [2**40, 2**40], 0]}}, b"", "needs bytes"),  # no int64 overflow
+        ({"a": {"__ndarray__": ["<f8", [1] * 100, 0]}}, b"\0" * 8, "malformed shape"),  # numpy: a ValueError
+        ({"a": {"__ndarray__": ["<f8", [0, 2**70], 0]}}, b"", "malformed shape"),  # numpy: a ValueError
+        ({"a": {"__ndarray__": ["<f8", [2**62, 4, 0], 0]}}, b"", "reshape"),
         ({"a": {"__ndarray__": ["<f8", [1]]}}, b"\0" * 8, "malformed reference"),
         ({"a": {"__ndarray__": ["<f8", [1], "0"]}}, b"\0" * 8, "offset"),
         ([1, 2], b"", "not a JSON object"),
@@ -225,6 +228,7 @@ def test_only_lists_of_exactly_str_or_none_become_string_arrays() -> None:
         (np.array([-2, 3], dtype=np.int64), b"abc", "do not add up"),
         (np.array([2, 1], dtype=np.int64), b"\xff\xfe\x00", "not UTF-8"),
         (np.array([1.0, 2.0]), b"abc", "not a length array"),
+        (np.array([2**63 - 1, 2**63 - 1, 4], dtype=np.int64), b"ab", "do not add up"),  # int64 sum wraps to 2
     ],
 )
 def test_damaged_string_arrays_are_refused(lengths: np.ndarray, data: bytes, reason: str) -> None:

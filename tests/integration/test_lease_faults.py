@@ -120,6 +120,42 @@ def test_a_fenced_out_writer_cannot_move_latest(server: RedisServer) -> None:
     assert store_b.save(payload(6), meta_for(6), fence=(b.token_key, b.token or 0)).version > taken.version
 
 
+def test_a_writer_handed_a_taken_version_number_overwrites_and_deletes_nothing(server: RedisServer) -> None:
+    """A writer that slept through Redis losing its data may get a version number that the new learner has
+    committed meanwhile (here: the counters set back by hand). Its write must not replace that snapshot, and its
+    refused commit must not delete it. Before, a plain SET overwrote the committed data (a replica then served
+    the fenced-out model under that version) and the fenced-out branch deleted it."""
+    store_a = SnapshotStore.from_url(server.url(), prefix="t")
+    store_b = SnapshotStore.from_url(server.url(), prefix="t")
+    a, b = lease(server, ttl_s=0.3), lease(server, ttl_s=0.3)
+    assert a.try_acquire()
+    assert b.acquire(timeout=5)  # a paused past its TTL
+    taken = store_b.save(payload(5), meta_for(5), fence=b.fence())
+    store_a.r.set("t:snapshot:version", taken.version - 1)
+    store_a.r.set("t:snapshot:latest", taken.version - 1)
+    with pytest.raises(SnapshotWriteFailed, match="exists already"):
+        store_a.save(payload(2), meta_for(2), fence=a.fence())
+    store_a.r.set("t:snapshot:latest", taken.version)
+    loaded = store_a.load(taken.version)
+    assert loaded is not None and loaded[0]["fencing_token"] == b.token
+    assert store_a.r.ttl(f"t:snapshot:{taken.version}:data") == -1  # committed: no expiry, untouched
+
+
+def test_superseded_versions_expire_within_the_ttl(store: SnapshotStore) -> None:
+    """Versions beyond the newest ``keep`` get the short expiry of ``TOPICSTREAM_SNAPSHOT_TTL_S`` (default 120 s:
+    a replica loading one can finish), so Redis holds about keep + what was written in that time. Before, the
+    default was 7 days: at a snapshot every 30 s, some 20,000 superseded snapshots."""
+    from service.settings import Settings
+
+    assert Settings.model_fields["snapshot_ttl_s"].default == store.ttl_s == 120
+    for i in range(1, 7):
+        store.save(payload(i), meta_for(i))
+    kept = store.kept_versions()
+    assert len(kept) == store.keep == 3, kept
+    for v in set(range(1, max(kept) + 1)) - set(kept):
+        assert 0 < store.r.ttl(f"{store.prefix}:snapshot:{v}:data") <= store.ttl_s
+
+
 def test_a_write_that_lost_its_data_before_the_commit_is_not_committed(store: SnapshotStore) -> None:
     """The fault: the writer pauses between writing and committing for longer than the pending TTL (the same
     path as Redis restarting in between). Injected as a sleep after the write's MULTI/EXEC."""
