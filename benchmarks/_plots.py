@@ -393,8 +393,8 @@ FOOTER = """
   passes or a larger `offset` would help it, but that is not what a single pass over a stream offers.
 - **HDP**: both HDP rows use truncation T = 150 (one run per corpus, listed under its first K; the targets
   table repeats it for every K). *Topics used* counts topics with mean θ ≥ 1 % on the test documents.
-- Vowpal Wabbit learns in buffers of `--minibatch` documents; the last partial buffer of a pass is learned
-  at the next pass (so one pass learns ⌊D/B⌋·B documents).
+- Vowpal Wabbit learns in buffers of `--minibatch` documents; the last partial buffer of a pass is filled with
+  empty examples so that it is learned in that pass (`benchmarks/methods.py`).
 
 ## Reproduce
 

@@ -273,8 +273,9 @@ class VowpalWabbitLda(Method):
             vw.learn(Example(vw, text, simple))
         # VW learns when its buffer holds --minibatch examples; our minibatches have exactly that many
         # documents except possibly the last one of a pass. Its examples would wait in the buffer, unlearned
-        # (BBC: the last 80 documents, 4.6 % of the tokens, in a single pass), so empty examples fill it up:
-        # VW then learns them as the other methods learn their last minibatch (scaled as a full one, D/B).
+        # (BBC: the last 80 documents, 4.6 % of the tokens, in a single pass), so empty examples fill it up and
+        # VW learns them in this pass, its statistics scaled by D/B as a full buffer's (the other methods scale a
+        # short minibatch by D/d; it is one minibatch of 18 to 178).
         self.pending += len(self.lines[i])
         if i == len(self.lines) - 1 and self.pending % self.batch_size:
             for _ in range(self.batch_size - self.pending % self.batch_size):

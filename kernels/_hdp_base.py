@@ -10,7 +10,8 @@ step (:meth:`OnlineHDPBase._documents`), its corpus stick (:meth:`OnlineHDPBase.
 Learned concentrations (``learn_concentrations=True``, :mod:`kernels._concentration`): γ and α0 get Gamma
 priors and Gamma posteriors q(γ), q(α0), held as (shape, rate) in the state; E_q[γ] and E_q[α0] replace the
 fixed settings wherever the estimators read γ and α0. After each minibatch's corpus step, q(α0) takes the
-natural-gradient step of size ρ_t toward the minibatch's estimate of Eq. (C2)/(C3) scaled by D/S, and q(γ) is
+natural-gradient step of the minibatch's size (ρ_t, or 1 − (1 − ρ_t)^(d/S) for d < S documents) toward the
+minibatch's estimate of Eq. (C2)/(C3) scaled by D/S, and q(γ) is
 set by the coordinate update (C1) from the corpus sticks. Both start at the fixed settings (mean γ, α0).
 
 Streaming meaning of D: D is the ``window`` setting, the number of documents the statistics stand for (the seed

@@ -209,7 +209,7 @@ class SCVB0(TopicModel):
         self.phi_ = self.rng_.random((W, K))  # M, with N^Φ = scale_ · M
         self.scale_ = 1.0
         self.nz_ = self.phi_.sum(axis=0)  # N^Z = Σ_w N^Φ_w
-        self.n_updates_ = 0.0  # minibatches that updated N^Φ, a small one counting d/B (t of ρ^Φ_t)
+        self.n_updates_ = 0.0  # minibatches that updated N^Φ, a small one counting its fraction (t of ρ^Φ_t)
         self.alpha_ = float(self.alpha)  # the α in use (learned when learn_alpha)
 
     # ------------------------------------------------------------------ learning and inference

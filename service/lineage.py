@@ -74,12 +74,14 @@ class LineageEvent:
 
     def kafka_record(self) -> tuple[bytes, bytes, list[tuple[str, str | bytes | None]]]:
         """Key, value and headers of this event on the lineage topic. The key is the id it is about (the topic
-        born, merged away, split off or retired); ``topicstream-topics`` names that id too, as on an output, so a
+        born, merged away, split off or retired); ``topicstream-topics`` names that id, and a ``parent`` too (the
+        id split, or the id whose slot a birth took over: that id has ended), as outputs name their topics, so a
         consumer that filters outputs by that header for its topic can read this topic with the same filter."""
         from .pipeline import H_TOPICS, H_VERSION
 
+        ids = [self.topic] if self.parent is None else [self.topic, self.parent]
         headers: list[tuple[str, str | bytes | None]] = [
-            (H_TOPICS, str(self.topic).encode()),
+            (H_TOPICS, ",".join(map(str, ids)).encode()),
             (H_VERSION, str(self.version).encode()),
             (H_LINEAGE_KIND, self.kind.encode()),
         ]

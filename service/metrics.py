@@ -92,7 +92,8 @@ class Metrics:
         self.heartbeat = gauge(
             "topicstream_loop_heartbeat_timestamp_seconds",
             "Unix time the batch loop last finished a turn, with or without messages (a loop that hangs while "
-            "/metrics still answers stops it); the process's start until its first turn",
+            "/metrics still answers stops it); until the first turn, the process's start (a standby learner's: when "
+            "it took the lease)",
         )
         self.heartbeat.set(self._started_at)
 
@@ -162,7 +163,8 @@ class Metrics:
         )
         self.topic_events = counter(
             "topicstream_topic_events_total",
-            "Topic hygiene moves by kind (merge, split, birth, retire): docs/topic-hygiene.md",
+            "Lineage events by kind (merge, split, birth, retire): topic hygiene's moves, and the fresh ids of topics "
+            "that changed meaning without one (births): docs/topic-hygiene.md",
             ["kind"],
         )
         for kind in ("merge", "split", "birth", "retire"):

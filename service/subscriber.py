@@ -131,8 +131,9 @@ class TopicChoice:
             self.topics = self.fixed
 
     def update(self, now: float | None = None) -> bool:
-        """Re-resolve the words if a new summary appeared since the last call (at most every ``recheck_s``);
-        True when the followed topics changed."""
+        """If a new snapshot appeared since the last call (looked for at most every ``recheck_s``): re-resolve the
+        words, or follow the fixed ids through the lineage (:meth:`_follow_ids`). True when the followed topics
+        changed."""
         now = time.monotonic() if now is None else now
         if now < self._next_check or (self.words is None and self.lineage is None):
             return False
@@ -223,7 +224,7 @@ def matching_articles(
 
     Topics are stable ids, and an output's ``mixture`` is indexed by slot, which differs from the id once topic
     hygiene has moved a topic: the weight is read from the output's ``top_topics`` (id and weight), the entries
-    its ``X-Topics`` header lists."""
+    its ``topicstream-topics`` header lists."""
     while True:
         choice.update()
         msg = reader.poll(0.5)

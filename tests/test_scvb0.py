@@ -274,7 +274,8 @@ def _random_docs(rng: np.random.Generator, n: int, lo: int, hi: int) -> Batch:
 
 
 def test_batches_of_one_article_forget_no_faster_than_full_minibatches() -> None:
-    """A quiet stream makes batches of a few articles. A minibatch of d < B documents counts as d/B of a step, so
+    """A quiet stream makes batches of a few articles. A minibatch of fewer than B documents counts as a fraction of
+    a step (its tokens over a full minibatch's), so
     200 new articles (other words) take as much of the model's memory one at a time as in two minibatches of
     100. With a whole step each, one at a time they left 0.1 % of the mass on the old words, against 77 %."""
     rng = np.random.default_rng(0)

@@ -310,7 +310,8 @@ def test_broker_paused_past_the_session_timeout_no_exit_no_loss(make_stack: Call
 def test_outputs_the_broker_never_acknowledges_stop_the_learner_and_lose_nothing(
     make_stack: Callable[..., FaultStack],
 ) -> None:
-    """With a finite delivery timeout (``message.timeout.ms`` 3 s, as an operator may set it) the broker is frozen
+    """(First, SIGUSR1 writes every thread's stack to the log and the learner goes on.) With a finite delivery
+    timeout (``message.timeout.ms`` 3 s, as an operator may set it) the broker is frozen
     for longer: the learner's outputs fail. A failed delivery must stop the learner with nothing after it
     committed or snapshotted (the failure side of at-least-once: ``BatchWorker._break``); a new learner then
     resumes from the newest snapshot, and every article gets its mixture, each learned once."""
@@ -325,6 +326,9 @@ def test_outputs_the_broker_never_acknowledges_stop_the_learner_and_lose_nothing
     feeder = Feeder(s, records, rate=150)
     feeder.start()
     wait_until(lambda: len(reader.get(s.output_topic)) > 100, 60, "the learner's first outputs")
+    learner.signal(signal.SIGUSR1)  # the operator's thread dump (TopicstreamLoopStalled): the process goes on
+    learner.wait_log(r'File ".*service/worker\.py"', timeout=10)
+    assert learner.alive()
     stack.pause_broker()
     try:
         learner.wait_log(r"a delivery or a kernel call failed: no snapshot", timeout=60)
