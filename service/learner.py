@@ -462,6 +462,7 @@ class Learner(BatchWorker):
             self.lineage_store.push(self._unpushed)
             pushed, self._unpushed = self._unpushed, []
             self._announce(pushed)
+            self.names.follow(pushed)
         self._names = self.names.all()
         summary = snapshot_summary(cap, info, self.settings.algorithm, self._names)
         m.model_drift.set(summary["model_drift"])

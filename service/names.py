@@ -1,13 +1,20 @@
 """Names people give to topics (``topicstream label K "Oil prices"``), kept in Redis next to the model.
 
-One hash per Redis prefix ``P``: ``P:topic-names`` maps a topic id (as a decimal string) to its name. The
-learner never writes it, so names survive restarts and new snapshots; the publisher and ``topicstream topics``
-read it with :meth:`TopicNames.all`.
+One hash per Redis prefix ``P``: ``P:topic-names`` maps a topic id (as a decimal string) to its name. Names
+survive restarts and new snapshots; the publisher and ``topicstream topics`` read them with :meth:`TopicNames.all`.
+The learner writes only to carry them along its lineage events (:meth:`TopicNames.follow`): a merged-away id's name
+goes to the id that carries it now, a retired id's name goes with it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
 import redis
+
+if TYPE_CHECKING:
+    from .lineage import LineageEvent
 
 __all__ = ["MAX_NAME", "TopicNames"]
 
@@ -47,20 +54,44 @@ class TopicNames:
         return bool(self.r.hdel(self.key, str(topic)))
 
     def remap(self, moves: dict[int, int | None]) -> dict[int, str]:
-        """Carry names across a lineage event in one transaction: the name of topic ``old`` moves to ``new`` for
+        """Carry names across lineage events in one transaction: the name of topic ``old`` moves to ``new`` for
         each ``old: new`` in ``moves`` (``None``: the topic is gone and its name with it). A name already on a
-        ``new`` id that is not itself moved away is kept. Returns the names afterwards."""
-        current = self.all()
-        after = {k: v for k, v in current.items() if k not in moves}
-        for old, new in moves.items():
-            if new is not None and old in current and new not in after:
-                after[new] = current[old]
-        pipe = self.r.pipeline(transaction=True)
-        pipe.delete(self.key)
-        if after:
-            pipe.hset(self.key, mapping={str(k): v for k, v in after.items()})
-        pipe.execute()
-        return dict(sorted(after.items()))
+        ``new`` id that is not itself moved away is kept. Atomic against a concurrent ``topicstream label`` (the
+        hash is watched, and read again if it changed); fields that are not topic ids are left alone. Returns
+        the names afterwards."""
+        result: dict[int, str] = {}
+
+        def move(pipe: redis.client.Pipeline) -> None:
+            current = self._parse(pipe.hgetall(self.key))  # watched: read at once, outside the transaction
+            after = {k: v for k, v in current.items() if k not in moves}
+            for old, new in moves.items():
+                if new is not None and old in current and new not in after:
+                    after[new] = current[old]
+            pipe.multi()
+            if current:
+                pipe.hdel(self.key, *(str(k) for k in current))
+            if after:
+                pipe.hset(self.key, mapping={str(k): v for k, v in after.items()})
+            result.clear()
+            result.update(after)
+
+        self.r.transaction(move, self.key)
+        return dict(sorted(result.items()))
+
+    def follow(self, events: Iterable[LineageEvent]) -> None:
+        """Carry the names along lineage ``events``: a merged-away id's to its ``into``, a retired id's away, and
+        the name of an id whose slot a birth took over (``parent``, :meth:`service.lineage.Lineage.renew`) away:
+        that topic ended, and the new one in its slot is another."""
+        moves: dict[int, int | None] = {}
+        for e in events:
+            if e.kind == "merge":
+                moves[e.topic] = e.into
+            elif e.kind == "retire":
+                moves[e.topic] = None
+            elif e.kind == "birth" and e.parent is not None:
+                moves[e.parent] = None
+        if moves:
+            self.remap(moves)
 
     def get(self, topic: int) -> str | None:
         raw = self.r.hget(self.key, str(topic))
@@ -68,8 +99,12 @@ class TopicNames:
 
     def all(self) -> dict[int, str]:
         """Every named topic: id → name (fields that are not topic ids are ignored)."""
+        return self._parse(self.r.hgetall(self.key))
+
+    @staticmethod
+    def _parse(raw: Any) -> dict[int, str]:
         out: dict[int, str] = {}
-        for k, v in self.r.hgetall(self.key).items():
+        for k, v in raw.items():
             key = k.decode() if isinstance(k, bytes) else str(k)
             if key.isdigit():
                 out[int(key)] = v.decode("utf-8") if isinstance(v, bytes) else str(v)

@@ -85,6 +85,19 @@ def test_names_follow_a_lineage_event(settings: Settings) -> None:
     assert names.remap({1: 4, 2: None, 5: 6}) == {3: "Music", 4: "Oil"}
     assert names.all() == {3: "Music", 4: "Oil"}
     assert names.remap({3: 4}) == {4: "Oil"}  # a name in the way is kept (the moved one is dropped)
+    names.r.hset(names.key, "note", "kept")  # not a topic id: left alone (remap deleted the whole hash)
+    names.set(7, "Elections")
+    names.set(9, "Weather")
+    # The learner carries names along its lineage events: merged into, retired, a slot taken over by a new topic.
+    names.follow(
+        [
+            LineageEvent("merge", 4, 4, 8, 0.1, 6, 0.0),
+            LineageEvent("retire", 7, 7, None, 0.001, 6, 0.0),
+            LineageEvent("birth", 11, 9, None, 0.7, 6, 0.0, parent=9),
+            LineageEvent("split", 12, 3, None, 0.01, 6, 0.0, parent=8),  # the split id keeps its name
+        ]
+    )
+    assert names.all() == {8: "Oil"} and names.r.hget(names.key, "note") == b"kept"
 
 
 def test_words_are_re_resolved_when_a_new_summary_appears(settings: Settings) -> None:

@@ -183,6 +183,7 @@ def test_lineage_events_whose_push_failed_go_with_the_next_snapshot(settings: Se
     s, learner = _snapshotted_learner(settings, server, 80, seed=73)
     store = learner.lineage_store
     try:
+        learner.names.set(1, "Oil prices")  # its name follows the merge into 0 once the event is pushed
         learner._planned = [Event("merge", (1,), 0, 0.9)]
         nowhere = redis_lib.Redis(port=free_port(), socket_connect_timeout=1)
         learner.lineage_store = LineageStore(nowhere, s.redis_prefix)
@@ -202,6 +203,7 @@ def test_lineage_events_whose_push_failed_go_with_the_next_snapshot(settings: Se
         assert record.key() == b"1" and headers[H_TOPICS] == b"1" and headers["topicstream-into"] == b"0"
         assert headers["topicstream-lineage-kind"] == b"merge" and headers[H_VERSION] == str(holds_merge).encode()
         assert LineageEvent.from_json(record.value()) == events[0]
+        assert learner.names.all() == {0: "Oil prices"}
     finally:
         learner.lineage_store = store
         learner.close()
