@@ -147,6 +147,28 @@ class LatestWatcher(threading.Thread):
         return [(a, b) for a, b in itertools.pairwise(self.seen) if b < a]
 
 
+def finish(
+    stack: FaultStack,
+    feeder: Feeder,
+    reader: Reader,
+    learner: Proc,
+    good: set[bytes],
+    bad: set[bytes],
+    feed_s: float = 120,
+    output_s: float = 120,
+) -> tuple[list[Record], Verdict]:
+    """The end of a one-learner scenario: the feed done, every good article's output and every dead letter read
+    (while the learner lives), the learner stopped cleanly; the outputs and the verdict on them."""
+    s = stack.settings
+    feeder.join(feed_s)
+    assert reader.wait_for(s.output_topic, good, output_s, learner.alive), learner.tail()
+    assert reader.wait_for(s.dlq_topic, bad, 30, learner.alive), learner.tail()
+    assert learner.stop() == 0, learner.tail()
+    reader.close()
+    outputs = reader.get(s.output_topic)
+    return outputs, judge(good, bad, outputs, reader.get(s.dlq_topic))
+
+
 def kill_during_snapshot_write(stack: FaultStack, proc: Proc, timeout: float = 20.0) -> bool:
     """SIGKILL ``proc`` between a snapshot's version being handed out and its commit (the version counter is
     ahead of ``latest``): watch Redis, SIGSTOP the moment a write is open, check it still is, then SIGKILL. True
@@ -215,14 +237,7 @@ def test_learner_killed_at_random_moments_loses_nothing_and_learns_each_article_
             kills.append(f"after {delay:.2f}s")
         learner = stack.start("run")
         learner.wait_log(ASSIGNED, timeout=90)
-    feeder.join(120)
-    assert reader.wait_for(s.output_topic, good, 120, learner.alive), learner.tail()
-    assert reader.wait_for(s.dlq_topic, bad, 30, learner.alive), learner.tail()
-    assert learner.stop() == 0, learner.tail()
-    reader.close()
-
-    outputs = reader.get(s.output_topic)
-    verdict = judge(good, bad, outputs, reader.get(s.dlq_topic))
+    outputs, verdict = finish(stack, feeder, reader, learner, good, bad, feed_s=120)
     meta = final_meta(stack)
     gap = longest_gap([r.ts for r in outputs], feeder.started_at, feeder.finished_at)
     report(
@@ -343,12 +358,7 @@ def test_outputs_the_broker_never_acknowledges_stop_the_learner_and_lose_nothing
     assert final_meta(stack)["articles_learned"] == learned  # no snapshot after the failed delivery
     learner = stack.start("run")  # the default: no delivery timeout
     learner.wait_log(ASSIGNED, timeout=90)
-    feeder.join(180)
-    assert reader.wait_for(s.output_topic, good, 150, learner.alive), learner.tail()
-    assert reader.wait_for(s.dlq_topic, bad, 30, learner.alive), learner.tail()
-    assert learner.stop() == 0, learner.tail()
-    reader.close()
-    verdict = judge(good, bad, reader.get(s.output_topic), reader.get(s.dlq_topic))
+    _, verdict = finish(stack, feeder, reader, learner, good, bad, feed_s=180, output_s=150)
     report("deliveries-time-out", verdict, articles_learned=final_meta(stack)["articles_learned"])
     assert not verdict.lost and not verdict.unexpected
     assert final_meta(stack)["articles_learned"] == len(good)  # nothing learned twice: no snapshot after the failure
