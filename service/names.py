@@ -8,6 +8,7 @@ goes to the id that carries it now, a retired id's name goes with it.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +35,7 @@ class TopicNames:
         empty, longer than :data:`MAX_NAME` characters, or holds control characters."""
         if topic < 0:
             raise ValueError(f"a topic id is >= 0, got {topic}")
-        if any((ord(c) < 32 and c not in "\t\n\r") or ord(c) == 127 for c in name):
+        if any(unicodedata.category(c) == "Cc" and c not in "\t\n\r" for c in name):  # C0, DEL and C1 (CSI...)
             raise ValueError("a topic name cannot hold control characters")
         tidy = " ".join(name.split())
         if not tidy:
