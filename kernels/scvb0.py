@@ -342,7 +342,9 @@ class SCVB0(TopicModel):
             return background_topic(phi, weights)
         d = background_distances(phi, weights)
         others = [k for k in range(len(d)) if k != slot and weights[k] >= 1.0 / len(d)]
-        return slot if not others or d[slot] <= d[others].min() else None
+        if not others or d[slot] <= d[others].min():
+            return slot
+        return background_topic(phi, weights)
 
     def topic_weights(self) -> NDArray[np.float64]:
         """N^Z normalised."""

@@ -79,6 +79,9 @@ class Capture:
     #: kernels.Batch): the held-out moves of the plan made on that copy are scored on them.
     unseen_docs: Any = None
     background: int | None = None  # slot of the background topic (TopicModel.background_topic), set by the writer
+    #: φ (float32) of this capture, set by the writer: the next snapshot's drift is measured against it once this
+    #: one is written (a failed write leaves the last written φ as the reference, so no change goes unseen).
+    phi: NDArray[np.float32] | None = None
 
 
 @dataclass(eq=False)
@@ -157,7 +160,7 @@ class SnapshotWriter:
         cap.labels = TopicLabels(phi, cap.slot_words)
         if self._prev_phi is not None and self._prev_phi.shape == phi.shape:
             cap.drift = hellinger_rows(phi, self._prev_phi)
-        self._prev_phi = phi.astype(np.float32)
+        cap.phi = phi.astype(np.float32)
         del phi
         if self.plan is None or (shadow is None and cap.unseen_docs is None):
             return 0.0
@@ -224,6 +227,7 @@ class SnapshotWriter:
             return
         self.backoff.succeeded()
         del cap.payload  # the packed copy is in Redis now
+        self._prev_phi, cap.phi = cap.phi, None  # the reference of the next snapshot's drift
         try:
             self.on_written(cap, info)
         except Exception:

@@ -135,6 +135,8 @@ class Learner(BatchWorker):
         self._renew: tuple[list[int], list[float]] = ([], [])
         #: Events of snapshots written whose push to P:lineage failed (stamped): pushed with the next one.
         self._unpushed: list[LineageEvent] = []
+        #: Events in P:lineage whose names were not carried along yet (TopicNames.follow failed): retried.
+        self._unnamed: list[LineageEvent] = []
         self.names = TopicNames(self.store.r, s.redis_prefix)
         self._names: dict[int, str] = {}
         log.info("compiling the %s kernel (cached on disk after the first start)", s.algorithm)
@@ -462,7 +464,10 @@ class Learner(BatchWorker):
             self.lineage_store.push(self._unpushed)
             pushed, self._unpushed = self._unpushed, []
             self._announce(pushed)
-            self.names.follow(pushed)
+            self._unnamed = (self._unnamed + pushed)[-DEFAULT_KEEP:]
+        if self._unnamed:  # names follow the events P:lineage has; a failure here is retried with the next snapshot
+            self.names.follow(self._unnamed)
+            self._unnamed = []
         self._names = self.names.all()
         summary = snapshot_summary(cap, info, self.settings.algorithm, self._names)
         m.model_drift.set(summary["model_drift"])

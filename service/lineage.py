@@ -162,6 +162,7 @@ class Lineage:
             if e.kind == "merge" and e.into is not None:
                 self._remember_merge(e.topic, e.into)
         dead = {e.topic for e in later if e.kind in ("merge", "retire")}
+        dead |= {e.parent for e in later if e.kind == "birth" and e.parent is not None}  # renewed: ended
         out = []
         for slot, topic in enumerate(self.slot_ids):
             if topic in dead:

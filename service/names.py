@@ -83,14 +83,22 @@ class TopicNames:
         """Carry the names along lineage ``events``: a merged-away id's to its ``into``, a retired id's away, and
         the name of an id whose slot a birth took over (``parent``, :meth:`service.lineage.Lineage.renew`) away:
         that topic ended, and the new one in its slot is another."""
-        moves: dict[int, int | None] = {}
+        merged: dict[int, int] = {}
+        ended: set[int] = set()
         for e in events:
-            if e.kind == "merge":
-                moves[e.topic] = e.into
+            if e.kind == "merge" and e.into is not None:
+                merged[e.topic] = e.into
             elif e.kind == "retire":
-                moves[e.topic] = None
+                ended.add(e.topic)
             elif e.kind == "birth" and e.parent is not None:
-                moves[e.parent] = None
+                ended.add(e.parent)
+        moves: dict[int, int | None] = {}
+        for gone in merged.keys() | ended:  # to the end of its chain (a into b, b into c: a's name goes to c)
+            end, seen = gone, {gone}
+            while end in merged and merged[end] not in seen:
+                end = merged[end]
+                seen.add(end)
+            moves[gone] = None if end in ended else end
         if moves:
             self.remap(moves)
 

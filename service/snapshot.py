@@ -288,11 +288,14 @@ class SnapshotStore:
             "fencing_token": f.token if f is not None else None,
         }
         data_key, meta_key = self._key("snapshot", version, "data"), self._key("snapshot", version, "meta")
+        meta_json = json.dumps(meta_doc)
         pipe = self.r.pipeline(transaction=True)
         pipe.set(data_key, data, ex=self.pending_ttl_s, nx=True)
-        pipe.set(meta_key, json.dumps(meta_doc), ex=self.pending_ttl_s, nx=True)
+        pipe.set(meta_key, meta_json, ex=self.pending_ttl_s, nx=True)
         wrote = pipe.execute()
-        if not all(wrote):  # this number is someone's already: a writer that slept through Redis losing its data
+        # Not written: this number is someone's already (a writer that slept through Redis losing its data), or
+        # ours, when redis-py sent the transaction again after a lost reply: then the meta is ours, to the byte.
+        if not all(wrote) and self.r.get(meta_key) != meta_json.encode():
             mine = [key for key, ok in zip((data_key, meta_key), wrote, strict=True) if ok]
             if mine:
                 self.r.delete(*mine)

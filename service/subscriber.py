@@ -123,6 +123,7 @@ class TopicChoice:
     topics: frozenset[int] = frozenset()
     matches: list[Match] = field(default_factory=list)
     version: int | None = None
+    _lineage_head: list[LineageEvent] = field(default_factory=list)  # the newest lineage event read
     _next_check: float = 0.0
     _resolved: bool = False
 
@@ -166,12 +167,16 @@ class TopicChoice:
         return changed
 
     def _follow_ids(self) -> bool:
-        """A new snapshot version: follow the fixed ids through the merges and retirements announced in
-        ``P:lineage`` (chains too: a merged into b, b into c). True when the followed ids changed."""
+        """Follow the fixed ids through the merges and retirements announced in ``P:lineage`` (chains too: a
+        merged into b, b into c), when a new snapshot version or a new lineage event appeared (the learner pushes
+        a snapshot's events just after the snapshot). ``fixed`` holds the ids followed now; ``topics``, the ids
+        matched, keeps the ended ones too: outputs computed before a merge still carry the old id, and a subscriber
+        behind the stream (or ``--from-beginning``) wants them. True when the followed ids changed."""
         assert self.lineage is not None
         try:
             latest = self.store.latest_version()
-            if latest is None or latest == self.version:
+            head = self.lineage.recent(1)
+            if latest is None or (latest == self.version and head == self._lineage_head):
                 return False
             events = self.lineage.recent()
         except redis.RedisError as e:
@@ -179,17 +184,17 @@ class TopicChoice:
                 "cannot read the topic lineage (%s: %s); following %s meanwhile",
                 type(e).__name__,
                 e,
-                sorted(self.topics),
+                sorted(self.fixed),
             )
             return False
-        self.version = latest
+        self.version, self._lineage_head = latest, head
         by_id = {e.topic: e for e in events if e.kind in ("merge", "retire")}  # an id ends once: no duplicates
         for born in events:  # a slot given a fresh id for the new topic it holds (Lineage.renew): the old id ended
             if born.kind == "birth" and born.parent is not None:
                 by_id.setdefault(born.parent, born)
         moved: list[LineageEvent] = []
-        topics: set[int] = set()
-        for topic in self.topics:
+        live: set[int] = set()
+        for topic in self.fixed:
             seen = {topic}
             while topic in by_id:
                 event = by_id[topic]
@@ -199,10 +204,11 @@ class TopicChoice:
                 topic = event.into
                 seen.add(topic)
             else:
-                topics.add(topic)
+                live.add(topic)
         if not moved:
             return False
-        self.topics = self.fixed = frozenset(topics)
+        self.fixed = frozenset(live)
+        self.topics = self.topics | self.fixed
         if self.on_moved is not None:
             self.on_moved(moved)
         return True

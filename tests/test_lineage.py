@@ -150,6 +150,11 @@ def test_a_restore_from_an_older_snapshot_reuses_no_id_and_revives_no_merged_one
     assert restored.next_id == 8 and restored.successor(2) == 0
     later = restored.record([Event("birth", (4,), None, 0.1)], 12, 0.0)
     assert later[0].topic == 8  # not 6, which the lost snapshot's birth had
+    # An id a later snapshot renewed (its slot given a fresh id: the topic ended) is not revived either.
+    renewed = Lineage.from_state(at_10.state_dict())
+    ended = stamp(Lineage.from_state(at_10.state_dict()).renew([1], [0.8]), 11, 5.0)
+    births = renewed.catch_up(ended, version=10)
+    assert [(e.slot, e.parent) for e in births] == [(1, 1)] and 1 not in renewed.slot_ids
     # A history with nothing newer than the snapshot changes nothing.
     same = Lineage.from_state(at_10.state_dict())
     assert same.catch_up(list(reversed(stamp(Lineage(5).record([], 0, 0.0), 9, 0.0))), 10) == []

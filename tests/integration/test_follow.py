@@ -98,6 +98,18 @@ def test_names_follow_a_lineage_event(settings: Settings) -> None:
         ]
     )
     assert names.all() == {8: "Oil"} and names.r.hget(names.key, "note") == b"kept"
+    # A chain within one snapshot's events: 8 into 13, 13 into 14, so 8's name goes to 14 (not the dead 13); a name
+    # merged into an id that then ended goes with it.
+    names.set(20, "Cars")
+    names.follow(
+        [
+            LineageEvent("merge", 8, 1, 13, 0.1, 7, 0.0),
+            LineageEvent("merge", 13, 2, 14, 0.1, 7, 0.0),
+            LineageEvent("merge", 20, 5, 21, 0.1, 7, 0.0),
+            LineageEvent("birth", 22, 6, None, 0.7, 7, 0.0, parent=21),
+        ]
+    )
+    assert names.all() == {14: "Oil"}
 
 
 def test_words_are_re_resolved_when_a_new_summary_appears(settings: Settings) -> None:
@@ -122,9 +134,11 @@ def test_words_are_re_resolved_when_a_new_summary_appears(settings: Settings) ->
 
 
 def test_a_followed_id_follows_its_merges_and_is_dropped_when_retired(settings: Settings) -> None:
-    """``topicstream subscribe 3``: when a new snapshot announces (``P:lineage``) that 3 was merged into 5, and
-    later 5 into 1, the subscription follows 1 and says so; a retired id is dropped with a notice. Before, it kept
-    filtering for 3 and silently got nothing."""
+    """``topicstream subscribe 3``: when the lineage (``P:lineage``) announces that 3 was merged into 5, and later 5
+    into 1, the subscription follows 1 and says so; a retired id, or one whose slot a new topic took over, is
+    dropped with a notice. The ended ids stay matched: outputs computed before a merge still carry them. Events
+    pushed after their snapshot's version appeared are seen too. Before, it kept filtering for 3 alone and
+    silently got nothing."""
     s = settings
     client = redis.Redis.from_url(s.redis_url)
     store = SnapshotStore(client, prefix=s.redis_prefix)
@@ -138,20 +152,20 @@ def test_a_followed_id_follows_its_merges_and_is_dropped_when_retired(settings: 
     )
     publish(store, summary_of(1, {0: "tennis", 3: "energy"}))
     assert not choice.update(now=0) and choice.topics == {3, 7}
-    lineage.push([LineageEvent("merge", 3, 3, 5, 0.1, 2, 0.0)])
-    assert not choice.update(now=1)  # no new snapshot version yet: nothing read
     publish(store, summary_of(2, {0: "tennis", 3: "energy"}))
-    assert choice.update(now=10) and choice.topics == {5, 7}
+    assert not choice.update(now=10)  # the new version is in, its events not yet (the learner pushes them next)
+    lineage.push([LineageEvent("merge", 3, 3, 5, 0.1, 2, 0.0)])
+    assert choice.update(now=20) and choice.fixed == {5, 7} and choice.topics == {3, 5, 7}
     lineage.push([LineageEvent("merge", 5, 4, 1, 0.1, 3, 0.0), LineageEvent("retire", 7, 7, None, 0.001, 3, 0.0)])
     publish(store, summary_of(3, {0: "tennis", 3: "energy"}))
-    assert choice.update(now=20) and choice.topics == {1}
+    assert choice.update(now=30) and choice.fixed == {1} and choice.topics == {1, 3, 5, 7}
     assert told == [("merge", 3, 5), ("merge", 5, 1), ("retire", 7, None)]
     publish(store, summary_of(4, {0: "tennis", 3: "energy"}))
-    assert not choice.update(now=30)  # nothing new about 1
+    assert not choice.update(now=40)  # nothing new about 1
     # Topic 1 fades and its slot is given a fresh id, 9, for the new topic it holds: 1 has ended.
     lineage.push([LineageEvent("birth", 9, 4, None, 0.7, 5, 0.0, parent=1)])
     publish(store, summary_of(5, {0: "tennis", 3: "energy"}))
-    assert choice.update(now=40) and choice.topics == frozenset()
+    assert choice.update(now=50) and choice.fixed == frozenset() and choice.topics == {1, 3, 5, 7}
     assert told[-1] == ("birth", 9, None)
 
 

@@ -220,3 +220,45 @@ def test_announcements_follow_latest(store: SnapshotStore) -> None:
             seen.append(v)
     watcher.close()
     assert seen == [1, 2, 3]
+
+
+def test_drift_is_measured_against_the_last_snapshot_written(store: SnapshotStore) -> None:
+    """A topic changes meaning and the snapshot that first sees it fails to write (a Redis hiccup): the next
+    snapshot written still shows the change, measured against the last snapshot written, so the learner's
+    renewal of the topic's id (drift > 0.5) is not lost. Before, the failed capture's φ became the reference and
+    the written snapshot showed no drift."""
+    from concurrent.futures import Future
+
+    from kernels import SCVB0
+    from service.checkpoint import Capture, SnapshotWriter
+    from service.metrics import Metrics
+
+    fail = [False]
+    written: list[np.ndarray] = []
+
+    def save(cap: Capture) -> Any:
+        if fail[0]:
+            raise ConnectionError("Redis away")
+        return store.save(cap.payload, cap.meta)
+
+    writer = SnapshotWriter(store, Metrics(), lambda seq, stop: True, save, lambda cap, info: written.append(cap.drift))
+    model = SCVB0(n_topics=3, n_words=6, seed=0)
+
+    def snapshot(seq: int) -> None:
+        done: Future[Capture] = Future()
+        done.set_result(writer.capture(seq, model, {}, [str(i) for i in range(6)], {}, {}, {}))
+        writer.submit(done)
+        assert writer.wait_idle(30)
+
+    try:
+        snapshot(1)
+        model.phi_[:, 1] = [10, 10, 0, 0, 0, 0]
+        snapshot(2)
+        model.phi_[:, 1] = [0, 0, 0, 0, 10, 10]  # slot 1 holds another topic now
+        fail[0] = True
+        snapshot(3)  # not written
+        fail[0] = False
+        snapshot(4)
+    finally:
+        writer.close()
+    assert len(written) == 3 and written[-1][1] > 0.5
