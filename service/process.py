@@ -7,6 +7,7 @@ in another program decides for that program.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import faulthandler
 import logging
@@ -21,7 +22,8 @@ def stop_on_signals() -> threading.Event:
     """An event set by SIGTERM/SIGINT: the loop finishes its batch, snapshots, commits and exits. SIGUSR1 writes
     every thread's stack to stderr and the process goes on (``kill -USR1 <pid>``: where a loop hangs)."""
     if hasattr(signal, "SIGUSR1"):
-        faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+        with contextlib.suppress(OSError, ValueError):  # stderr without a file descriptor (a test's capture)
+            faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     stop = threading.Event()
 
     def handler(signum: int, _frame: object) -> None:
