@@ -237,8 +237,10 @@ def test_a_slot_whose_topic_changed_without_a_move_gets_a_fresh_id(settings: Set
         new_id = learner.lineage.slot_ids[k]
         assert new_id != old_id and new_id not in range(s.topics)
         events = LineageStore(learner.store.r, s.redis_prefix).recent(10)
-        assert [(e.kind, e.topic, e.parent, e.slot) for e in events] == [("birth", new_id, old_id, k)]
-        assert events[0].score > 0.5
+        # (Another slot's topic, still forming on this small stream, may be renewed too: batch boundaries vary.)
+        (renewal,) = [e for e in events if e.slot == k]
+        assert (renewal.kind, renewal.topic, renewal.parent) == ("birth", new_id, old_id) and renewal.score > 0.5
+        assert all(e.kind == "birth" and e.parent is not None for e in events)
     finally:
         learner.close()
 
