@@ -95,6 +95,7 @@ from ._cooccur import correlated_merges
 from ._delete import heldout_deletes
 from ._events import Event, SupportsTopicMoves
 from ._moves import mean_loglik, token_probs
+from ._replay import replay_moves
 from ._split import SplitProposal, muddled_topics
 
 __all__ = [
@@ -114,12 +115,6 @@ DEFAULT_THRESHOLD = 0.25
 CORRELATION_MIN_DOCS = 2.0
 #: Hellinger distance between a topic's two halves above which it is muddled (calibration: docs/topic-hygiene.md).
 SPLIT_THRESHOLD = 0.4
-#: :meth:`TopicHygiene.replay` makes a planned merge only if the two live topics are at most this much further
-#: apart (Hellinger) than when it was planned: a few batches move a topic by a few hundredths, a slot that the
-#: online HDP refilled with another topic meanwhile by more than half (measured: 0.86 and 0.90 for planned 0.1).
-REPLAY_DISTANCE_SLACK = 0.1
-#: ... and a planned retirement only if the live topic's weight is at most twice the planned one plus this.
-REPLAY_WEIGHT_SLACK = 0.001
 
 
 def hellinger_matrix(phi: NDArray[np.floating]) -> NDArray[np.float64]:
@@ -337,61 +332,11 @@ class TopicHygiene:
         """Make on ``model`` the moves that :meth:`apply` chose on a copy of it; return those still made.
 
         So the moves can be *planned* on a copy, off the batch loop (the service plans on the snapshot it has
-        just captured), and *made* on the live model later, when they cost only row updates. The live model
-        has learned a few more batches meanwhile, and a slot near-empty in the copy may hold a new topic by then
-        (the online HDP opens topics in free slots itself), so each move is checked against the live model
-        first and skipped when it no longer fits:
-
-        * a merge, unless both topics are live and still as close as planned: Hellinger distance at most the
-          planned one (the event's score) plus :data:`REPLAY_DISTANCE_SLACK`;
-        * a retirement, unless the topic is live and its weight at most twice the planned one plus
-          :data:`REPLAY_WEIGHT_SLACK`;
-        * a birth or a split, unless its slot is still free (a split divides the live topic's statistics of that
-          moment by the planned per-word fractions).
-
-        ``forgotten``: word ids whose vocabulary slots were given to other words since the copy (the model's
-        ``reset_words``): a birth's or a split's proposal leaves them out, so the new topic takes none of the
-        new words' counts on the old words' account.
+        just captured), and *made* on the live model later, when they cost only row updates. A move that no
+        longer fits the live model is skipped (:func:`kernels._replay.replay_moves` says when); ``forgotten``:
+        word ids whose vocabulary slots were given to other words since the copy.
         """
-        gone = np.zeros(int(model.n_words), dtype=np.bool_)
-        if forgotten is not None:
-            gone[np.asarray(forgotten, dtype=np.int64)] = True
-        made: list[Event] = []
-        phi: NDArray[np.float64] | None = None
-        touched: set[int] = set()
-        for e in events:
-            weights = model.topic_weights()
-            live = weights >= self.empty_below
-            k = e.topics[0]
-            if e.kind == "retire":
-                ok = bool(live[k]) and np.count_nonzero(live) > 1
-                if ok and weights[k] <= 2.0 * e.score + REPLAY_WEIGHT_SLACK:
-                    model.delete_topic(k)
-                else:
-                    continue
-            elif e.kind == "merge" and e.into is not None and live[k] and live[e.into]:
-                if phi is None or touched & {k, e.into}:  # rows a move made here has changed: read them again
-                    phi, touched = model.topic_word(), set()
-                if hellinger_matrix(phi[[k, e.into]])[0, 1] > e.score + REPLAY_DISTANCE_SLACK:
-                    continue
-                model.merge_topics(e.into, k)
-            elif e.kind == "birth" and e.proposal is not None and not live[k]:
-                ids, probs, share = e.proposal
-                keep = ~gone[ids]
-                if not keep.any():
-                    continue
-                model.birth_topic(k, ids[keep], probs[keep] / probs[keep].sum(), share)
-            elif e.kind == "split" and e.proposal is not None and live[k] and not live[e.topics[1]]:
-                ids, fractions, rest = e.proposal
-                keep = ~gone[ids]
-                model.split_topic(k, e.topics[1], ids[keep], fractions[keep], rest)
-            else:
-                continue
-            touched.update(e.topics)
-            if e.into is not None:
-                touched.add(e.into)
-            made.append(e)
-        return made
+        return replay_moves(model, events, self.empty_below, forgotten)
 
     # ------------------------------------------------------------------ retire
     def _retire(self, model: SupportsTopicMoves) -> list[Event]:

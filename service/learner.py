@@ -33,7 +33,7 @@ from dataclasses import replace
 from typing import Any, cast
 
 import numpy as np
-from confluent_kafka import OFFSET_BEGINNING, KafkaException, Message
+from confluent_kafka import OFFSET_BEGINNING, Message
 from numpy.typing import NDArray
 from typing_extensions import Unpack  # typing.Unpack from Python 3.11
 
@@ -46,7 +46,8 @@ from .compat import restore_plan
 from .history import SummaryHistory
 from .inflight import InFlight, ModelRef
 from .lease import Lease, LeaseKeeper
-from .lineage import DEFAULT_KEEP, Lineage, LineageEvent, LineageStore, moved_slots, stamp
+from .lineage import Lineage, LineageEvent, LineageStore, moved_slots, stamp
+from .lineage_feed import LineageFeed, renewals
 from .names import TopicNames
 from .pipeline import TopicLabels
 from .schemas import Rejection
@@ -65,12 +66,6 @@ UNSEEN_DOCS = 256
 #: Fewer unseen documents than this (a stream gone quiet between two snapshots) and the plan skips the held-out
 #: moves: document completion on a handful of documents would delete, merge or keep topics by chance.
 UNSEEN_MIN_DOCS = 64
-#: A topic whose word distribution moved by more than this (Hellinger) between two snapshots, without a move, is
-#: another topic: it gets a fresh id. Between snapshots a topic moves by a few hundredths once formed (0.01–0.2 on
-#: the benchmark streams); the online HDP refilling a slot its learning emptied moves it by 0.6–0.9.
-RENEW_DRIFT = 0.5
-#: ... if it weighs at least this much: a nearly empty slot's word distribution is noise, and may jump for nothing.
-RENEW_WEIGHT = 0.01
 
 
 class StateMismatch(RuntimeError):
@@ -131,13 +126,12 @@ class Learner(BatchWorker):
         #: leaves them out of its proposal).
         self._forgotten: list[NDArray[np.int64]] = []
         #: Slots whose topic changed meaning without a move (writer thread, from a written snapshot's drift):
-        #: the next capture gives them fresh ids (:meth:`_renewals`).
+        #: the next capture gives them fresh ids (:func:`service.lineage_feed.renewals`).
         self._renew: tuple[list[int], list[float]] = ([], [])
-        #: Events of snapshots written whose push to P:lineage failed (stamped): pushed with the next one.
-        self._unpushed: list[LineageEvent] = []
-        #: Events in P:lineage whose names were not carried along yet (TopicNames.follow failed): retried.
-        self._unnamed: list[LineageEvent] = []
         self.names = TopicNames(self.store.r, s.redis_prefix)
+        self.lineage_feed = LineageFeed(
+            self.lineage_store, self.names, self.producer, s.lineage_topic_name(), self.metrics
+        )
         self._names: dict[int, str] = {}
         log.info("compiling the %s kernel (cached on disk after the first start)", s.algorithm)
         type(self.model).warm_up(**s.kernel_params)
@@ -444,13 +438,13 @@ class Learner(BatchWorker):
             return
 
     def _written(self, cap: Capture, info: SnapshotInfo) -> None:
-        """After a snapshot is in Redis (writer thread): labels, summary, metrics."""
+        """After a snapshot is in Redis (writer thread): labels, metrics, the lineage events, the summary."""
         assert cap.labels is not None  # described by the writer before the write
         self.labels = cap.labels
         self.version = info.version
         self.metrics.lease_token.set(self.lease.token or 0)
         self._unwritten_events = []  # the next capture waits for this write: no race with it
-        self._renew = self._renewals(cap)
+        self._renew = renewals(cap)
         m = self.metrics  # the snapshot is in Redis: its gauges first, whatever the writes below meet
         ids, background = cap.topic_ids, cap.background
         m.snapshot_seen(info.version, info.created_at, info.size_bytes)
@@ -458,16 +452,7 @@ class Learner(BatchWorker):
         m.set_topics(ids, drift=cap.drift)
         for e in cap.events:
             m.topic_events.labels(kind=e.kind).inc()
-        # The moves are in Redis with the snapshot; their events are kept until P:lineage has them too.
-        self._unpushed = (self._unpushed + stamp(cap.events, info.version, info.created_at))[-DEFAULT_KEEP:]
-        if self._unpushed:
-            self.lineage_store.push(self._unpushed)
-            pushed, self._unpushed = self._unpushed, []
-            self._announce(pushed)
-            self._unnamed = (self._unnamed + pushed)[-DEFAULT_KEEP:]
-        if self._unnamed:  # names follow the events P:lineage has; a failure here is retried with the next snapshot
-            self.names.follow(self._unnamed)
-            self._unnamed = []
+        self.lineage_feed.publish(stamp(cap.events, info.version, info.created_at))
         self._names = self.names.all()
         summary = snapshot_summary(cap, info, self.settings.algorithm, self._names)
         m.model_drift.set(summary["model_drift"])
@@ -479,38 +464,6 @@ class Learner(BatchWorker):
             info.size_bytes / 1e6,
             summary["articles_learned"],
         )
-
-    def _renewals(self, cap: Capture) -> tuple[list[int], list[float]]:
-        """Writer thread: the slots of a written snapshot whose topic changed meaning since the one before without
-        a move: Hellinger drift over :data:`RENEW_DRIFT` at a weight of at least :data:`RENEW_WEIGHT`, past the
-        hygiene warm-up (40 documents per slot: before, every topic is still forming). The online HDP refills a
-        slot that its own learning emptied with another topic; a topic id must not change meaning."""
-        K = len(cap.drift)
-        if int(cap.meta.get("articles_learned", 0)) < 40 * K:
-            return [], []
-        moved = moved_slots(cap.events, cap.topic_ids)
-        slots = [k for k in range(K) if cap.drift[k] > RENEW_DRIFT and cap.weights[k] >= RENEW_WEIGHT]
-        slots = [k for k in slots if k not in moved]
-        return slots, [float(cap.drift[k]) for k in slots]
-
-    def _announce(self, events: list[LineageEvent]) -> None:
-        """Writer thread: the events, as in P:lineage, on the Kafka lineage topic (``lineage_topic_name``), for
-        subscribers that read Kafka only. The producer retries while the broker is away; a refusal is logged and
-        counted (P:lineage has the events all the same)."""
-        topic = self.settings.lineage_topic_name()
-
-        def delivered(err: Any, msg: Message) -> None:
-            if err is not None:
-                self.metrics.errors.labels(kind="lineage").inc()
-                log.warning("lineage event for topic %s not delivered to %s: %s", msg.key(), topic, err)
-
-        for e in events:
-            key, value, headers = e.kafka_record()
-            try:
-                self.producer.produce(topic, value=value, key=key, headers=headers, on_delivery=delivered)
-            except (BufferError, KafkaException) as exc:  # the local queue is full (broker away), or refused
-                self.metrics.errors.labels(kind="lineage").inc()
-                log.warning("lineage event for topic %s not sent to %s: %s", e.topic, topic, exc)
 
     def _model_gauges(self) -> None:
         m = self.metrics

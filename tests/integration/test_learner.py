@@ -181,17 +181,18 @@ def test_lineage_events_whose_push_failed_go_with_the_next_snapshot(settings: Se
     from service.dev.localstack import free_port
 
     s, learner = _snapshotted_learner(settings, server, 80, seed=73)
-    store = learner.lineage_store
+    feed = learner.lineage_feed
+    store = feed.store
     try:
         learner.names.set(1, "Oil prices")  # its name follows the merge into 0 once the event is pushed
         learner._planned = [Event("merge", (1,), 0, 0.9)]
         nowhere = redis_lib.Redis(port=free_port(), socket_connect_timeout=1)
-        learner.lineage_store = LineageStore(nowhere, s.redis_prefix)
+        feed.store = LineageStore(nowhere, s.redis_prefix)
         consume_into(learner, 20)
         learner.checkpoint()  # written; the push fails
         holds_merge = learner.version
         assert store.recent(10) == [] and learner.lineage is not None and learner.lineage.successor(1) == 0
-        learner.lineage_store = store
+        feed.store = store
         consume_into(learner, 20)
         learner.checkpoint()
         events = store.recent(10)
@@ -205,7 +206,7 @@ def test_lineage_events_whose_push_failed_go_with_the_next_snapshot(settings: Se
         assert LineageEvent.from_json(record.value()) == events[0]
         assert learner.names.all() == {0: "Oil prices"}
     finally:
-        learner.lineage_store = store
+        feed.store = store
         learner.close()
 
 
