@@ -318,7 +318,7 @@ def subscribe(
     from .lineage import LineageEvent, LineageStore
     from .names import TopicNames
     from .snapshot import SnapshotStore
-    from .subscriber import OutputReader, TopicChoice, matching_articles
+    from .subscriber import OutputReader, TopicChoice, matching_articles, move_notice
 
     if (topic is None) == (words is None):
         err.print("[red]give a topic id or --words, not both[/red]")
@@ -341,15 +341,7 @@ def subscribe(
 
     def moved(events: list[LineageEvent]) -> None:
         for e in events:
-            if e.kind == "merge":
-                out.print(f"topic {e.topic} was merged into topic {e.into} (snapshot v{e.version}): following {e.into}")
-            elif e.kind == "retire":
-                out.print(f"topic {e.topic} was retired (snapshot v{e.version}): no article will carry it any more")
-            else:
-                out.print(
-                    f"topic {e.parent} faded and its slot holds a new topic, {e.topic} (snapshot v{e.version}): "
-                    f"no article will carry {e.parent} any more"
-                )
+            out.print(move_notice(e))
 
     with _unreachable_is_fatal(s):
         client = redis.Redis.from_url(s.redis_url, socket_timeout=30, socket_connect_timeout=10)

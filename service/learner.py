@@ -28,7 +28,6 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, cast
 
@@ -39,10 +38,8 @@ from typing_extensions import Unpack  # typing.Unpack from Python 3.11
 
 from kernels import Batch, TopicModel
 from kernels.hygiene import Event, RecentDocs, SupportsTopicMoves, TopicHygiene
-from kernels.registry import kernel_class
 
 from .checkpoint import Capture, SnapshotWriter, snapshot_summary
-from .compat import restore_plan
 from .history import SummaryHistory
 from .inflight import InFlight, ModelRef
 from .lease import Lease, LeaseKeeper
@@ -50,10 +47,11 @@ from .lineage import Lineage, LineageEvent, LineageStore, moved_slots, stamp
 from .lineage_feed import LineageFeed, renewals
 from .names import TopicNames
 from .pipeline import TopicLabels
+from .restore import StateMismatch, restore_or_create
 from .schemas import Rejection
 from .settings import Settings
-from .snapshot import STATISTICS, Fence, FencedOut, NoReadableSnapshot, SnapshotInfo, SnapshotStore
-from .text import FlatBags, Vocabulary
+from .snapshot import Fence, FencedOut, SnapshotInfo, SnapshotStore
+from .text import FlatBags
 from .worker import BatchWorker, WorkerParts
 
 __all__ = ["Learner", "LeaseLost", "StateMismatch"]
@@ -66,10 +64,6 @@ UNSEEN_DOCS = 256
 #: Fewer unseen documents than this (a stream gone quiet between two snapshots) and the plan skips the held-out
 #: moves: document completion on a handful of documents would delete, merge or keep topics by chance.
 UNSEEN_MIN_DOCS = 64
-
-
-class StateMismatch(RuntimeError):
-    """The snapshot in Redis was made with settings that contradict the current ones (or none is readable)."""
 
 
 class LeaseLost(RuntimeError):
@@ -97,14 +91,16 @@ class Learner(BatchWorker):
         self.keeper = LeaseKeeper(self.lease)
         self.keeper.start()
         try:
-            self.model, self.vocab = self._restore_or_create()
+            start = restore_or_create(s, self.store, self.metrics, self.lineage_store)
         except BaseException:  # a learner that cannot start gives the lease back at once
             self.keeper.stop()
             with contextlib.suppress(Exception):
                 self.lease.release()
             raise
-        if self.lineage is None:
-            self.lineage = Lineage(s.topics)
+        self.model, self.vocab, self.positions = start.model, start.vocab, start.positions
+        self.lineage = start.lineage or Lineage(s.topics)
+        self._unwritten_events = start.events
+        self.version, self.articles_learned = start.version, start.articles_learned
         defaults = type(self.model).hygiene_defaults
         hygiene_on = s.topic_hygiene if s.topic_hygiene is not None else defaults is not None
         tidy = TopicHygiene(**{**(defaults or {}), "max_splits": s.topic_hygiene_splits}) if hygiene_on else None
@@ -172,62 +168,6 @@ class Learner(BatchWorker):
         log.info(
             "holding the learner lease of prefix %r (fencing token %s)", self.settings.redis_prefix, self.lease.token
         )
-
-    def _restore_or_create(self) -> tuple[TopicModel, Vocabulary]:
-        s = self.settings
-        built: dict[int, tuple[TopicModel, Vocabulary]] = {}
-
-        def build(meta: dict[str, Any], payload: dict[str, Any]) -> None:
-            # Shapes and values the checksum cannot vouch for: the kernel's and vocabulary's own checks.
-            kstate = payload["kernel"]
-            built[int(meta["version"])] = (
-                kernel_class(kstate["algorithm"]).from_state(kstate),
-                Vocabulary.from_state(payload["vocabulary"]),
-            )
-
-        try:
-            loaded = self.store.load_newest_readable(nonnegative=STATISTICS, validate=build)
-        except NoReadableSnapshot as e:
-            raise StateMismatch(
-                f"no snapshot under Redis prefix {s.redis_prefix!r} is readable ({e}); refusing to start a new "
-                "model over them: inspect or delete them, or use another TOPICSTREAM_REDIS_PREFIX"
-            ) from None
-        if loaded is None:
-            log.info("no snapshot under prefix %r: starting a fresh %s model", s.redis_prefix, s.algorithm)
-            factory: Callable[..., TopicModel] = kernel_class(s.algorithm)
-            model = factory(n_topics=s.topics, n_words=s.vocab_size, seed=s.seed, **s.kernel_params)
-            return model, Vocabulary(s.vocab_size, admit_count=s.vocab_admit_count)
-        for version, reason in loaded.skipped:
-            self.metrics.snapshot_fallbacks.inc()
-            log.error("snapshot %d is unreadable (%s): skipped", version, reason)
-        if loaded.skipped:
-            log.warning("restoring snapshot %d, the newest readable one", loaded.version)
-        meta, payload = loaded.meta, loaded.payload
-        plan = restore_plan(s, payload)
-        if plan.refused:
-            raise StateMismatch(
-                f"the snapshot under Redis prefix {s.redis_prefix!r} does not match the settings:\n  "
-                + "\n  ".join(plan.refused)
-            )
-        model, vocab = built[loaded.version]
-        plan.apply_to(model, vocab)
-        for line in plan.applied:
-            log.info("%s", line)
-        self.positions = {(t, int(p)): int(o) for t, p, o in payload["offsets"]}
-        if "lineage" in payload:
-            self.lineage = Lineage.from_state(payload["lineage"])
-            self._unwritten_events = self.lineage.catch_up(self.lineage_store.recent(), int(meta["version"]))
-        # Continue above everything this prefix has seen, even versions whose data is unreadable.
-        self.version = max([int(meta["version"]), *(v for v, _ in loaded.skipped)])
-        self.articles_learned = int(payload.get("articles_learned", 0))
-        self.metrics.snapshot_seen(self.version, float(meta["created_at"]))
-        log.info(
-            "restored snapshot %d (%d articles learned); offsets %s",
-            loaded.version,
-            self.articles_learned,
-            self.positions,
-        )
-        return model, vocab
 
     # ------------------------------------------------------------------ the worker's hooks
     def consumer_group(self) -> str:

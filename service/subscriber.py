@@ -45,7 +45,7 @@ from .snapshot import SnapshotStore
 
 log = logging.getLogger(__name__)
 
-__all__ = ["OutputReader", "TopicChoice", "matching_articles"]
+__all__ = ["OutputReader", "TopicChoice", "matching_articles", "move_notice"]
 
 
 class OutputReader:
@@ -212,6 +212,18 @@ class TopicChoice:
         if self.on_moved is not None:
             self.on_moved(moved)
         return True
+
+
+def move_notice(e: LineageEvent) -> str:
+    """What ``topicstream subscribe`` tells a subscriber when lineage event ``e`` moved an id it follows."""
+    if e.kind == "merge":
+        return f"topic {e.topic} was merged into topic {e.into} (snapshot v{e.version}): following {e.into}"
+    if e.kind == "retire":
+        return f"topic {e.topic} was retired (snapshot v{e.version}): no new article will carry it"
+    return (
+        f"topic {e.parent} faded and its slot holds a new topic, {e.topic} (snapshot v{e.version}): "
+        f"no new article will carry {e.parent}"
+    )
 
 
 def _tags(msg: Message) -> set[int]:

@@ -452,8 +452,7 @@ class BatchWorker(abc.ABC):
         return len(batch.msgs)
 
     def _turn_done(self) -> None:
-        """The end of a turn, quiet or not: the lag (a quiet input's too, or its gauge would freeze) and the
-        heartbeat that tells a loop at work from one that hangs while ``/metrics`` still answers."""
+        """End of a turn, quiet or not: the lag (a quiet input's gauge would freeze) and the loop's heartbeat."""
         self._update_lag()
         self.metrics.heartbeat.set(time.time())
 

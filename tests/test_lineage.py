@@ -170,3 +170,15 @@ def test_renewed_slots_get_fresh_ids_and_moves_name_the_slots_they_changed():
     assert [(e.kind, e.slot, e.parent, e.score) for e in renewed] == [("birth", 2, 2, 0.8)]
     assert lin.slot_ids[2] == renewed[0].topic == 7 and lin.successor(2) is None
     assert "which held topic 2 before (drift 0.80)" in render_lineage(stamp(renewed, 3, 0.0))[0]
+
+
+def test_the_subscribers_notices_are_those_the_readme_quotes():
+    from pathlib import Path
+
+    from service.subscriber import move_notice
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    merge = move_notice(LineageEvent("merge", 12, 3, 7, 0.1, 34, 0.0))
+    assert merge == "topic 12 was merged into topic 7 (snapshot v34): following 7" and f"`{merge}`" in readme
+    assert "retired" in move_notice(LineageEvent("retire", 12, 3, None, 0.001, 34, 0.0))
+    assert move_notice(LineageEvent("birth", 15, 3, None, 0.7, 34, 0.0, parent=12)).startswith("topic 12 faded")

@@ -1,0 +1,105 @@
+"""How a learner starts: from the newest readable snapshot under its Redis prefix, or with a fresh model.
+
+:func:`restore_or_create` checks what the checksum cannot vouch for (the kernel's and the vocabulary's own checks,
+``service.compat.restore_plan`` against the settings), skips unreadable versions (counted in
+``topicstream_snapshot_fallbacks_total``), and catches the restored topic lineage up with the events later
+snapshots announced (:meth:`service.lineage.Lineage.catch_up`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernels import TopicModel
+from kernels.registry import kernel_class
+
+from .compat import restore_plan
+from .lineage import Lineage, LineageEvent, LineageStore
+from .metrics import Metrics
+from .settings import Settings
+from .snapshot import STATISTICS, NoReadableSnapshot, SnapshotStore
+from .text import Vocabulary
+
+__all__ = ["Start", "StateMismatch", "restore_or_create"]
+
+log = logging.getLogger(__name__)
+
+
+class StateMismatch(RuntimeError):
+    """The snapshot in Redis was made with settings that contradict the current ones (or none is readable)."""
+
+
+@dataclass
+class Start:
+    """What a learner starts from: the model and vocabulary, the input positions they reflect, the topic lineage
+    (None: a fresh one), the lineage events the restore made (to push with the next snapshot), the version to
+    continue above and the articles learned."""
+
+    model: TopicModel
+    vocab: Vocabulary
+    positions: dict[tuple[str, int], int] = field(default_factory=dict)
+    lineage: Lineage | None = None
+    events: list[LineageEvent] = field(default_factory=list)
+    version: int = 0
+    articles_learned: int = 0
+
+
+def restore_or_create(s: Settings, store: SnapshotStore, metrics: Metrics, lineage_store: LineageStore) -> Start:
+    """The newest readable snapshot of ``store`` as a :class:`Start`, or a fresh model when there is none;
+    :class:`StateMismatch` when snapshots exist but none is readable, or the newest contradicts the settings."""
+    built: dict[int, tuple[TopicModel, Vocabulary]] = {}
+
+    def build(meta: dict[str, Any], payload: dict[str, Any]) -> None:
+        # Shapes and values the checksum cannot vouch for: the kernel's and vocabulary's own checks.
+        kstate = payload["kernel"]
+        built[int(meta["version"])] = (
+            kernel_class(kstate["algorithm"]).from_state(kstate),
+            Vocabulary.from_state(payload["vocabulary"]),
+        )
+
+    try:
+        loaded = store.load_newest_readable(nonnegative=STATISTICS, validate=build)
+    except NoReadableSnapshot as e:
+        raise StateMismatch(
+            f"no snapshot under Redis prefix {s.redis_prefix!r} is readable ({e}); refusing to start a new "
+            "model over them: inspect or delete them, or use another TOPICSTREAM_REDIS_PREFIX"
+        ) from None
+    if loaded is None:
+        log.info("no snapshot under prefix %r: starting a fresh %s model", s.redis_prefix, s.algorithm)
+        factory: Callable[..., TopicModel] = kernel_class(s.algorithm)
+        model = factory(n_topics=s.topics, n_words=s.vocab_size, seed=s.seed, **s.kernel_params)
+        return Start(model, Vocabulary(s.vocab_size, admit_count=s.vocab_admit_count))
+    for version, reason in loaded.skipped:
+        metrics.snapshot_fallbacks.inc()
+        log.error("snapshot %d is unreadable (%s): skipped", version, reason)
+    if loaded.skipped:
+        log.warning("restoring snapshot %d, the newest readable one", loaded.version)
+    meta, payload = loaded.meta, loaded.payload
+    plan = restore_plan(s, payload)
+    if plan.refused:
+        raise StateMismatch(
+            f"the snapshot under Redis prefix {s.redis_prefix!r} does not match the settings:\n  "
+            + "\n  ".join(plan.refused)
+        )
+    model, vocab = built[loaded.version]
+    plan.apply_to(model, vocab)
+    for line in plan.applied:
+        log.info("%s", line)
+    start = Start(model, vocab, positions={(t, int(p)): int(o) for t, p, o in payload["offsets"]})
+    if "lineage" in payload:
+        start.lineage = Lineage.from_state(payload["lineage"])
+        start.events = start.lineage.catch_up(lineage_store.recent(), int(meta["version"]))
+    # Continue above everything this prefix has seen, even versions whose data is unreadable.
+    start.version = max([int(meta["version"]), *(v for v, _ in loaded.skipped)])
+    start.articles_learned = int(payload.get("articles_learned", 0))
+    metrics.snapshot_seen(start.version, float(meta["created_at"]))
+    log.info(
+        "restored snapshot %d (%d articles learned); offsets %s",
+        loaded.version,
+        start.articles_learned,
+        start.positions,
+    )
+    return start
