@@ -182,3 +182,33 @@ def test_the_subscribers_notices_are_those_the_readme_quotes():
     assert merge == "topic 12 was merged into topic 7 (snapshot v34): following 7" and f"`{merge}`" in readme
     assert "retired" in move_notice(LineageEvent("retire", 12, 3, None, 0.001, 34, 0.0))
     assert move_notice(LineageEvent("birth", 15, 3, None, 0.7, 34, 0.0, parent=12)).startswith("topic 12 faded")
+
+
+def test_names_are_carried_again_after_a_failure(redis_client):
+    """The lineage feed pushes a merge to P:lineage, but moving the names fails (their Redis away): the next
+    publication carries them, once."""
+    from confluent_kafka import Producer
+
+    from service.dev.localstack import free_port
+    from service.lineage_feed import LineageFeed
+    from service.metrics import Metrics
+    from service.names import TopicNames
+
+    prefix = "names-retry"
+    names = TopicNames(redis_client, prefix)
+    names.set(3, "Oil")
+    feed = LineageFeed(
+        LineageStore(redis_client, prefix),
+        names,
+        Producer({"bootstrap.servers": "127.0.0.1:1", "log_level": 0}),
+        "t",
+        Metrics(),
+    )
+    feed.names = TopicNames(redis.Redis(port=free_port(), socket_connect_timeout=0.5), prefix)
+    merge = stamp([LineageEvent("merge", 3, 3, 1, 0.1, 0, 0.0)], 4, 1.0)
+    with pytest.raises(redis.ConnectionError):
+        feed.publish(merge)
+    assert [e.topic for e in LineageStore(redis_client, prefix).recent()] == [3] and names.all() == {3: "Oil"}
+    feed.names = names
+    feed.publish([])
+    assert names.all() == {1: "Oil"} and feed.unnamed == [] and len(LineageStore(redis_client, prefix).recent()) == 1
