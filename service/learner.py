@@ -128,6 +128,7 @@ class Learner(BatchWorker):
         self.lineage_feed = LineageFeed(
             self.lineage_store, self.names, self.producer, s.lineage_topic_name(), self.metrics
         )
+        self.lineage_feed.unpushed = start.unpublished  # the restored snapshot's events that P:lineage lacks
         self._names: dict[int, str] = {}
         log.info("compiling the %s kernel (cached on disk after the first start)", s.algorithm)
         type(self.model).warm_up(**s.kernel_params)
@@ -305,12 +306,18 @@ class Learner(BatchWorker):
         moved = moved_slots(events, self.lineage.slot_ids)  # a move just changed them, and said so
         keep = [i for i, k in enumerate(slots) if k not in moved]
         events += self.lineage.renew([slots[i] for i in keep], [drifts[i] for i in keep])
-        meta = {"algorithm": s.algorithm, "topics": s.topics, "articles_learned": articles_learned}
-        extra = {"articles_learned": articles_learned, "lineage": self.lineage.state_dict()}
-        cap = self.writer.capture(seq, self.model, vocab_state, slot_words, offsets, extra, meta)
         # Events of earlier captures whose write failed come first: the moves are in the model and the lineage
         # already, so they belong to the first snapshot that is written.
-        cap.events = self._unwritten_events = self._unwritten_events + events
+        self._unwritten_events = self._unwritten_events + events
+        meta = {"algorithm": s.algorithm, "topics": s.topics, "articles_learned": articles_learned}
+        extra = {
+            "articles_learned": articles_learned,
+            "lineage": self.lineage.state_dict(),
+            # Kept with the moves, so a learner killed before it pushed them to P:lineage pushes them at restart.
+            "lineage_events": [e.to_json() for e in self._unwritten_events],
+        }
+        cap = self.writer.capture(seq, self.model, vocab_state, slot_words, offsets, extra, meta)
+        cap.events = self._unwritten_events
         cap.topic_ids = list(self.lineage.slot_ids)
         cap.hygiene_docs = recent
         cap.unseen_docs = unseen

@@ -17,7 +17,7 @@ from kernels import TopicModel
 from kernels.registry import kernel_class
 
 from .compat import restore_plan
-from .lineage import Lineage, LineageEvent, LineageStore
+from .lineage import Lineage, LineageEvent, LineageStore, stamp
 from .metrics import Metrics
 from .settings import Settings
 from .snapshot import STATISTICS, NoReadableSnapshot, SnapshotStore
@@ -43,6 +43,9 @@ class Start:
     positions: dict[tuple[str, int], int] = field(default_factory=dict)
     lineage: Lineage | None = None
     events: list[LineageEvent] = field(default_factory=list)
+    #: The restored snapshot's own lineage events (stamped) when P:lineage lacks them: the learner that wrote it
+    #: stopped before pushing them. Published with the next snapshot.
+    unpublished: list[LineageEvent] = field(default_factory=list)
     version: int = 0
     articles_learned: int = 0
 
@@ -91,7 +94,12 @@ def restore_or_create(s: Settings, store: SnapshotStore, metrics: Metrics, linea
     start = Start(model, vocab, positions={(t, int(p)): int(o) for t, p, o in payload["offsets"]})
     if "lineage" in payload:
         start.lineage = Lineage.from_state(payload["lineage"])
-        start.events = start.lineage.catch_up(lineage_store.recent(), int(meta["version"]))
+        history = lineage_store.recent()
+        version = int(meta["version"])
+        own = [LineageEvent.from_json(raw) for raw in payload.get("lineage_events", [])]
+        if own and not any(e.version == version for e in history):
+            start.unpublished = stamp(own, version, float(meta["created_at"]))
+        start.events = start.lineage.catch_up(history, version)
     # Continue above everything this prefix has seen, even versions whose data is unreadable.
     start.version = max([int(meta["version"]), *(v for v, _ in loaded.skipped)])
     start.articles_learned = int(payload.get("articles_learned", 0))

@@ -210,6 +210,36 @@ def test_lineage_events_whose_push_failed_go_with_the_next_snapshot(settings: Se
         learner.close()
 
 
+def test_lineage_events_a_stopped_learner_never_pushed_are_pushed_after_a_restart(
+    settings: Settings, server: RedisServer
+) -> None:
+    """The snapshot holding a merge is written, but the learner dies before P:lineage has its event (here:
+    P:lineage deleted after the fact). The snapshot keeps its own events, so the next learner restores them and
+    pushes them with its first snapshot, stamped with the version that holds the move. Before, they were lost:
+    subscribers never heard of the merge."""
+    s, learner = _snapshotted_learner(settings, server, 100, seed=79)
+    store = LineageStore(learner.store.r, s.redis_prefix)
+    try:
+        learner._planned = [Event("merge", (1,), 0, 0.9)]
+        consume_into(learner, 20)
+        learner.checkpoint()
+        holds_merge = learner.version
+        assert [(e.kind, e.topic, e.version) for e in store.recent(10)] == [("merge", 1, holds_merge)]
+    finally:
+        learner.abandon()  # as a crash would: nothing more written
+    learner.store.r.delete(store.key)  # as if the push never happened
+    again = Learner(s)
+    again.subscribe()
+    try:
+        consume_into(again, 20)
+        again.checkpoint()
+        events = store.recent(10)
+        assert [(e.kind, e.topic, e.into, e.version) for e in events] == [("merge", 1, 0, holds_merge)]
+        assert again.lineage is not None and again.lineage.successor(1) == 0
+    finally:
+        again.close()
+
+
 def test_a_slot_whose_topic_changed_without_a_move_gets_a_fresh_id(settings: Settings) -> None:
     """Past the warm-up, a slot's topic is replaced by another without any hygiene move (as the online HDP refills
     a slot its own learning emptied; here the kernel's own delete and birth, called directly): the snapshot after
