@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["BACKGROUND_MARGIN", "background_distances", "background_topic"]
+__all__ = ["BACKGROUND_MARGIN", "background_distances", "background_topic", "heavy_by_distance", "pick_background"]
 
 #: How much closer (Hellinger distance) to the corpus-wide word distribution than every other topic a topic
 #: must be to count as the background topic (calibration in the module docstring).
@@ -58,14 +58,25 @@ def background_topic(
     phi: NDArray[np.floating], weights: NDArray[np.floating], margin: float = BACKGROUND_MARGIN
 ) -> int | None:
     """The background topic of ``phi`` (K×W) with topic ``weights`` (K), or None (see the module docstring)."""
-    n_topics = phi.shape[0]
+    return pick_background(background_distances(phi, weights), weights, margin)
+
+
+def heavy_by_distance(h: NDArray[np.floating], weights: NDArray[np.floating]) -> NDArray[np.int64]:
+    """The topics holding at least an average share of the mass, nearest the corpus-wide word distribution first
+    (``h``: :func:`background_distances`)."""
     w = np.maximum(np.asarray(weights, dtype=np.float64), 0.0)
-    h = background_distances(phi, w)
     total = w.sum()
-    heavy = np.flatnonzero(w >= total / n_topics) if total > 0 else np.arange(n_topics)
-    if heavy.size == 0:
+    heavy = np.flatnonzero(w >= total / w.size) if total > 0 else np.arange(w.size)
+    return heavy[np.argsort(np.asarray(h)[heavy], kind="stable")]
+
+
+def pick_background(
+    h: NDArray[np.floating], weights: NDArray[np.floating], margin: float = BACKGROUND_MARGIN
+) -> int | None:
+    """:func:`background_topic` from the distances ``h`` already computed."""
+    order = heavy_by_distance(h, weights)
+    if order.size == 0:
         return None
-    order = heavy[np.argsort(h[heavy], kind="stable")]
     if order.size == 1 or h[order[1]] - h[order[0]] >= margin:
         return int(order[0])
     return None

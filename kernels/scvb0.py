@@ -27,7 +27,7 @@ from ._moves import Columns, birth_column, birth_counts, delete_column, merge_co
 from ._schedule import StepSize
 from ._scvb0_numba import _RHO_THETA_TABLE, Config, Plan, ThetaSteps, Topics, _fit, _infer
 from ._special import digamma_array
-from .background import background_distances, background_topic
+from .background import background_distances, background_topic, heavy_by_distance, pick_background
 
 __all__ = ["SCVB0"]
 
@@ -341,10 +341,11 @@ class SCVB0(TopicModel):
         if slot is None:
             return background_topic(phi, weights)
         d = background_distances(phi, weights)
-        others = [k for k in range(len(d)) if k != slot and weights[k] >= 1.0 / len(d)]
-        if not others or d[slot] <= d[others].min():
+        others = heavy_by_distance(d, weights)
+        others = others[others != slot]
+        if others.size == 0 or d[slot] <= d[others[0]]:
             return slot
-        return background_topic(phi, weights)
+        return pick_background(d, weights)
 
     def topic_weights(self) -> NDArray[np.float64]:
         """N^Z normalised."""

@@ -79,12 +79,7 @@ class Learner(BatchWorker):
         """``stop`` ends the wait of a standby (:class:`LeaseLost`); ``parts``: :class:`~service.worker.WorkerParts`."""
         s = settings
         super().__init__(s, **parts)
-        self.version = 0
-        self.articles_learned = 0
-        self.lineage: Lineage | None = None
         self.lineage_store = LineageStore(self.store.r, s.redis_prefix)
-        #: Lineage events of the moves made since the last snapshot written (a failed write carries them on).
-        self._unwritten_events: list[LineageEvent] = []
         self.lease = Lease.from_url(s.redis_url, s.redis_prefix, ttl_s=s.lease_ttl_s)  # timeouts within the TTL
         self._take_lease(stop)
         # Renewed from now on: reading and checking the snapshots to restore may take longer than the TTL.
@@ -98,8 +93,9 @@ class Learner(BatchWorker):
                 self.lease.release()
             raise
         self.model, self.vocab, self.positions = start.model, start.vocab, start.positions
-        self.lineage = start.lineage or Lineage(s.topics)
-        self._unwritten_events = start.events
+        self.lineage: Lineage = start.lineage or Lineage(s.topics)
+        #: Lineage events of the moves made since the last snapshot written (a failed write carries them on).
+        self._unwritten_events: list[LineageEvent] = start.events
         self.version, self.articles_learned = start.version, start.articles_learned
         defaults = type(self.model).hygiene_defaults
         hygiene_on = s.topic_hygiene if s.topic_hygiene is not None else defaults is not None
@@ -196,15 +192,9 @@ class Learner(BatchWorker):
 
     def encode(self, batch: InFlight, bags: FlatBags) -> None:
         batch.encoded = self.vocab.encode(bags)
-        assert self.lineage is not None
-        batch.model = ModelRef(
-            self.labels,
-            self.settings.algorithm,
-            self.version,
-            self.settings.topics,
-            tuple(self.lineage.slot_ids),
-            self._names,
-        )
+        # The topic ids are set on the kernel lane, when the mixtures are computed (:meth:`compute`).
+        s = self.settings
+        batch.model = ModelRef(self.labels, s.algorithm, self.version, s.topics, names=self._names)
         self.articles_learned += len(batch.decoded.good)
 
     def compute(self, batch: InFlight) -> NDArray[np.float64]:
@@ -215,9 +205,9 @@ class Learner(BatchWorker):
             self.metrics.vocabulary_recycled.inc(int(recycled.size))
             if self.hygiene is not None:
                 self._forgotten.append(recycled)
-        # The stable ids of the slots as this batch's mixtures are computed (a capture's moves, on this lane,
-        # change them between batches; the main thread's encode may have run before that capture).
-        assert self.lineage is not None and batch.model is not None
+        # The stable ids of the slots as this batch's mixtures are computed: a capture's moves, on this lane,
+        # change them between batches, so the main thread (encode) cannot know them.
+        assert batch.model is not None
         batch.model = replace(batch.model, topic_ids=tuple(self.lineage.slot_ids))
         if not batch.decoded.good:
             return np.zeros((0, self.settings.topics))
@@ -283,7 +273,6 @@ class Learner(BatchWorker):
         loop for: ``main_s`` (the vocabulary's copy, on the main thread) plus this capture."""
         t0 = time.perf_counter()
         s = self.settings
-        assert self.lineage is not None
         events: list[LineageEvent] = []
         recent = unseen = None
         if self.hygiene is not None:
@@ -414,8 +403,7 @@ class Learner(BatchWorker):
 
     def _model_gauges(self) -> None:
         m = self.metrics
-        ids = self.lineage.slot_ids if self.lineage is not None else range(self.settings.topics)
-        m.set_topics(ids, prevalence=self.model.topic_weights())
+        m.set_topics(self.lineage.slot_ids, prevalence=self.model.topic_weights())
         m.topics_used.set(self.model.topics_used())
         m.topics_holding.set(self.model.topics_holding())
         m.vocabulary_words.set(len(self.vocab))

@@ -18,7 +18,7 @@ for ``topicstream topics``. The :class:`Lineage` mapping itself belongs in the s
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
@@ -33,6 +33,8 @@ __all__ = [
     "Lineage",
     "LineageEvent",
     "LineageStore",
+    "endings",
+    "follow",
     "moved_slots",
     "render_lineage",
     "stamp",
@@ -161,8 +163,7 @@ class Lineage:
         for e in later:
             if e.kind == "merge" and e.into is not None:
                 self._remember_merge(e.topic, e.into)
-        dead = {e.topic for e in later if e.kind in ("merge", "retire")}
-        dead |= {e.parent for e in later if e.kind == "birth" and e.parent is not None}  # renewed: ended
+        dead = endings(later)
         out = []
         for slot, topic in enumerate(self.slot_ids):
             if topic in dead:
@@ -264,6 +265,34 @@ class LineageStore:
         """Events ever pushed, by kind (not trimmed)."""
         raw: dict[Any, Any] = self.client.hgetall(self.counts_key)
         return {(k.decode() if isinstance(k, bytes) else str(k)): int(v) for k, v in raw.items()}
+
+
+def endings(events: Iterable[LineageEvent]) -> dict[int, LineageEvent]:
+    """Each id that ``events`` ended, with the event that ended it: merged away (``into`` carries it on), retired,
+    or its slot given to another topic under a fresh id (a birth whose ``parent`` it is: :meth:`Lineage.renew`,
+    :meth:`Lineage.catch_up`). An id ends once; a birth naming an id already merged or retired changes nothing."""
+    events = list(events)
+    ended = {e.topic: e for e in events if e.kind in ("merge", "retire")}
+    for e in events:
+        if e.kind == "birth" and e.parent is not None:
+            ended.setdefault(e.parent, e)
+    return ended
+
+
+def follow(topic: int, ended: Mapping[int, LineageEvent]) -> tuple[list[LineageEvent], int | None]:
+    """Where id ``topic`` went, by ``ended`` (:func:`endings`): the events on its way (merges, a chain of them,
+    then perhaps an end) and the live id that carries it now, or None if it ended without one. ``topic`` itself,
+    and no event, while it has not ended."""
+    path: list[LineageEvent] = []
+    seen = {topic}
+    while topic in ended:
+        e = ended[topic]
+        path.append(e)
+        if e.kind != "merge" or e.into is None or e.into in seen:
+            return path, None
+        topic = e.into
+        seen.add(topic)
+    return path, topic
 
 
 def moved_slots(events: Iterable[LineageEvent], slot_ids: Sequence[int]) -> set[int]:

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis
 
-if TYPE_CHECKING:
-    from .lineage import LineageEvent
+from .lineage import LineageEvent, endings, follow
 
 __all__ = ["MAX_NAME", "TopicNames"]
 
@@ -83,22 +82,8 @@ class TopicNames:
         """Carry the names along lineage ``events``: a merged-away id's to its ``into``, a retired id's away, and
         the name of an id whose slot a birth took over (``parent``, :meth:`service.lineage.Lineage.renew`) away:
         that topic ended, and the new one in its slot is another."""
-        merged: dict[int, int] = {}
-        ended: set[int] = set()
-        for e in events:
-            if e.kind == "merge" and e.into is not None:
-                merged[e.topic] = e.into
-            elif e.kind == "retire":
-                ended.add(e.topic)
-            elif e.kind == "birth" and e.parent is not None:
-                ended.add(e.parent)
-        moves: dict[int, int | None] = {}
-        for gone in merged.keys() | ended:  # to the end of its chain (a into b, b into c: a's name goes to c)
-            end, seen = gone, {gone}
-            while end in merged and merged[end] not in seen:
-                end = merged[end]
-                seen.add(end)
-            moves[gone] = None if end in ended else end
+        ended = endings(events)
+        moves = {gone: follow(gone, ended)[1] for gone in ended}  # to the end of a chain: a into b, b into c: c
         if moves:
             self.remap(moves)
 

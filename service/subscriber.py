@@ -38,7 +38,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, Message, Top
 
 from .follow import Match, resolve
 from .kafka import make_consumer
-from .lineage import LineageEvent, LineageStore
+from .lineage import LineageEvent, LineageStore, endings, follow
 from .names import TopicNames
 from .settings import Settings
 from .snapshot import SnapshotStore
@@ -188,23 +188,14 @@ class TopicChoice:
             )
             return False
         self.version, self._lineage_head = latest, head
-        by_id = {e.topic: e for e in events if e.kind in ("merge", "retire")}  # an id ends once: no duplicates
-        for born in events:  # a slot given a fresh id for the new topic it holds (Lineage.renew): the old id ended
-            if born.kind == "birth" and born.parent is not None:
-                by_id.setdefault(born.parent, born)
+        ended = endings(events)
         moved: list[LineageEvent] = []
         live: set[int] = set()
         for topic in self.fixed:
-            seen = {topic}
-            while topic in by_id:
-                event = by_id[topic]
-                moved.append(event)
-                if event.kind != "merge" or event.into is None or event.into in seen:
-                    break
-                topic = event.into
-                seen.add(topic)
-            else:
-                live.add(topic)
+            path, now = follow(topic, ended)
+            moved += path
+            if now is not None:
+                live.add(now)
         if not moved:
             return False
         self.fixed = frozenset(live)
