@@ -49,3 +49,13 @@ class InFlight:
     context: Any = None  # whatever the subclass's compute needs besides the batch (e.g. the replica's model)
     next_offsets: dict[tuple[str, int], int] = field(default_factory=dict)  # per partition, after this batch
     timings: dict[str, float] = field(default_factory=dict)
+
+    def release(self) -> None:
+        """Drop the articles, word ids and mixtures once the batch is learned and published: while it waits for the
+        broker's acknowledgements (an output topic slow to answer can keep many waiting), only its ``seq``,
+        ``tracker`` and ``next_offsets`` are needed."""
+        self.msgs = []
+        self.decoded = Decoded([], [])
+        self.encoded = None
+        self.result = None
+        self.context = None

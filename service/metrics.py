@@ -96,6 +96,11 @@ class Metrics:
             "it took the lease)",
         )
         self.heartbeat.set(self._started_at)
+        self.unacked_batches = gauge(
+            "topicstream_batches_awaiting_ack",
+            "Published batches whose outputs the broker has not yet acknowledged all of; at max_unacked_batches "
+            "the worker stops reading input until some are",
+        )
 
         # Snapshots (learner writes, replicas read).
         self.snapshot_duration = histogram(

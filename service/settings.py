@@ -90,6 +90,13 @@ class Settings(BaseSettings):
         description="Longest wait for a batch to fill, seconds (a backlog fills batches at once; a quiet stream "
         "should not wait)",
     )
+    max_unacked_batches: int = Field(
+        20,
+        ge=1,
+        description="Published batches that may wait for the broker's acknowledgements; at this many the worker "
+        "reads no more input until some are acknowledged (an output topic that stops acknowledging must not fill "
+        "memory)",
+    )
     snapshot_every_batches: int = Field(
         1000,
         ge=1,

@@ -15,7 +15,10 @@ snapshot follower), :meth:`reject`, their consumer group and snapshot store (:me
 :meth:`open_store`) and, for the learner, when it must stop on its own (:meth:`must_stop`, :meth:`after_run`).
 
 A kernel call that outlasts a third of ``max.poll.interval.ms`` does not cost the consumer its group: the main
-thread pauses the partitions and polls while it waits (:meth:`BatchWorker._keep_alive_until`).
+thread pauses the partitions and polls while it waits (:mod:`service.keepalive`). Nor does a broker that stops
+acknowledging outputs cost memory: at ``max_unacked_batches`` published batches awaiting acknowledgements the
+worker reads no more input until some are acknowledged, and a published batch keeps only its offsets and its
+delivery tracker (:meth:`BatchWorker._hold_until_acknowledged`).
 
 Delivery guarantee (at least once, never lost): a batch's offsets are committed only when the broker has
 acknowledged every output and dead letter of *that* batch and of every batch before it. Commits between batches
@@ -33,8 +36,8 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypedDict
 
 import numpy as np
@@ -50,6 +53,7 @@ from .kafka import (
     next_offsets,
     partition_of,
 )
+from .keepalive import GroupKeepAlive
 from .metrics import Metrics
 from .pipeline import Publisher, decode_batch, tokenize
 from .schemas import Rejection
@@ -72,7 +76,7 @@ class WorkerParts(TypedDict, total=False):
     store: SnapshotStore
 
 
-class BatchWorker(abc.ABC):
+class BatchWorker(GroupKeepAlive, abc.ABC):
     """Consume → decode → tokenize → kernel → publish → commit, pipelined (see the module docstring)."""
 
     role = "worker"
@@ -111,6 +115,7 @@ class BatchWorker(abc.ABC):
         #: Partitions given up (revoked or lost) since the current batch was consumed: a keep-alive poll in
         #: :meth:`drain` can run a rebalance between consuming a batch and handing it to the kernel lane.
         self._given_up: set[tuple[str, int]] = set()
+        self._stop = threading.Event()  # :meth:`run`'s stop: ends a wait for acknowledgements too
 
     # ------------------------------------------------------------------ what subclasses supply
     @abc.abstractmethod
@@ -137,7 +142,7 @@ class BatchWorker(abc.ABC):
     def reject(self, msg: Message, rejection: Rejection, batch: InFlight) -> None:
         """A message that is not a valid article."""
 
-    def between_batches(self, finished: InFlight | None) -> None:  # noqa: B027 (a hook; default: nothing)
+    def between_batches(self, finished: InFlight | None) -> None:
         """Called on the main thread after the kernel lane finished ``finished`` and before the next batch is
         handed to it: the one moment the model, the vocabulary and :attr:`positions` describe the same point."""
 
@@ -150,7 +155,7 @@ class BatchWorker(abc.ABC):
         every turn of :meth:`run`."""
         return False
 
-    def after_run(self) -> None:  # noqa: B027 (a hook; default: nothing)
+    def after_run(self) -> None:
         """Called when :meth:`run` has closed the worker without an error (the learner reports a lost lease)."""
 
     # ------------------------------------------------------------------ partitions
@@ -179,16 +184,6 @@ class BatchWorker(abc.ABC):
             if not self.broken:
                 self.drain()
         self._unassign(consumer, partitions)
-
-    @contextlib.contextmanager
-    def _inside_a_poll(self) -> Iterator[None]:
-        """Mark a consumer poll as on the stack (a rebalance callback, the keep-alive loop): a drain meanwhile must
-        not poll again."""
-        outer, self._inside_poll = self._inside_poll, True
-        try:
-            yield
-        finally:
-            self._inside_poll = outer
 
     def _unassign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         gone = {(tp.topic, tp.partition) for tp in partitions}
@@ -371,43 +366,30 @@ class BatchWorker(abc.ABC):
         except BaseException:  # the kernel or the publication failed: that batch is neither learned nor sent
             self._break()
             raise
+        batch.release()  # learned and published: only its acknowledgements are awaited now
         self.between_batches(batch)
 
-    def _keep_alive_until(self, done: Future[Any]) -> None:
-        """Wait for the kernel lane; if it is still busy after a third of ``max.poll.interval.ms`` (the particle
-        filter's Gibbs refinements take seconds), pause the assigned partitions and poll until it is done, then
-        resume them. Polling is what tells the consumer the application is alive: without it, librdkafka leaves
-        the group once the interval has passed, and the partitions are lost until it rejoins. A paused partition
-        yields no message (librdkafka drops what it had prefetched and fetches it again after ``resume``). A
-        partition assigned during the wait yields one message, which is kept for the next batch, and is paused
-        too, so what waits in ``_early`` stays small; every partition paused here is resumed at the end, also one
-        revoked meanwhile (:meth:`_unassign` resumes it as well)."""
-        third = self.settings.max_poll_interval_ms / 3000
-        if wait([done], timeout=third).done:
+    def _hold_until_acknowledged(self) -> None:
+        """Backpressure: while ``max_unacked_batches`` published batches wait for the broker's acknowledgements
+        (an output topic whose partitions lost their leader, ``acks=all`` short of in-sync replicas), read no
+        more input, so memory holds at most that many batches' offsets (one more: the batch the kernel is on)
+        and the producer's queue; stay in the group meanwhile. Returns when some are acknowledged, a delivery
+        failed, or the worker is told to stop."""
+        limit = self.settings.max_unacked_batches
+        if len(self._unacked) < limit:
             return
-        paused = set(self.assigned)
-        try:
-            self.consumer.pause([TopicPartition(t, p) for t, p in sorted(paused)])
-            with self._inside_a_poll():
-                while not done.done():
-                    msg = self.consumer.poll(min(third, 0.5))
-                    if msg is None:
-                        continue
-                    err = msg.error()
-                    if err is not None:
-                        if err.code() != KafkaError._PARTITION_EOF:
-                            self.metrics.errors.labels(kind="consume").inc()
-                            log.warning("consumer error: %s", err)
-                        continue
-                    key = partition_of(msg)
-                    if key in self.assigned:
-                        self._early.append(msg)
-                    if key not in paused:  # assigned during the wait: librdkafka resumes after this message
-                        paused.add(key)
-                        self.consumer.pause([TopicPartition(*key)])
-        finally:
-            with contextlib.suppress(KafkaException):
-                self.consumer.resume([TopicPartition(t, p) for t, p in sorted(paused)])
+        log.warning(
+            "%d published batches await the broker's acknowledgements: reading no input until some do",
+            len(self._unacked),
+        )
+        third = self.settings.max_poll_interval_ms / 3000
+        with self._paused() as paused, self._inside_a_poll():
+            while len(self._unacked) >= limit and not self.broken and not self._stop.is_set():
+                self.producer.poll(min(third, 0.2))
+                self._commit_acknowledged()
+                self._poll_paused(paused, 0)
+                self.metrics.unacked_batches.set(len(self._unacked))
+                self.metrics.heartbeat.set(time.time())
 
     def flush(self, timeout: float | None = None) -> None:
         """Drain, wait for every acknowledgement, commit."""
@@ -434,9 +416,11 @@ class BatchWorker(abc.ABC):
         """One turn of the loop; returns the number of messages consumed (0 when the input was quiet).
 
         ``limit`` caps the messages taken in this turn (tests use it to stop at an exact position)."""
+        self._hold_until_acknowledged()
         msgs = self._consume(self.settings.batch_timeout_s if timeout is None else timeout, limit)
         self.producer.poll(0)
         self._commit_acknowledged()
+        self.metrics.unacked_batches.set(len(self._unacked))
         if not msgs:
             self.drain()
             self.between_batches(None)
@@ -470,7 +454,7 @@ class BatchWorker(abc.ABC):
     ) -> None:
         """Consume until ``stop`` is set (or ``max_messages`` are consumed, or :meth:`must_stop` or ``until()`` is
         true); then drain, flush, commit (and what :meth:`close` adds), leave the group and call :meth:`after_run`."""
-        stop = stop or threading.Event()
+        stop = self._stop = stop or threading.Event()
         self.subscribe()
         consumed = 0
         try:
