@@ -179,7 +179,7 @@ def produce(
 ) -> None:
     """Replay a JSONL file or a live feed into the input topic, or generate articles offline."""
     from .kafka import DeliveryError, ensure_topics
-    from .source import generated_lines, iter_lines, produce_lines
+    from .source import Skipped, generated_lines, iter_lines, produce_lines
 
     s = _settings(ctx)
     if file is not None and str(file) != "-" and not Path(file).is_file():  # before a broker check that may wait
@@ -191,7 +191,7 @@ def produce(
         ensure_topics(s, {s.input_topic: 1})
     lines = iter_lines(file) if file else generated_lines(limit, seed)
     t0 = time.monotonic()
-    skipped: list[int] = []
+    skipped = Skipped()
     try:
         with _unreachable_is_fatal(s):
             n = produce_lines(s, lines, rate=rate, limit=limit, skipped=skipped)
@@ -203,8 +203,9 @@ def produce(
         raise typer.Exit(1) from None
     dt = time.monotonic() - t0
     err.print(f"produced {n} articles to {s.input_topic} in {dt:.1f}s ({n / max(dt, 1e-9):.0f}/s)")
-    if skipped:
-        err.print(f"[red]{len(skipped)} too large for the broker, not sent: articles {skipped[:10]}[/red]")
+    if skipped.count:
+        more = "…" if skipped.count > len(skipped.first) else ""
+        err.print(f"[red]{skipped.count} too large for the broker, not sent: articles {skipped.first}{more}[/red]")
         raise typer.Exit(1)
 
 

@@ -106,6 +106,10 @@ def ensure_topics(settings: Settings, topics: dict[str, int], timeout: float = 3
                 raise
 
 
+#: Failures (and lines skipped) remembered by their reason or line number; beyond that they are only counted.
+KEEP_FAILURES = 10
+
+
 @dataclass
 class DeliveryTracker:
     """Counts one batch's sends and the broker's acknowledgements, and remembers failures.
@@ -118,6 +122,8 @@ class DeliveryTracker:
 
     pending: int = 0
     acked: int = 0
+    failed: int = 0
+    #: The first few failures' reasons (a tracker may serve a whole live feed: all of them would grow without end).
     failures: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -129,7 +135,9 @@ class DeliveryTracker:
         with self._lock:
             self.pending -= 1
             if err is not None:
-                self.failures.append(f"{msg.topic()}: {err}")
+                self.failed += 1
+                if len(self.failures) < KEEP_FAILURES:
+                    self.failures.append(f"{msg.topic()}: {err}")
             else:
                 self.acked += 1
 
@@ -140,8 +148,8 @@ class DeliveryTracker:
 
     def raise_on_failure(self) -> None:
         with self._lock:
-            if self.failures:
-                raise DeliveryError(f"{len(self.failures)} message(s) not acknowledged, e.g. {self.failures[0]}")
+            if self.failed:
+                raise DeliveryError(f"{self.failed} message(s) not acknowledged, e.g. {self.failures[0]}")
 
 
 def flush_all(producer: Producer, timeout: float | None = None) -> None:

@@ -43,7 +43,7 @@ from .checkpoint import Capture, SnapshotWriter, snapshot_summary
 from .history import SummaryHistory
 from .inflight import InFlight, ModelRef
 from .lease import Lease, LeaseKeeper
-from .lineage import Lineage, LineageEvent, LineageStore, moved_slots, stamp
+from .lineage import DEFAULT_KEEP, Lineage, LineageEvent, LineageStore, moved_slots, stamp
 from .lineage_feed import LineageFeed, renewals
 from .names import TopicNames
 from .pipeline import TopicLabels
@@ -115,8 +115,8 @@ class Learner(BatchWorker):
         #: Hygiene moves planned by the writer thread on a snapshot's copy, to be made at the next capture.
         self._planned: list[Event] = []
         #: Kernel lane: vocabulary slots recycled since the last copy hygiene plans on (a replayed birth or split
-        #: leaves them out of its proposal).
-        self._forgotten: list[NDArray[np.int64]] = []
+        #: leaves them out of its proposal), as a mask over the slots.
+        self._forgotten = np.zeros(self.model.n_words, dtype=np.bool_)
         #: Slots whose topic changed meaning without a move (writer thread, from a written snapshot's drift):
         #: the next capture gives them fresh ids (:func:`service.lineage_feed.renewals`).
         self._renew: tuple[list[int], list[float]] = ([], [])
@@ -204,7 +204,7 @@ class Learner(BatchWorker):
             self.model.reset_words(recycled)
             self.metrics.vocabulary_recycled.inc(int(recycled.size))
             if self.hygiene is not None:
-                self._forgotten.append(recycled)
+                self._forgotten[recycled] = True
         # The stable ids of the slots as this batch's mixtures are computed: a capture's moves, on this lane,
         # change them between batches, so the main thread (encode) cannot know them.
         assert batch.model is not None
@@ -279,7 +279,7 @@ class Learner(BatchWorker):
             planned, self._planned = self._planned, []
             if planned:
                 model = cast(SupportsTopicMoves, self.model)  # its moves checked in __init__
-                forgotten = np.concatenate(self._forgotten) if self._forgotten else None
+                forgotten = np.flatnonzero(self._forgotten) if self._forgotten.any() else None
                 events = self.lineage.record(self.hygiene.replay(model, planned, forgotten), 0, time.time())
             if self._unseen is not None:
                 unseen, self._unseen = self._unseen.batch(), None
@@ -297,7 +297,8 @@ class Learner(BatchWorker):
         events += self.lineage.renew([slots[i] for i in keep], [drifts[i] for i in keep])
         # Events of earlier captures whose write failed come first: the moves are in the model and the lineage
         # already, so they belong to the first snapshot that is written.
-        self._unwritten_events = self._unwritten_events + events
+        # The newest DEFAULT_KEEP, as P:lineage keeps: while Redis is down, captures go on, each with its moves.
+        self._unwritten_events = (self._unwritten_events + events)[-DEFAULT_KEEP:]
         meta = {"algorithm": s.algorithm, "topics": s.topics, "articles_learned": articles_learned}
         extra = {
             "articles_learned": articles_learned,
@@ -311,7 +312,7 @@ class Learner(BatchWorker):
         cap.hygiene_docs = recent
         cap.unseen_docs = unseen
         if recent is not None:  # this copy is the one the next plan is made on
-            self._forgotten = []
+            self._forgotten[:] = False
         self.metrics.batch_duration.labels(stage="snapshot").observe(main_s + time.perf_counter() - t0)
         return cap
 

@@ -13,11 +13,12 @@ import logging
 import sys
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from confluent_kafka import KafkaException
 
-from .kafka import DeliveryTracker, flush_all, make_producer
+from .kafka import KEEP_FAILURES, DeliveryTracker, flush_all, make_producer
 from .settings import Settings
 
 __all__ = ["iter_lines", "produce_lines"]
@@ -61,19 +62,32 @@ def _key_of(line: bytes) -> bytes | None:
     return None
 
 
+@dataclass
+class Skipped:
+    """Lines the producer refused: how many, and the first few line numbers (a live feed may never end)."""
+
+    count: int = 0
+    first: list[int] = field(default_factory=list)
+
+    def add(self, line: int) -> None:
+        self.count += 1
+        if len(self.first) < KEEP_FAILURES:
+            self.first.append(line)
+
+
 def produce_lines(
     settings: Settings,
     lines: Iterable[bytes],
     rate: float = 0.0,
     limit: int | None = None,
     topic: str | None = None,
-    skipped: list[int] | None = None,
+    skipped: Skipped | None = None,
 ) -> int:
     """Send ``lines`` to the input topic at most ``rate`` per second (0 = as fast as possible).
 
     Returns the number of messages acknowledged by the broker; raises if any was not. A line the producer refuses
     outright (larger than the broker takes) cannot enter the stream: it is skipped with a warning that names its
-    line number, and counted in ``skipped`` when a list is given (the rest of the file is sent).
+    line number, and counted in ``skipped`` when one is given (the rest of the file is sent).
     """
     producer = make_producer(settings)
     tracker = DeliveryTracker()
@@ -96,7 +110,7 @@ def produce_lines(
             except KafkaException as e:
                 log.warning("article %d (%d bytes) not sent: %s", sent + 1, len(line), e)
                 if skipped is not None:
-                    skipped.append(sent + 1)
+                    skipped.add(sent + 1)
                 break
         producer.poll(0)
     flush_all(producer)
