@@ -79,7 +79,8 @@ class GroupKeepAlive:
 
     def _poll_paused(self, paused: set[tuple[str, int]], timeout: float) -> None:
         """One consumer poll while the partitions are paused: it keeps the consumer in its group and runs rebalance
-        callbacks. A message from a partition assigned meanwhile is kept for the next batch, its partition paused."""
+        callbacks. A message from a partition assigned meanwhile is kept for the next batch, its partition paused
+        (librdkafka resumes a newly assigned partition: also one revoked and assigned again during the wait)."""
         msg = self.consumer.poll(timeout)
         if msg is None:
             return
@@ -92,6 +93,5 @@ class GroupKeepAlive:
         key = partition_of(msg)
         if key in self.assigned:
             self._early.append(msg)
-        if key not in paused:  # assigned during the wait: librdkafka resumes after this message
-            paused.add(key)
-            self.consumer.pause([TopicPartition(*key)])
+        paused.add(key)
+        self.consumer.pause([TopicPartition(*key)])

@@ -297,7 +297,8 @@ class Learner(BatchWorker):
         events += self.lineage.renew([slots[i] for i in keep], [drifts[i] for i in keep])
         # Events of earlier captures whose write failed come first: the moves are in the model and the lineage
         # already, so they belong to the first snapshot that is written.
-        # The newest DEFAULT_KEEP, as P:lineage keeps: while Redis is down, captures go on, each with its moves.
+        # The newest DEFAULT_KEEP, as P:lineage keeps: while Redis is down, captures go on, each with its moves
+        # (older ones reach neither P:lineage, its counts nor the lineage topic; the lineage state is whole).
         self._unwritten_events = (self._unwritten_events + events)[-DEFAULT_KEEP:]
         meta = {"algorithm": s.algorithm, "topics": s.topics, "articles_learned": articles_learned}
         extra = {

@@ -91,15 +91,19 @@ class Metrics:
         )
         self.heartbeat = gauge(
             "topicstream_loop_heartbeat_timestamp_seconds",
-            "Unix time the batch loop last finished a turn, with or without messages (a loop that hangs while "
-            "/metrics still answers stops it); until the first turn, the process's start (a standby learner's: when "
-            "it took the lease)",
+            "Unix time the batch loop last finished a turn, with or without messages, or last polled while it waits "
+            "for the broker's acknowledgements (a loop that hangs while /metrics still answers stops it); until the "
+            "first turn, the process's start (a standby learner's: when it took the lease)",
         )
         self.heartbeat.set(self._started_at)
         self.unacked_batches = gauge(
             "topicstream_batches_awaiting_ack",
             "Published batches whose outputs the broker has not yet acknowledged all of; at max_unacked_batches "
             "the worker stops reading input until some are",
+        )
+        self.unacked_limit = gauge(
+            "topicstream_batches_awaiting_ack_limit",
+            "max_unacked_batches: at this many batches awaiting acknowledgements the worker reads no input",
         )
 
         # Snapshots (learner writes, replicas read).

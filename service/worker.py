@@ -116,6 +116,8 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
         #: :meth:`drain` can run a rebalance between consuming a batch and handing it to the kernel lane.
         self._given_up: set[tuple[str, int]] = set()
         self._stop = threading.Event()  # :meth:`run`'s stop: ends a wait for acknowledgements too
+        self._held_logged_at = -float("inf")  # when a wait for acknowledgements was last logged
+        self.metrics.unacked_limit.set(settings.max_unacked_batches)
 
     # ------------------------------------------------------------------ what subclasses supply
     @abc.abstractmethod
@@ -374,17 +376,20 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
         (an output topic whose partitions lost their leader, ``acks=all`` short of in-sync replicas), read no
         more input, so memory holds at most that many batches' offsets (one more: the batch the kernel is on)
         and the producer's queue; stay in the group meanwhile. Returns when some are acknowledged, a delivery
-        failed, or the worker is told to stop."""
+        failed, or the worker is told to stop (or must: :meth:`must_stop`)."""
         limit = self.settings.max_unacked_batches
         if len(self._unacked) < limit:
             return
-        log.warning(
-            "%d published batches await the broker's acknowledgements: reading no input until some do",
-            len(self._unacked),
-        )
+        now = time.monotonic()
+        if now - self._held_logged_at >= 60:  # slow acknowledgements can start a wait at every turn
+            self._held_logged_at = now
+            log.warning(
+                "%d published batches await the broker's acknowledgements: reading no input until some do",
+                len(self._unacked),
+            )
         third = self.settings.max_poll_interval_ms / 3000
         with self._paused() as paused, self._inside_a_poll():
-            while len(self._unacked) >= limit and not self.broken and not self._stop.is_set():
+            while len(self._unacked) >= limit and not (self.broken or self._stop.is_set() or self.must_stop()):
                 self.producer.poll(min(third, 0.2))
                 self._commit_acknowledged()
                 self._poll_paused(paused, 0)
@@ -417,6 +422,9 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
 
         ``limit`` caps the messages taken in this turn (tests use it to stop at an exact position)."""
         self._hold_until_acknowledged()
+        if self._stop.is_set() or self.must_stop():  # told to stop while it waited: read nothing more
+            self._turn_done()
+            return 0
         msgs = self._consume(self.settings.batch_timeout_s if timeout is None else timeout, limit)
         self.producer.poll(0)
         self._commit_acknowledged()

@@ -43,15 +43,19 @@ def test_unacknowledged_outputs_stop_the_reading_and_lose_nothing(settings: Sett
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     most_read, most_waiting = 0.0, 0.0
-    while thread.is_alive():
+    deadline = time.monotonic() + 90
+    while thread.is_alive() and time.monotonic() < deadline:
         most_read = max(most_read, sample(first.metrics, "topicstream_articles_consumed_total"))
         most_waiting = max(most_waiting, sample(first.metrics, "topicstream_batches_awaiting_ack"))
         time.sleep(0.05)
-    thread.join()
+    thread.join(30)
+    assert not thread.is_alive(), "the learner did not stop when its sends failed"
     assert failure and isinstance(failure[0], DeliveryError), failure
     assert most_waiting in (3, 4)  # the limit, and the batch the kernel was on when the reading stopped
     assert 30 <= most_read <= (3 + 1) * 10, most_read
     assert not committed(s, s.learner_group(), 2)  # nothing was acknowledged, so nothing was committed
+    # The wait (6 s) outlasted max.poll.interval.ms (3 s): polling with the partitions paused kept the group.
+    assert sample(first.metrics, "topicstream_errors_total", kind="partitions_lost") == 0
 
     second = Learner(s, metrics=Metrics())
     run_until(second, len(values))
