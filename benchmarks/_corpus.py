@@ -73,6 +73,9 @@ CORPORA: dict[str, Source] = {
 #: Training documents of the planted corpora when the caller gives none.
 PLANTED_TRAIN = {"generator": 5000, "lda": 4000}
 CACHE = Path(__file__).resolve().parent / "results" / "cache"
+#: Bumped when :func:`evaluation.prepare_corpus` changes what a cached corpus holds (2: test articles that repeat
+#: a training article are left out), so that an older cache is not read as the new recipe.
+RECIPE = 2
 
 _TOKENIZER = Tokenizer()
 
@@ -129,7 +132,7 @@ def prepare(
     and cached by its settings: the ``.npz`` path (:meth:`PreparedCorpus.load`) and a description."""
     train_file, test_file, fraction, shuffle = CORPORA[name]
     caps = f"tr{max_train or 'all'}-te{max_test or 'all'}" + ("-first" if first else "")
-    path = CACHE / f"{name}-v{vocab_size}-s{seed}-{caps}.npz"
+    path = CACHE / f"{name}-v{vocab_size}-s{seed}-{caps}-r{RECIPE}.npz"
     desc_path = path.with_suffix(".json")
     if path.exists() and desc_path.exists():
         return path, json.loads(desc_path.read_text())
@@ -147,6 +150,7 @@ def prepare(
         "train_tokens": int(corpus.train.n_tokens),
         "test_docs": corpus.test.n_docs,
         "test_docs_available": n_test_all,
+        "test_repeats_dropped": len(test) - corpus.test.n_docs,
         "heldout_docs": corpus.held_out.n_docs,
         "heldout_tokens": int(corpus.held_out.n_tokens),
         "vocab_size": corpus.n_words,

@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{path} not found (set TOPICSTREAM_SHARED_DATA)", file=sys.stderr)
         return 2
     articles = load_articles(path)
-    corpus = prepare_corpus(articles, articles, vocab_size=args.vocab_size, seed=args.seed)
+    corpus = prepare_corpus(articles, articles, vocab_size=args.vocab_size, seed=args.seed, drop_repeats=False)
     batches = list(iter_batches(corpus.train, args.batch_size))
     K, W = args.topics, corpus.n_words
     runs = []

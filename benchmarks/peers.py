@@ -90,7 +90,10 @@ def make_method(spec: dict[str, Any], corpus: PreparedCorpus, batches: list[Batc
         return TomotopyGibbs(K, W, seed, corpus.vocab)
     if name == FLOOR:
         return Unigram(W)
-    return KernelMethod(name, K, W, seed, dict(spec.get("params") or {}), batches[0])
+    params = dict(spec.get("params") or {})
+    if name == "ohdp":  # D = the corpus size, as the seed sets it and as gensim's HdpModel gets it (m_D)
+        params.setdefault("window", n_train)
+    return KernelMethod(name, K, W, seed, params, batches[0])
 
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """All benchmarks against the peers, one command: ``python -m benchmarks.run_all`` (the first step of ``make bench``).
 
 For each corpus the documents are tokenised once (``service.text.Tokenizer``) into one fixed vocabulary and
-stored as ``benchmarks/results/cache/<corpus>-v<vocabulary>-s<seed>-tr<train cap>-te<test cap>.npz`` (with a
+stored as ``benchmarks/results/cache/<corpus>-v<vocabulary>-s<seed>-tr<train cap>-te<test cap>-r<recipe>.npz`` (with a
 ``.json`` of its description); every method then runs in its own process
 (``python -m benchmarks.peers``) with every thread pool pinned to one thread, one after the other, so that
 speed and peak memory are comparable. Per corpus and K:

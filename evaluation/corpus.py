@@ -192,10 +192,13 @@ def prepare_corpus(
     shuffle: bool = True,
     min_df: int = 2,
     tokenizer: Tokenizer | None = None,
+    drop_repeats: bool = True,
 ) -> PreparedCorpus:
     """Tokenise, build the fixed vocabulary, encode, and split the test documents for document completion.
 
-    Training documents with no in-vocabulary token are dropped (a kernel has nothing to learn from them).
+    Training documents with no in-vocabulary token are dropped (a kernel has nothing to learn from them), and so
+    are test articles whose tokens equal a training article's: news files repeat stories, and a model must not be
+    scored on text it trained on (``drop_repeats``; off where the test part is the training part on purpose).
     """
     tok = tokenizer or Tokenizer()
     rng = np.random.default_rng(seed)
@@ -206,6 +209,13 @@ def prepare_corpus(
     train_toks = [tok(article_text(a)) for a in train_articles]
     test_toks = [tok(article_text(a)) for a in test_articles]
     tokenize_seconds = time.perf_counter() - t0
+    if drop_repeats:
+        trained_on = {tuple(t) for t in train_toks}
+        unseen = [i for i, t in enumerate(test_toks) if tuple(t) not in trained_on]
+        test_articles = [test_articles[i] for i in unseen]
+        test_toks = [test_toks[i] for i in unseen]
+    if not test_toks:
+        raise ValueError("no test documents (or every one repeats a training article)")
     vocab = build_vocabulary(train_toks, vocab_size, min_df)
     if not vocab:
         raise ValueError("no word occurs in two training documents: the vocabulary is empty")

@@ -20,6 +20,7 @@ from evaluation import (
     nmi,
     npmi_coherence,
     npmi_per_topic,
+    prepare_corpus,
     primary_label,
     split_articles,
     top_word_ids,
@@ -202,3 +203,12 @@ def test_fold_in_recovers_the_generating_topic() -> None:
     assert theta[0, 0] > 0.98
     assert theta[1, 0] == pytest.approx(theta[1, 1], abs=0.05)
     assert theta[2].tolist() == [0.5, 0.5]
+
+
+def test_a_test_article_that_repeats_a_training_article_is_not_scored() -> None:
+    """News files repeat stories; a repeat in the test part would score the model on text it trained on."""
+    train = [{"id": str(i), "text": f"markets rally bank rates cut story{'x' * (i % 5)}"} for i in range(20)]
+    fresh = {"id": "t1", "text": "football striker goal markets"}
+    repeat = {"id": "t2", "title": "", "text": train[3]["text"], "label": "repeat"}
+    corpus = prepare_corpus(train, [fresh, repeat], vocab_size=100, shuffle=False)
+    assert corpus.test.n_docs == 1 and corpus.test_labels == [None]
