@@ -408,9 +408,9 @@ class SnapshotStore:
         skipped: list[tuple[int, str]] = []
         try:
             candidates = self.kept_versions()
-        except SnapshotCorrupt as e:  # `latest` itself is garbage: fall back to whatever is stored
+        except SnapshotCorrupt as e:  # `latest` itself is garbage: fall back to whatever was committed
             skipped.append((-1, str(e)))
-            candidates = sorted(self.versions(), reverse=True)
+            candidates = sorted(self.committed_versions(), reverse=True)
         for version in candidates:
             try:
                 loaded = self.load(version, nonnegative=nonnegative, validate=validate)
@@ -434,6 +434,18 @@ class SnapshotStore:
             if part.isdigit():
                 found.add(int(part))
         return sorted(found)
+
+    def committed_versions(self) -> list[int]:
+        """Stored versions whose commit ran, as their keys' TTLs tell, oldest first (the fallbacks when ``latest``
+        is unreadable): the commit makes the newest ``keep`` permanent and gives older ones ``ttl_s``, while a
+        write never committed keeps its ``pending_ttl_s`` (one left that long that it has under ``ttl_s`` to
+        live is taken for committed: it expires within ``ttl_s`` anyway)."""
+        found = self.versions()
+        pipe = self.r.pipeline(transaction=False)
+        for v in found:
+            pipe.pttl(self._key("snapshot", v, "meta"))
+        ttls: list[int] = pipe.execute()
+        return [v for v, ms in zip(found, ttls, strict=True) if ms == -1 or 0 <= ms <= self.ttl_s * 1000]
 
     def summary(self) -> dict[str, Any] | None:
         raw = self.r.get(self._key("summary"))

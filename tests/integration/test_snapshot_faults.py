@@ -176,6 +176,21 @@ def test_only_the_newest_keep_versions_stay_and_uncommitted_writes_are_not_fallb
     assert store.latest_version() == 6 and store.kept_versions()[0] == 6
 
 
+def test_an_uncommitted_write_is_no_fallback_when_latest_is_garbage(store: SnapshotStore) -> None:
+    """A writer died after writing version 4 whole but before its commit; then ``latest`` was overwritten. The
+    readers fall back to what was committed (3), not to the write nobody committed."""
+    for i in range(1, 4):
+        store.save(payload(i), meta_for(i))
+    meta = json.loads(store.r.get(meta_key(store, 3)))  # type: ignore[arg-type]
+    store.r.set(data_key(store, 4), store.r.get(data_key(store, 3)), ex=store.pending_ttl_s)  # type: ignore[arg-type]
+    store.r.set(meta_key(store, 4), json.dumps({**meta, "version": 4}), ex=store.pending_ttl_s)
+    assert store.load(4) is not None  # readable, so only its missing commit can keep it out
+    store.r.set("t:snapshot:latest", b"\xff garbage")
+    assert store.committed_versions() == [1, 2, 3]
+    found = store.load_newest_readable()
+    assert found is not None and found.version == 3
+
+
 def test_snapshots_written_before_the_kept_index_existed_are_still_fallbacks(store: SnapshotStore) -> None:
     for i in range(1, 4):
         store.save(payload(i), meta_for(i))
