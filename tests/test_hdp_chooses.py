@@ -75,7 +75,7 @@ def generator_stream() -> tuple[np.ndarray, Batch]:
     from service.dev.generator import generate_articles, planted_distributions
 
     arts = list(generate_articles(5_000, seed=0))
-    c = prepare_corpus(arts, arts[:1], vocab_size=5000, seed=0, shuffle=False)
+    c = prepare_corpus(arts, arts[:1], vocab_size=5000, seed=0, shuffle=False, drop_repeats=False)
     return planted_distributions(c.vocab, background=True), c.train
 
 
