@@ -16,6 +16,7 @@ help:
 	@echo "make run    start a local broker + Redis (unless TOPICSTREAM_KAFKA_BOOTSTRAP/TOPICSTREAM_REDIS_URL are set),"
 	@echo "            stream articles through the learner and show the live topics (Ctrl-C stops everything)"
 	@echo "            ARTICLES=path.jsonl[.gz] replays a file instead of generated articles; RATE=articles/s"
+	@echo "            ARGS=\"--duration 60\" stops it after a minute (any option of topicstream demo --help)"
 	@echo "make test   run the whole test suite against a real broker and a real Redis"
 	@echo "make lint   ruff and mypy"
 	@echo "make bench  regenerate docs/benchmarks.md against the peers, then the end-to-end service benchmark"

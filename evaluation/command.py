@@ -114,10 +114,11 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def _load(path: Path, max_docs: int | None, hint: str) -> list[dict[str, Any]]:
-    """The articles of ``path``, or a usage error naming the file and line that could not be read."""
+def _load(path: Path, max_docs: int | None, seed: int, hint: str) -> list[dict[str, Any]]:
+    """The articles of ``path`` (at most ``max_docs``, a seeded sample), or a usage error naming the file and line
+    that could not be read."""
     try:
-        return load_articles(path, max_docs)
+        return load_articles(path, max_docs, seed)
     except (ValueError, OSError, EOFError) as e:  # a bad line, not gzip, truncated, a directory
         raise typer.BadParameter(str(e), param_hint=hint) from None
 
@@ -191,7 +192,7 @@ def eval_command(
     batch_size: Annotated[int, typer.Option(help="Documents per partial_fit call", min=1)] = 100,
     seed: Annotated[int, typer.Option(help="Seed of the kernel, the shuffle and the splits", min=0)] = 0,
     vocab_size: Annotated[int, typer.Option(help="Words kept (most frequent with doc. freq. >= 2)", min=1)] = 10_000,
-    max_docs: Annotated[int | None, typer.Option(help="Read at most this many articles from each file", min=1)] = None,
+    max_docs: Annotated[int | None, typer.Option(help="A seeded sample of N articles per file", min=1)] = None,
     param: Annotated[
         list[str] | None, typer.Option(help="Kernel hyperparameter key=value (JSON value), repeatable")
     ] = None,
@@ -216,14 +217,14 @@ def eval_command(
     if problems:  # one line per problem, before any article is read
         typer.echo("invalid settings:\n  " + "\n  ".join(problems), err=True)
         raise typer.Exit(2)
-    articles = _load(train, max_docs, "--train")
+    articles = _load(train, max_docs, seed, "--train")
     if test is None:
         try:
             train_articles, test_articles = split_articles(articles, test_fraction, seed)
         except ValueError as e:
             raise typer.BadParameter(str(e), param_hint="--test-fraction") from e
     else:
-        train_articles, test_articles = articles, _load(test, max_docs, "--test")
+        train_articles, test_articles = articles, _load(test, max_docs, seed, "--test")
 
     err = Console(stderr=True)
     with Progress(

@@ -21,14 +21,19 @@ from service.text import Tokenizer
 
 
 # ============================================================================================ data loading
-def load_articles(path: str | Path, max_docs: int | None = None) -> list[dict[str, Any]]:
+def load_articles(path: str | Path, max_docs: int | None = None, seed: int = 0) -> list[dict[str, Any]]:
     """Articles from a JSON Lines file (``.gz`` is decompressed); blank lines are skipped.
 
-    Raises ``ValueError`` naming the line of anything that is not a JSON object.
+    With ``max_docs``, a seeded random sample of that many, in file order (reservoir sampling: memory for
+    ``max_docs`` articles only). Not the first so many: corpus files are often sorted by label or date, and their
+    first lines would be one class. Raises ``ValueError`` naming the line of anything that is not a JSON object.
     """
     p = Path(path)
     opener = gzip.open if p.suffix == ".gz" else open
     rows: list[dict[str, Any]] = []
+    lines: list[int] = []  # each kept row's position among the articles
+    rng = np.random.default_rng(seed)
+    seen = 0
     with opener(p, "rt", encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
@@ -39,10 +44,13 @@ def load_articles(path: str | Path, max_docs: int | None = None) -> list[dict[st
                 raise ValueError(f"{p}:{lineno}: not JSON ({e.msg})") from None
             if not isinstance(obj, dict):
                 raise ValueError(f"{p}:{lineno}: not a JSON object")
-            rows.append(obj)
-            if max_docs is not None and len(rows) >= max_docs:
-                break
-    return rows
+            seen += 1
+            if max_docs is None or len(rows) < max_docs:
+                rows.append(obj)
+                lines.append(seen)
+            elif (j := int(rng.integers(seen))) < max_docs:  # Algorithm R: the new one replaces a kept one
+                rows[j], lines[j] = obj, seen
+    return [rows[i] for i in np.argsort(lines, kind="stable")]
 
 
 def article_text(article: dict[str, Any]) -> str:

@@ -1,7 +1,6 @@
 """The ``topicstream`` command line.
 
-Every command reads the ``TOPICSTREAM_*`` settings (environment, ``.env``); the flags shown override them.
-"""
+Every command reads the ``TOPICSTREAM_*`` settings (environment, ``.env``); the flags shown override them."""
 
 from __future__ import annotations
 
@@ -252,7 +251,8 @@ def feeds(
             backoff_max_s=s.feed_backoff_max_s,
         )
         _serve_metrics(poller.metrics, s)
-        err.print(f"polling {len(urls)} feed(s) every {s.feed_interval_s:g}s into {s.input_topic}")
+        when = "once" if once else f"every {s.feed_interval_s:g}s"
+        err.print(f"polling {len(urls)} feed(s) {when} into {s.input_topic}")
         try:
             if once:
                 n = poller.poll_once()

@@ -59,6 +59,9 @@ def topics_table(
     table.add_column("prevalence", justify="right")
     table.add_column("drift", justify="right")
     table.add_column("top words")
+    if limit is not None and len(rows) > limit:
+        notes.append(f"{len(rows) - limit} more not shown (--limit)")
+        table.caption = "\n".join(notes)
     for t in rows[:limit]:
         label = f"{t['topic']} (background)" if t.get("background") else str(t["topic"])
         cells = [label] + ([names.get(t["topic"], "")] if names else [])

@@ -212,3 +212,16 @@ def test_a_test_article_that_repeats_a_training_article_is_not_scored() -> None:
     repeat = {"id": "t2", "title": "", "text": train[3]["text"], "label": "repeat"}
     corpus = prepare_corpus(train, [fresh, repeat], vocab_size=100, shuffle=False)
     assert corpus.test.n_docs == 1 and corpus.test_labels == [None]
+
+
+def test_max_docs_is_a_seeded_sample_in_file_order_not_the_first_lines(tmp_path: Path) -> None:
+    """Corpus files are often sorted by label: the first 100 lines of this one are all "a"."""
+    path = tmp_path / "sorted.jsonl"
+    lines = (json.dumps({"id": str(i), "text": "x", "label": "ab"[i >= 500]}) for i in range(1000))
+    path.write_text("".join(line + "\n" for line in lines))
+    rows = load_articles(path, max_docs=100)
+    ids = [int(r["id"]) for r in rows]
+    assert len(ids) == 100 == len(set(ids)) and ids == sorted(ids)
+    assert 30 <= sum(r["label"] == "b" for r in rows) <= 70
+    assert rows == load_articles(path, max_docs=100) != load_articles(path, max_docs=100, seed=1)
+    assert len(load_articles(path, max_docs=5000)) == 1000

@@ -22,6 +22,7 @@ from rich.live import Live
 from rich.text import Text
 
 from ..kafka import ensure_topics
+from ..names import TopicNames
 from ..settings import Settings
 from ..snapshot import SnapshotStore
 from ..tables import topics_table
@@ -99,6 +100,8 @@ def run_demo(
             env["TOPICSTREAM_TOPICS"] = str(topics)
         env.setdefault("TOPICSTREAM_TOPICS", "20")
         env.setdefault("TOPICSTREAM_SNAPSHOT_EVERY_S", "2")
+        # Merge duplicates within the demo's first minute (the service plans hygiene at most every 60 s by default).
+        env.setdefault("TOPICSTREAM_TOPIC_HYGIENE_EVERY_S", "10")
         env.setdefault("TOPICSTREAM_METRICS_PORT", str(free_port()))
         s = settings.model_copy(
             update={
@@ -157,7 +160,7 @@ def second_terminal(env: dict[str, str], workdir: Path) -> str:
         f"in a second terminal: [bold]{use}[/bold], then\n"
         "  .venv/bin/topicstream topics                       # the current topics and recent topic events\n"
         '  .venv/bin/topicstream subscribe --words "oil opec"  # articles about oil, as they are published\n'
-        '  .venv/bin/topicstream label 3 "Football"           # name a topic\n'
+        '  .venv/bin/topicstream label <topic> "Football"     # name a topic (an id from the table)\n'
         "  .venv/bin/topicstream report --out report.html     # drift over time, as a page"
     )
 
@@ -185,5 +188,6 @@ def _watch(
                 first = first or (n, t)
                 speed = (n - first[0]) / (t - first[1]) if t > first[1] else 0.0
                 line = f"{n:,} articles learned · {speed:,.0f} articles/s since the first snapshot"
-                live.update(Group(topics_table(summary, limit=15), Text(line)))
+                names = TopicNames(store.r, store.prefix).all()
+                live.update(Group(topics_table(summary, names=names), Text(line)))
             time.sleep(1.0)
