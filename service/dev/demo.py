@@ -189,5 +189,5 @@ def _watch(
                 speed = (n - first[0]) / (t - first[1]) if t > first[1] else 0.0
                 line = f"{n:,} articles learned · {speed:,.0f} articles/s since the first snapshot"
                 names = TopicNames(store.r, store.prefix).all()
-                live.update(Group(topics_table(summary, names=names), Text(line)))
+                live.update(Group(topics_table(summary, limit=30, names=names), Text(line)))
             time.sleep(1.0)
