@@ -50,8 +50,6 @@ def evaluate(
         raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {sorted(ALGORITHM_NAMES)}")
     if batch_size < 1:
         raise ValueError(f"batch size must be >= 1, got {batch_size}")
-    if not test_articles:
-        raise ValueError("no test documents")
     corpus = prepare_corpus(train_articles, test_articles, vocab_size=vocab_size, seed=seed, shuffle=shuffle)
     params = dict(params or {})
     kernel_cls: Any = kernel_class(algorithm)

@@ -50,7 +50,7 @@ def load_articles(path: str | Path, max_docs: int | None = None, seed: int = 0) 
                 lines.append(seen)
             elif (j := int(rng.integers(seen))) < max_docs:  # Algorithm R: the new one replaces a kept one
                 rows[j], lines[j] = obj, seen
-    return [rows[i] for i in np.argsort(lines, kind="stable")]
+    return rows if max_docs is None else [rows[i] for i in np.argsort(lines, kind="stable")]
 
 
 def article_text(article: dict[str, Any]) -> str:

@@ -112,10 +112,10 @@ KEEP_FAILURES = 10
 
 @dataclass
 class DeliveryTracker:
-    """Counts one batch's sends and the broker's acknowledgements, and remembers failures.
+    """Counts one batch's sends, the broker's acknowledgements and the failures (naming the first few).
 
     Call :meth:`sent` for each message handed to the producer and use :meth:`callback` as its ``on_delivery``;
-    the batch is :attr:`done` when every send has been answered, and :attr:`failures` says whether any failed.
+    the batch is :attr:`done` when every send has been answered, and :attr:`failed` says how many failed.
     Callbacks run inside ``producer.poll``/``flush`` (on the polling thread); the lock makes reads from other
     threads safe.
     """
