@@ -143,6 +143,7 @@ class Learner(BatchWorker):
         self._last_snapshot = time.monotonic()
         self._last_gauges = 0.0
         self._republish = threading.Event()
+        self._ids_moving = False  # the capture being written changes topic ids (:meth:`must_hold`)
 
     # ------------------------------------------------------------------ state
     def _take_lease(self, stop: threading.Event | None) -> None:
@@ -227,6 +228,17 @@ class Learner(BatchWorker):
         if self._snapshot_due() and self.writer.ready() and not self.broken:
             self._take_snapshot()
 
+    def must_hold(self) -> bool:
+        """While a capture that changes topic ids (hygiene's moves, renewed slots) is being written, the next batch
+        waits: its outputs would carry ids that neither Redis nor the lineage feed knows yet, tagged with the
+        version before the moves. A subscriber would not yet know that its topic was merged into the id these
+        outputs carry, and a learner killed before the write would restore the older lineage and give the same
+        fresh id to another topic. If the write fails (Redis down), the loop goes on; the moves' events are
+        published with the next snapshot that is written."""
+        if self._ids_moving and self.writer.wait_idle(0):
+            self._ids_moving = False
+        return self._ids_moving
+
     # ------------------------------------------------------------------ snapshots
     def _snapshot_due(self) -> bool:
         s = self.settings
@@ -248,6 +260,9 @@ class Learner(BatchWorker):
         # Called between batches: the lane has finished every submitted batch, and the model, the vocabulary and
         # the positions all stand after batch `submitted_seq` (the batch being prepared is not in any of them).
         main_s = time.perf_counter() - t0
+        # Moves planned by the last capture (or slots renewed at its write) change topic ids in this capture:
+        # the next batch waits until it is written (:meth:`must_hold`).
+        self._ids_moving = bool(self._planned) or bool(self._renew[0])
         future = self.lane.submit(
             self._capture, self.submitted_seq, vocab_state, slot_words, offsets, self.articles_learned, main_s
         )

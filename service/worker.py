@@ -157,6 +157,12 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
         every turn of :meth:`run`."""
         return False
 
+    def must_hold(self) -> bool:
+        """True while the next batch must not be handed to the kernel lane yet (the learner: a snapshot whose
+        topic-hygiene moves changed topic ids is being written, so no output may carry the new ids before Redis
+        and the lineage do); checked after every drain, and the loop waits in the group meanwhile."""
+        return False
+
     def after_run(self) -> None:
         """Called when :meth:`run` has closed the worker without an error (the learner reports a lost lease)."""
 
@@ -387,9 +393,17 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
                 "%d published batches await the broker's acknowledgements: reading no input until some do",
                 len(self._unacked),
             )
+        self._hold_while(lambda: len(self._unacked) >= limit)
+
+    def _hold_while(self, holding: Callable[[], bool]) -> None:
+        """Hand nothing more to the kernel lane while ``holding()``: the partitions are paused and the consumer
+        polled (it stays in its group), acknowledgements are received and committed, the heartbeat turns. Ends
+        early when a delivery failed or the worker is told to stop (or must: :meth:`must_stop`)."""
+        if not holding():
+            return
         third = self.settings.max_poll_interval_ms / 3000
         with self._paused() as paused, self._inside_a_poll():
-            while len(self._unacked) >= limit and not (self.broken or self._stop.is_set() or self.must_stop()):
+            while holding() and not (self.broken or self._stop.is_set() or self.must_stop()):
                 self.producer.poll(min(third, 0.2))
                 self._commit_acknowledged()
                 self._poll_paused(paused, 0)
@@ -436,6 +450,7 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
             return 0
         batch, bags = self._prepare(msgs)  # overlaps the kernel lane's work on the previous batch
         self.drain()  # the model now includes the previous batch, and its outputs are sent
+        self._hold_while(self.must_hold)
         if self._given_up:  # a keep-alive poll gave partitions up: their messages are no longer ours
             batch, bags = self._without_given_up(batch, bags)
         if batch.msgs:
