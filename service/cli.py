@@ -4,22 +4,20 @@ Every command reads the ``TOPICSTREAM_*`` settings (environment, ``.env``); the 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from evaluation.command import eval_command
 
+from .cli_errors import serve_metrics, unreachable_is_fatal
 from .process import stop_on_signals, tune_for_service
 from .settings import Settings, SettingsError, load_settings
 from .tables import matches_table, topics_table
@@ -76,39 +74,6 @@ def _settings(ctx: typer.Context, *, kernel: bool = False, sizes: bool = False) 
     return settings
 
 
-def _serve_metrics(metrics: Any, settings: Settings) -> None:
-    """Serve ``/metrics``, or exit 2 with one line when the port is taken (another process on this host)."""
-    try:
-        metrics.serve(settings.metrics_port, settings.metrics_host)
-    except OSError as e:
-        where = f"{settings.metrics_host}:{settings.metrics_port}"
-        err.print(f"[red]cannot serve /metrics on {where}: {e.strerror or e}[/red] (TOPICSTREAM_METRICS_PORT)")
-        raise typer.Exit(2) from None
-
-
-@contextlib.contextmanager
-def _unreachable_is_fatal(settings: Settings) -> Iterator[None]:
-    """Turn "cannot reach Kafka/Redis" into one clear line and exit code 3 instead of a traceback."""
-    import redis
-    from confluent_kafka import KafkaException
-
-    from .redact import redact_url, scrub
-
-    try:
-        yield
-    except redis.exceptions.AuthenticationError as e:
-        url, why = redact_url(settings.redis_url), scrub(str(e), settings.redis_url)
-        err.print(f"[red]Redis at {url} refused the credentials: {why}[/red] (TOPICSTREAM_REDIS_URL)")
-        raise typer.Exit(3) from None
-    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as e:
-        url, why = redact_url(settings.redis_url), scrub(str(e), settings.redis_url)
-        err.print(f"[red]cannot reach Redis at {url}: {why}[/red] (TOPICSTREAM_REDIS_URL)")
-        raise typer.Exit(3) from None
-    except KafkaException as e:
-        err.print(f"[red]Kafka at {settings.kafka_bootstrap}: {e}[/red] (TOPICSTREAM_KAFKA_BOOTSTRAP)")
-        raise typer.Exit(3) from None
-
-
 @app.command()
 def run(
     ctx: typer.Context,
@@ -127,9 +92,9 @@ def run(
     s = _settings(ctx, kernel=True, sizes=True)
     tune_for_service()
     metrics = Metrics("learner")
-    _serve_metrics(metrics, s)  # before the lease: a standby shows up on dashboards too
+    serve_metrics(metrics, s)  # before the lease: a standby shows up on dashboards too
     stop = stop_on_signals()
-    with _unreachable_is_fatal(s):
+    with unreachable_is_fatal(s):
         if create_topics:
             ensure_topics(s, {s.input_topic: 1, s.output_topic: 1, s.dlq_topic: 1, s.lineage_topic_name(): 1})
         try:
@@ -158,9 +123,9 @@ def replica(
 
     s = _settings(ctx, kernel=True)
     tune_for_service()
-    with _unreachable_is_fatal(s):
+    with unreachable_is_fatal(s):
         rep = Replica(s)
-    _serve_metrics(rep.metrics, s)
+    serve_metrics(rep.metrics, s)
     rep.run(stop_on_signals())
 
 
@@ -186,13 +151,13 @@ def produce(
         raise typer.Exit(2)
     if limit is not None and limit < 0:
         raise typer.BadParameter(f"must be >= 0, got {limit}", param_hint="--limit")
-    with _unreachable_is_fatal(s):
+    with unreachable_is_fatal(s):
         ensure_topics(s, {s.input_topic: 1})
     lines = iter_lines(file) if file else generated_lines(limit, seed)
     t0 = time.monotonic()
     skipped = Skipped()
     try:
-        with _unreachable_is_fatal(s):
+        with unreachable_is_fatal(s):
             n = produce_lines(s, lines, rate=rate, limit=limit, skipped=skipped)
     except (OSError, EOFError) as e:  # not gzip, truncated, unreadable: what was sent before stays sent
         err.print(f"[red]cannot read {file}: {e}[/red]")
@@ -237,7 +202,7 @@ def feeds(
     if not urls:
         err.print("[red]no feeds: pass a file of URLs or set TOPICSTREAM_FEEDS[/red]")
         raise typer.Exit(2)
-    with _unreachable_is_fatal(s):
+    with unreachable_is_fatal(s):
         ensure_topics(s, {s.input_topic: 1})
         client = redis.Redis.from_url(s.redis_url, socket_timeout=30, socket_connect_timeout=10)
         seen = SeenIds(client, s.redis_prefix, max_ids=s.feed_seen_max, max_age_s=s.feed_seen_days * 86400)
@@ -250,7 +215,7 @@ def feeds(
             timeout_s=s.feed_timeout_s,
             backoff_max_s=s.feed_backoff_max_s,
         )
-        _serve_metrics(poller.metrics, s)
+        serve_metrics(poller.metrics, s)
         when = "once" if once else f"every {s.feed_interval_s:g}s"
         err.print(f"polling {len(urls)} feed(s) {when} into {s.input_topic}")
         try:
@@ -282,7 +247,7 @@ def show_topics(
     from .snapshot import SnapshotStore
 
     s = _settings(ctx)
-    with _unreachable_is_fatal(s):
+    with unreachable_is_fatal(s):
         store = SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix)
         summary = store.summary()
         names = TopicNames(store.r, s.redis_prefix).all()
@@ -308,18 +273,21 @@ def subscribe(
     max_topics: Annotated[int, typer.Option(help="Most topics followed for --words")] = 3,
     min_weight: Annotated[float, typer.Option(help="Least weight of the topic in the article")] = 0.0,
     from_beginning: Annotated[bool, typer.Option(help="Start from the oldest output")] = False,
-    limit: Annotated[int | None, typer.Option(help="Stop after N matching articles")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="Stop after N matching articles")] = None,
     bootstrap: Bootstrap = None,
     redis_url: RedisUrl = None,
 ) -> None:
-    """Follow the articles tagged with a topic, or with the topics some words mean (one JSON line per article)."""
+    """Follow the articles tagged with a topic, or with the topics some words mean (one JSON line per article).
+    Exits with 2 for an id that is no topic, and 4 once every id followed has ended (retired, its slot retaken)."""
+    import threading
+
     import redis
 
     from .follow import query_words
     from .lineage import LineageEvent, LineageStore
     from .names import TopicNames
     from .snapshot import SnapshotStore
-    from .subscriber import OutputReader, TopicChoice, matching_articles, move_notice
+    from .subscriber import OutputReader, TopicChoice, matching_articles, move_notice, topic_fate
 
     if (topic is None) == (words is None):
         err.print("[red]give a topic id or --words, not both[/red]")
@@ -331,7 +299,7 @@ def subscribe(
             err.print(f"[red]{e}[/red]")
             raise typer.Exit(2) from None
     s = _settings(ctx)
-    stop = stop_on_signals()
+    stop, ended = stop_on_signals(), threading.Event()
     out = Console(stderr=True)
 
     def show(matches: list[Any], summary: dict[str, Any]) -> None:
@@ -343,10 +311,18 @@ def subscribe(
     def moved(events: list[LineageEvent]) -> None:
         for e in events:
             out.print(move_notice(e))
+        if topic is not None and not choice.fixed:  # every id followed ended: no new article will carry one
+            ended.set()
+            stop.set()
 
-    with _unreachable_is_fatal(s):
+    with unreachable_is_fatal(s):
         client = redis.Redis.from_url(s.redis_url, socket_timeout=30, socket_connect_timeout=10)
         store = SnapshotStore(client, prefix=s.redis_prefix)
+        if topic is not None:
+            now, why = topic_fate(topic, store.summary(), LineageStore(client, s.redis_prefix).recent())
+            if now is None:
+                err.print(f"[red]{why}: nothing to follow[/red]")
+                raise typer.Exit(2)
         choice = TopicChoice(
             store,
             TopicNames(client, s.redis_prefix),
@@ -362,9 +338,7 @@ def subscribe(
         reader = OutputReader(s, s.output_topic, from_beginning)
         seen = 0
         try:
-            for line in matching_articles(reader, choice, min_weight):
-                if stop.is_set() or (limit is not None and seen >= limit):
-                    break
+            for line in matching_articles(reader, choice, min_weight, stop):
                 if line is not None:
                     print(json.dumps(line), flush=True)
                     seen += 1
@@ -372,6 +346,9 @@ def subscribe(
                         break
         finally:
             reader.close()
+        if ended.is_set():
+            err.print("no topic followed is left: stopping")
+            raise typer.Exit(4)
 
 
 @app.command()
@@ -383,32 +360,28 @@ def label(
     redis_url: RedisUrl = None,
 ) -> None:
     """Name a topic (kept in Redis with the model), forget a name with --clear, or list the names."""
+    from .lineage import LineageStore
     from .names import TopicNames
     from .snapshot import SnapshotStore
+    from .subscriber import topic_fate
+    from .tables import names_table
 
     s = _settings(ctx)
-    with _unreachable_is_fatal(s):
+    with unreachable_is_fatal(s):
         store = SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix)
         names = TopicNames(store.r, s.redis_prefix)
         if topic is None:
             if clear or name is not None:
                 err.print("[red]--clear needs a topic id[/red]")
                 raise typer.Exit(2)
-            summary = store.summary() or {"topics": []}
-            words = {t["topic"]: " ".join(t["top_words"][:8]) for t in summary["topics"]}
-            table = Table(title=f"topic names under Redis prefix {s.redis_prefix!r}", title_justify="left")
-            for col in ("topic", "name", "top words"):
-                table.add_column(col)
-            for k, n in names.all().items():
-                table.add_row(str(k), n, words.get(k, ""))
-            Console().print(table)
+            Console().print(names_table(names.all(), store.summary(), s.redis_prefix))
             return
         if clear == (name is not None):
             err.print('[red]give a name, e.g. topicstream label 3 "Oil prices", or --clear[/red]')
             raise typer.Exit(2)
-        current = store.summary()
-        if current is not None and not any(t["topic"] == topic for t in current["topics"]):
-            err.print(f"[red]snapshot v{current['version']} has no topic {topic}[/red]")
+        now, why = topic_fate(topic, store.summary(), LineageStore(store.r, s.redis_prefix).recent())
+        if why:  # not a topic of the newest snapshot (a merged one: its successor's name is the one shown)
+            err.print(f"[red]{why}{f': name topic {now}' if now is not None else ''}[/red]")
             raise typer.Exit(2)
         if clear:
             err.print(f"topic {topic}: name cleared" if names.clear(topic) else f"topic {topic} had no name")
@@ -447,7 +420,7 @@ def report(
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--since") from None
     s = _settings(ctx)
-    with _unreachable_is_fatal(s):
+    with unreachable_is_fatal(s):
         records, names = load(redis.Redis.from_url(s.redis_url, socket_timeout=30), s.redis_prefix)
     if not records:
         err.print(
@@ -493,7 +466,7 @@ def demo(
 
     s = _settings(ctx)
     try:
-        with _unreachable_is_fatal(s):
+        with unreachable_is_fatal(s):
             run_demo(s, articles=articles, rate=rate, duration=duration, topics=topics)
     except ChildFailed as e:
         err.print(f"[red]{e}[/red]")

@@ -3,7 +3,7 @@
 One hash per Redis prefix ``P``: ``P:topic-names`` maps a topic id (as a decimal string) to its name. Names
 survive restarts and new snapshots; the publisher and ``topicstream topics`` read them with :meth:`TopicNames.all`.
 The learner writes only to carry them along its lineage events (:meth:`TopicNames.follow`): a merged-away id's name
-goes to the id that carries it now, a retired id's name goes with it.
+goes to the id that carries it now (joined to that id's own name, if it has one), a retired id's name goes with it.
 """
 
 from __future__ import annotations
@@ -19,6 +19,14 @@ from .lineage import LineageEvent, endings, follow
 __all__ = ["MAX_NAME", "TopicNames"]
 
 MAX_NAME = 80
+
+
+def _joined(kept: str, merged: str) -> str:
+    """The name of a topic that another named topic was merged into: both, the merged one's unless it is there."""
+    if merged in kept.split(" / "):
+        return kept
+    both = f"{kept} / {merged}"
+    return both if len(both) <= MAX_NAME else both[: MAX_NAME - 1] + "…"
 
 
 class TopicNames:
@@ -55,18 +63,18 @@ class TopicNames:
 
     def remap(self, moves: dict[int, int | None]) -> dict[int, str]:
         """Carry names across lineage events in one transaction: the name of topic ``old`` moves to ``new`` for
-        each ``old: new`` in ``moves`` (``None``: the topic is gone and its name with it). A name already on a
-        ``new`` id that is not itself moved away is kept. Atomic against a concurrent ``topicstream label`` (the
-        hash is watched, and read again if it changed); fields that are not topic ids are left alone. Returns
-        the names afterwards."""
+        each ``old: new`` in ``moves`` (``None``: the topic is gone and its name with it). When ``new`` has a
+        name already, the two are joined ("Energy / Oil prices", cut to :data:`MAX_NAME`). Atomic against a
+        concurrent ``topicstream label`` (the hash is watched, and read again if it changed); fields that are not
+        topic ids are left alone. Returns the names afterwards."""
         result: dict[int, str] = {}
 
         def move(pipe: redis.client.Pipeline) -> None:
             current = self._parse(pipe.hgetall(self.key))  # watched: read at once, outside the transaction
             after = {k: v for k, v in current.items() if k not in moves}
             for old, new in moves.items():
-                if new is not None and old in current and new not in after:
-                    after[new] = current[old]
+                if new is not None and old in current:
+                    after[new] = _joined(after[new], current[old]) if new in after else current[old]
             pipe.multi()
             if current:
                 pipe.hdel(self.key, *(str(k) for k in current))

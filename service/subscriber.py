@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -124,6 +126,8 @@ class TopicChoice:
     matches: list[Match] = field(default_factory=list)
     version: int | None = None
     _lineage_head: list[LineageEvent] = field(default_factory=list)  # the newest lineage event read
+    _caught_up: int = 0  # the newest version :meth:`catch_up` updated for
+    _splits_told: set[tuple[int | None, int]] = field(default_factory=set)  # (parent, new id) of splits told on_moved
     _next_check: float = 0.0
     _resolved: bool = False
 
@@ -196,25 +200,75 @@ class TopicChoice:
             moved += path
             if now is not None:
                 live.add(now)
-        if not moved:
+        # A split keeps the id followed (it holds one half) and gives the other half a new id, which is a topic
+        # of its own: not followed, but told once (events oldest first, as they happened).
+        splits = [
+            e
+            for e in reversed(events)
+            if e.kind == "split" and e.parent in live and (e.parent, e.topic) not in self._splits_told
+        ]
+        self._splits_told.update((e.parent, e.topic) for e in splits)
+        if moved:
+            self.fixed = frozenset(live)
+            self.topics = self.topics | self.fixed
+        if self.on_moved is not None and (moved or splits):
+            self.on_moved(moved + splits)
+        return bool(moved)
+
+    def catch_up(self, version: int) -> bool:
+        """An output computed by snapshot ``version`` arrived: if that is newer than the one the choice was made
+        on, update now rather than at the next ``recheck_s`` (the learner writes a snapshot and its lineage before
+        any output carries its version, so a merge is known before the first output tagged with the new id)."""
+        if version <= max(self.version or 0, self._caught_up):
             return False
-        self.fixed = frozenset(live)
-        self.topics = self.topics | self.fixed
-        if self.on_moved is not None:
-            self.on_moved(moved)
-        return True
+        self._caught_up = version  # once per version, whatever Redis answers
+        self._next_check = 0.0
+        return self.update()
+
+
+def what_happened(e: LineageEvent) -> str:
+    """Lineage event ``e`` for a person: ``topic 12 was merged into topic 7 (snapshot v34)``."""
+    if e.kind == "merge":
+        return f"topic {e.topic} was merged into topic {e.into} (snapshot v{e.version})"
+    if e.kind == "retire":
+        return f"topic {e.topic} was retired (snapshot v{e.version})"
+    if e.kind == "split":
+        return f"topic {e.parent} was split (snapshot v{e.version}): part of it is now topic {e.topic}"
+    return f"topic {e.parent} faded and its slot holds a new topic, {e.topic} (snapshot v{e.version})"
 
 
 def move_notice(e: LineageEvent) -> str:
     """What ``topicstream subscribe`` tells a subscriber when lineage event ``e`` moved an id it follows."""
     if e.kind == "merge":
-        return f"topic {e.topic} was merged into topic {e.into} (snapshot v{e.version}): following {e.into}"
+        return f"{what_happened(e)}: following {e.into}"
     if e.kind == "retire":
-        return f"topic {e.topic} was retired (snapshot v{e.version}): no new article will carry it"
-    return (
-        f"topic {e.parent} faded and its slot holds a new topic, {e.topic} (snapshot v{e.version}): "
-        f"no new article will carry {e.parent}"
-    )
+        return f"{what_happened(e)}: no new article will carry it"
+    if e.kind == "split":
+        return f"{what_happened(e)}; still following {e.parent} (subscribe to {e.topic} for the other part)"
+    return f"{what_happened(e)}: no new article will carry {e.parent}"
+
+
+def topic_fate(topic: int, summary: dict[str, Any] | None, events: list[LineageEvent]) -> tuple[int | None, str]:
+    """What became of id ``topic``, by the newest snapshot's ``summary`` and the lineage ``events`` (newest
+    first, as :meth:`LineageStore.recent` gives them): the id that carries it now and, when that is not ``topic``
+    itself, why, for a person. Itself while it is a topic of the snapshot (or no snapshot exists yet: the first
+    holds ids 0…K−1); (None, why) when it ended without a successor, or was never a topic (or its end fell out
+    of the events kept)."""
+    if summary is None or any(t["topic"] == topic for t in summary["topics"]):
+        return topic, ""
+    path, now = follow(topic, endings(events))
+    if not path:
+        return None, f"snapshot v{summary['version']} has no topic {topic}"
+    return now, "; ".join(what_happened(e) for e in path)
+
+
+def _version(msg: Message) -> int | None:
+    """The snapshot version an output names in its ``topicstream-model-version`` header (None if it has none)."""
+    from .pipeline import H_VERSION
+
+    raw = dict(msg.headers() or []).get(H_VERSION)
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    return int(text) if text.strip().isdigit() else None
 
 
 def _tags(msg: Message) -> set[int]:
@@ -225,21 +279,34 @@ def _tags(msg: Message) -> set[int]:
     return {int(t) for t in text.split(",") if t.strip().isdigit()}
 
 
+#: Article ids a subscription remembers to print an article once (a learner that restarts from its snapshot
+#: publishes the outputs since then again).
+DEDUPE_KEEP = 10_000
+
+
 def matching_articles(
-    reader: OutputReader, choice: TopicChoice, min_weight: float = 0.0
+    reader: OutputReader, choice: TopicChoice, min_weight: float = 0.0, stop: threading.Event | None = None
 ) -> Iterator[dict[str, Any] | None]:
-    """Endless: one dict (id, title, topic, weight, model version) per output tagged with a followed topic whose
-    weight is at least ``min_weight``, and None after each quiet poll (so the caller can check for a stop).
+    """One dict per output tagged with a followed topic whose weight is at least ``min_weight`` (the article's
+    id, title, url, published_at, the topic and its weight, the model version, processed_at, and where the output
+    lies: partition, offset), and None after each quiet poll; until ``stop`` is set (checked after every output
+    read, so a subscriber to a rare topic on a busy stream stops at once). An article already given among the
+    last :data:`DEDUPE_KEEP` is not given again (a restarted learner republishes what it learned after its last
+    snapshot).
 
     Topics are stable ids, and an output's ``mixture`` is indexed by slot, which differs from the id once topic
     hygiene has moved a topic: the weight is read from the output's ``top_topics`` (id and weight), the entries
     its ``topicstream-topics`` header lists."""
-    while True:
+    given: OrderedDict[str, None] = OrderedDict()
+    while stop is None or not stop.is_set():
         choice.update()
         msg = reader.poll(0.5)
         if msg is None:
             yield None
             continue
+        version = _version(msg)
+        if version is not None:
+            choice.catch_up(version)
         hit = _tags(msg) & choice.topics
         if not hit:
             continue
@@ -247,12 +314,20 @@ def matching_articles(
         weights = {int(t["topic"]): float(t["weight"]) for t in event.get("top_topics") or []}
         topic = max(hit, key=lambda k: weights.get(k, 0.0))
         weight = weights.get(topic, 0.0)
-        if weight < min_weight:
+        if weight < min_weight or event["id"] in given:
             continue
+        given[event["id"]] = None
+        if len(given) > DEDUPE_KEEP:
+            given.popitem(last=False)
         yield {
             "id": event["id"],
             "title": event.get("title"),
+            "url": event.get("url"),
+            "published_at": event.get("published_at"),
             "topic": topic,
             "weight": weight,
             "model_version": event["model"]["version"],
+            "processed_at": event.get("processed_at"),
+            "partition": msg.partition(),
+            "offset": msg.offset(),
         }

@@ -78,3 +78,14 @@ def matches_table(matches: list[Any], words: str, version: Any) -> Table:
     for m in matches:
         table.add_row(str(m.topic), m.name or "", f"{m.score:.2f}", " ".join(m.top_words[:8]))
     return table
+
+
+def names_table(names: dict[int, str], summary: dict[str, Any] | None, prefix: str) -> Table:
+    """``topicstream label`` without arguments: each named topic, its name and its top words in ``summary``."""
+    words = {t["topic"]: " ".join(t["top_words"][:8]) for t in (summary or {"topics": []})["topics"]}
+    table = Table(title=f"topic names under Redis prefix {prefix!r}", title_justify="left")
+    for col in ("topic", "name", "top words"):
+        table.add_column(col)
+    for k, n in names.items():
+        table.add_row(str(k), n, words.get(k, ""))
+    return table

@@ -7,11 +7,12 @@ a few word queries, how many of the delivered articles are of the planted topic 
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
 import redis
-from confluent_kafka import Producer
+from confluent_kafka import Message, Producer
 from typer.testing import CliRunner
 
 from service.cli import app
@@ -19,10 +20,10 @@ from service.dev.generator import PLANTED_TOPICS, generate_articles
 from service.learner import Learner
 from service.lineage import LineageEvent, LineageStore
 from service.names import TopicNames
-from service.pipeline import H_TOPICS
+from service.pipeline import H_TOPICS, H_VERSION
 from service.settings import Settings
 from service.snapshot import SnapshotStore
-from service.subscriber import OutputReader, TopicChoice, matching_articles
+from service.subscriber import OutputReader, TopicChoice, matching_articles, move_notice
 
 from .helpers import env_for, produce, run_until
 from .redis_faults import RedisServer, server
@@ -84,7 +85,13 @@ def test_names_follow_a_lineage_event(settings: Settings) -> None:
     # Topic 1 became 4, topic 2 died, topic 3 stays; 5 is a new topic without a name.
     assert names.remap({1: 4, 2: None, 5: 6}) == {3: "Music", 4: "Oil"}
     assert names.all() == {3: "Music", 4: "Oil"}
-    assert names.remap({3: 4}) == {4: "Oil"}  # a name in the way is kept (the moved one is dropped)
+    # Merged into a named topic: the two names are joined (before, the merged-away one was dropped), once.
+    assert names.remap({3: 4}) == {4: "Oil / Music"}
+    names.set(3, "Music")
+    assert names.remap({3: 4}) == {4: "Oil / Music"}
+    names.set(5, "x" * 80)
+    assert names.remap({5: 4}) == {4: "Oil / Music / " + "x" * 65 + "…"}  # cut to MAX_NAME
+    names.set(4, "Oil")
     names.r.hset(names.key, "note", "kept")  # not a topic id: left alone (remap deleted the whole hash)
     names.set(7, "Elections")
     names.set(9, "Weather")
@@ -183,7 +190,9 @@ def test_a_redis_that_goes_away_keeps_the_topics_followed(server: RedisServer) -
     assert choice.update(now=20) and choice.topics == {0}
 
 
-def output(i: int, topics: list[int], slots: dict[int, int] | None = None) -> tuple[bytes, list[tuple[str, bytes]]]:
+def output(
+    i: int, topics: list[int], slots: dict[int, int] | None = None, version: int = 1
+) -> tuple[bytes, list[tuple[str, bytes]]]:
     """An output event as the pipeline writes it: ``topics`` (stable ids) share the mixture equally; topic t sits in
     slot ``slots[t]`` (default: t), as after a topic-hygiene move gave a slot a new id."""
     slots = slots or {}
@@ -192,8 +201,163 @@ def output(i: int, topics: list[int], slots: dict[int, int] | None = None) -> tu
     for t in topics:
         mixture[slots.get(t, t)] = 1 / len(topics)
         top.append({"topic": t, "weight": 1 / len(topics), "slot": slots.get(t, t)})
-    event = {"id": f"o{i}", "title": f"t{i}", "mixture": mixture, "top_topics": top, "model": {"version": 1}}
-    return json.dumps(event).encode(), [(H_TOPICS, ",".join(map(str, topics)).encode())]
+    event = {"id": f"o{i}", "title": f"t{i}", "mixture": mixture, "top_topics": top, "model": {"version": version}}
+    headers = [(H_TOPICS, ",".join(map(str, topics)).encode()), (H_VERSION, str(version).encode())]
+    return json.dumps(event).encode(), headers
+
+
+class StoppingReader(OutputReader):
+    """The real reader; its fifth poll sets ``stop`` (as Ctrl-C would, meanwhile)."""
+
+    polls = 0
+    stop = threading.Event()
+
+    def poll(self, timeout: float) -> Message | None:
+        self.polls += 1
+        if self.polls == 5:
+            self.stop.set()
+        return super().poll(timeout)
+
+
+def test_outputs_that_do_not_match_still_let_the_subscriber_stop(settings: Settings) -> None:
+    """A subscriber to a rare topic on a busy stream stops as soon as it is told to. Before, outputs that did not
+    match were skipped in a loop and the stop was checked only on a quiet poll or a match: a subscriber to a
+    retired topic on a live stream never stopped."""
+    s = settings
+    producer = Producer({"bootstrap.servers": s.kafka_bootstrap})
+    for i in range(40):
+        value, headers = output(i, [1])
+        producer.produce(s.output_topic, value=value, headers=headers)
+    assert producer.flush(30) == 0
+    reader = StoppingReader(s, s.output_topic, from_beginning=True)
+    choice = TopicChoice(SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix), fixed=frozenset({99}))
+    try:
+        assert [x for x in matching_articles(reader, choice, stop=reader.stop) if x is not None] == []
+        assert reader.polls == 5
+    finally:
+        reader.close()
+
+
+def test_an_article_published_again_is_given_once_with_where_it_lies(settings: Settings) -> None:
+    """A learner restarted from its snapshot publishes the outputs since then again: the subscription gives each
+    article once, and says where its output lies (partition, offset), so a program can resume there."""
+    s = settings
+    producer = Producer({"bootstrap.servers": s.kafka_bootstrap})
+    for i, version in [(0, 1), (1, 1), (0, 2), (2, 2)]:
+        value, headers = output(i, [1], version=version)
+        producer.produce(s.output_topic, value=value, headers=headers, partition=0)
+    assert producer.flush(30) == 0
+    reader = OutputReader(s, s.output_topic, from_beginning=True)
+    choice = TopicChoice(SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix), fixed=frozenset({1}))
+    got: list[tuple[str, int, int]] = []
+    try:
+        lines, quiet = matching_articles(reader, choice), 0
+        while quiet < 4:
+            line = next(lines)
+            quiet = quiet + 1 if line is None else 0
+            if line is not None:
+                got.append((line["id"], line["partition"], line["offset"]))
+    finally:
+        reader.close()
+    assert got == [("o0", 0, 0), ("o1", 0, 1), ("o2", 0, 3)]
+
+
+def test_an_output_of_a_newer_snapshot_updates_the_followed_ids_at_once(settings: Settings) -> None:
+    """The learner writes a snapshot and its lineage before any output carries its version, so an output of a
+    newer version makes the subscription look at the lineage now, not at its next recheck: the first output
+    tagged with the id that topic 3 was merged into is delivered. (With the recheck alone, a subscriber missed
+    every article of its topic for up to ``recheck_s``; here an hour.)"""
+    s = settings
+    client = redis.Redis.from_url(s.redis_url)
+    store = SnapshotStore(client, prefix=s.redis_prefix)
+    lineage = LineageStore(client, s.redis_prefix)
+    publish(store, summary_of(1, {0: "tennis", 3: "energy"}))
+    choice = TopicChoice(store, fixed=frozenset({3}), lineage=lineage, recheck_s=3600.0)
+    assert not choice.update() and choice.version == 1
+    lineage.push([LineageEvent("merge", 3, 3, 5, 0.1, 2, 0.0)])
+    publish(store, summary_of(2, {0: "tennis", 5: "energy"}))
+    producer = Producer({"bootstrap.servers": s.kafka_bootstrap})
+    for i, (topics, version) in enumerate([([3], 1), ([5], 2), ([0], 2), ([5], 2)]):
+        value, headers = output(i, topics, version=version)
+        producer.produce(s.output_topic, value=value, headers=headers)
+    assert producer.flush(30) == 0
+    reader = OutputReader(s, s.output_topic, from_beginning=True)
+    got: list[tuple[str, int]] = []
+    try:
+        lines = matching_articles(reader, choice)
+        deadline = time.monotonic() + 30
+        while len(got) < 3 and time.monotonic() < deadline:
+            line = next(lines)
+            if line is not None:
+                got.append((line["id"], line["topic"]))
+    finally:
+        reader.close()
+    assert got == [("o0", 3), ("o1", 5), ("o3", 5)] and choice.fixed == {5}
+    assert not choice.catch_up(2)  # once per version
+
+
+def test_a_split_of_a_followed_id_is_told_once_and_the_id_still_followed(settings: Settings) -> None:
+    s = settings
+    client = redis.Redis.from_url(s.redis_url)
+    store = SnapshotStore(client, prefix=s.redis_prefix)
+    lineage = LineageStore(client, s.redis_prefix)
+    told: list[str] = []
+    choice = TopicChoice(
+        store, fixed=frozenset({8}), lineage=lineage, on_moved=lambda es: told.extend(move_notice(e) for e in es)
+    )
+    publish(store, summary_of(1, {0: "tennis", 8: "energy"}))
+    assert not choice.update(now=0)
+    lineage.push([LineageEvent("split", 12, 4, None, 0.02, 2, 0.0, parent=8)])
+    publish(store, summary_of(2, {0: "tennis", 8: "energy", 12: "music"}))
+    assert not choice.update(now=10) and choice.fixed == {8}  # the followed ids did not change
+    publish(store, summary_of(3, {0: "tennis", 8: "energy", 12: "music"}))
+    assert not choice.update(now=20)
+    assert told == [
+        "topic 8 was split (snapshot v2): part of it is now topic 12; still following 8 (subscribe to 12 for the "
+        "other part)"
+    ]
+
+
+def test_subscribe_and_label_say_what_became_of_an_id(settings: Settings) -> None:
+    """``subscribe`` and ``label`` with an id that is no topic of the newest snapshot: one line that says why
+    (never a topic; retired; merged, with the id to name instead), exit 2. Before, ``subscribe 99`` waited in
+    silence for ever, and ``label`` said only "snapshot v4 has no topic 3"."""
+    s = settings
+    client = redis.Redis.from_url(s.redis_url)
+    store = SnapshotStore(client, prefix=s.redis_prefix)
+    LineageStore(client, s.redis_prefix).push(
+        [LineageEvent("merge", 3, 3, 5, 0.1, 2, 0.0), LineageEvent("retire", 7, 7, None, 0.001, 3, 0.0)]
+    )
+    publish(store, summary_of(4, {0: "tennis", 5: "energy"}))
+    runner, env = CliRunner(), env_for(s)
+    cases = {
+        ("subscribe", "99"): "snapshot v4 has no topic 99: nothing to follow",
+        ("subscribe", "7"): "topic 7 was retired (snapshot v3): nothing to follow",
+        ("label", "3", "Oil"): "topic 3 was merged into topic 5 (snapshot v2): name topic 5",
+        ("label", "7", "Oil"): "topic 7 was retired (snapshot v3)",
+    }
+    for args, says in cases.items():
+        result = runner.invoke(app, list(args), env=env)
+        assert result.exit_code == 2 and says in " ".join(result.output.split()), (args, result.output)
+
+
+def test_subscribe_stops_when_its_topic_ends(settings: Settings) -> None:
+    """``subscribe 3`` while 3 is retired: the notice, then exit 4 (no new article will carry it; before, it
+    waited for ever)."""
+    s = settings
+    client = redis.Redis.from_url(s.redis_url)
+    store = SnapshotStore(client, prefix=s.redis_prefix)
+    publish(store, summary_of(1, {0: "tennis", 3: "energy"}))
+
+    def retire() -> None:
+        time.sleep(1.0)
+        LineageStore(client, s.redis_prefix).push([LineageEvent("retire", 3, 3, None, 0.001, 2, 0.0)])
+        publish(store, summary_of(2, {0: "tennis"}))
+
+    threading.Thread(target=retire, daemon=True).start()
+    result = CliRunner().invoke(app, ["subscribe", "3"], env=env_for(s))
+    assert result.exit_code == 4, result.output
+    assert "topic 3 was retired (snapshot v2)" in result.output and "no topic followed is left" in result.output
 
 
 def test_reader_starts_now_without_a_group_join(settings: Settings) -> None:

@@ -1,0 +1,49 @@
+"""The command line's failures that are the world's, not a bug: one clear red line and an exit code, no traceback."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from .settings import Settings
+
+__all__ = ["serve_metrics", "unreachable_is_fatal"]
+
+err = Console(stderr=True)
+
+
+def serve_metrics(metrics: Any, settings: Settings) -> None:
+    """Serve ``/metrics``, or exit 2 with one line when the port is taken (another process on this host)."""
+    try:
+        metrics.serve(settings.metrics_port, settings.metrics_host)
+    except OSError as e:
+        where = f"{settings.metrics_host}:{settings.metrics_port}"
+        err.print(f"[red]cannot serve /metrics on {where}: {e.strerror or e}[/red] (TOPICSTREAM_METRICS_PORT)")
+        raise typer.Exit(2) from None
+
+
+@contextlib.contextmanager
+def unreachable_is_fatal(settings: Settings) -> Iterator[None]:
+    """Turn "cannot reach Kafka/Redis" into one clear line and exit code 3 instead of a traceback."""
+    import redis
+    from confluent_kafka import KafkaException
+
+    from .redact import redact_url, scrub
+
+    try:
+        yield
+    except redis.exceptions.AuthenticationError as e:
+        url, why = redact_url(settings.redis_url), scrub(str(e), settings.redis_url)
+        err.print(f"[red]Redis at {url} refused the credentials: {why}[/red] (TOPICSTREAM_REDIS_URL)")
+        raise typer.Exit(3) from None
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as e:
+        url, why = redact_url(settings.redis_url), scrub(str(e), settings.redis_url)
+        err.print(f"[red]cannot reach Redis at {url}: {why}[/red] (TOPICSTREAM_REDIS_URL)")
+        raise typer.Exit(3) from None
+    except KafkaException as e:
+        err.print(f"[red]Kafka at {settings.kafka_bootstrap}: {e}[/red] (TOPICSTREAM_KAFKA_BOOTSTRAP)")
+        raise typer.Exit(3) from None
