@@ -14,6 +14,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
 __all__ = [
+    "BOM",
     "Article",
     "ModelRef",
     "Rejection",
@@ -86,7 +87,7 @@ class Rejection:
     detail: str
 
 
-_BOM = b"\xef\xbb\xbf"
+BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark, ignored at the start of a value
 
 
 def decode_article(value: bytes | None, max_bytes: int) -> Article | Rejection:
@@ -101,8 +102,8 @@ def decode_article(value: bytes | None, max_bytes: int) -> Article | Rejection:
         return Rejection("invalid", "message has no value (tombstone)")
     if len(value) > max_bytes:
         return Rejection("oversize", f"message is {len(value)} bytes, the limit is {max_bytes}")
-    if value.startswith(_BOM):
-        value = value[len(_BOM) :]
+    if value.startswith(BOM):
+        value = value[len(BOM) :]
     try:
         value.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -305,6 +305,8 @@ class Vocabulary:
                 for w in unknown_words:  # one entry per (document, word): a word counts once per document
                     new_words[w] = new_words.get(w, 0.0) + 1.0
                 recycled = self._admit(new_words)
+                if recycled:  # rows of words that lost their slots to new words just now: out of vocabulary
+                    ids[np.isin(ids, recycled)] = -1  # (before, the new word got their tokens)
                 ids[unknown] = np.fromiter(map(index.get, unknown_words, repeat(-1)), dtype=np.int64)
         keep = ids >= 0
         oov = float(cnts[~keep].sum())

@@ -88,8 +88,9 @@ def test_memory_stays_bounded_when_ten_times_capacity_distinct_words_stream_thro
 def test_one_long_article_cannot_evict_the_vocabulary() -> None:
     """A hostile article repeating 2,500 made-up words five times each (over 100 KB) into a warm, full vocabulary
     of 2,000 slots gets none of its words in: a new word counts once per article and needs ``admit_count``
-    articles. Its 12,500 tokens still age the slots, so words already waiting as candidates may take a few (67
-    here); counted by tokens, its own words took 798 slots."""
+    articles. Its 12,500 tokens still age the slots, so words already waiting as candidates may take a few (106
+    here, 5 %; 67 while a word evicted in a batch still gave that batch's tokens to the word that took its slot,
+    which made newly admitted words look stronger); counted by tokens, its own words took 798 slots."""
     rng = np.random.default_rng(1)
     words = [f"w{i}" for i in range(4000)]
     v = Vocabulary(capacity=2000, admit_count=2)
@@ -99,7 +100,7 @@ def test_one_long_article_cannot_evict_the_vocabulary() -> None:
     hostile = Counter({f"zq{i:04d}x": 5 for i in range(2500)})
     enc = v.encode([hostile])
     assert not any(w in v for w in hostile)
-    assert enc.recycled.size < 0.05 * v.capacity
+    assert enc.recycled.size < 0.08 * v.capacity
     assert all(v.word(int(s)) in words for s in enc.recycled)
     # The same words in a second article are words the news uses: they may now take the weakest slots.
     assert v.encode([hostile]).recycled.size > 0
