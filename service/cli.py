@@ -4,6 +4,7 @@ Every command reads the ``TOPICSTREAM_*`` settings (environment, ``.env``); the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sys
@@ -239,7 +240,9 @@ def show_topics(
     show_empty: Annotated[
         bool, typer.Option("--all", help="Also show the empty topic slots (unused, or freed by topic hygiene)")
     ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the summary as JSON, with the names and the recent topic events")
+    ] = False,
 ) -> None:
     """Print the current topics (top words, prevalence, drift) from the newest snapshot in Redis."""
     from .lineage import LineageStore, render_lineage
@@ -255,8 +258,11 @@ def show_topics(
     if summary is None:
         err.print(f"no snapshot under Redis prefix {s.redis_prefix!r} yet: is the learner running?")
         raise typer.Exit(1)
-    if as_json:
-        print(json.dumps(summary))
+    if as_json:  # the summary, with the names as they are now and the recent lineage events
+        for t in summary["topics"]:
+            t.pop("name", None)
+            t.update({"name": names[t["topic"]]} if t["topic"] in names else {})
+        print(json.dumps({**summary, "lineage": [dataclasses.asdict(e) for e in events]}))
     else:
         Console().print(topics_table(summary, limit=limit, names=names, show_empty=show_empty))
         if events:

@@ -42,6 +42,12 @@ def test_produce_file_then_topics_and_subscribe(settings: Settings, tmp_path: Pa
     summary = json.loads(result.stdout)
     assert summary["articles_learned"] == 150 and len(summary["topics"]) == s.topics
     assert all(t["top_words"] for t in summary["topics"] if t["prevalence"] > 0.05)
+    # The names as they are now, not as of the last snapshot, and the recent topic events.
+    named = summary["topics"][0]["topic"]
+    assert runner.invoke(app, ["label", str(named), "Weather"], env=env_for(s)).exit_code == 0
+    now = json.loads(runner.invoke(app, ["topics", "--json"], env=env_for(s)).stdout)
+    assert [t.get("name") for t in now["topics"] if t["topic"] == named] == ["Weather"]
+    assert isinstance(now["lineage"], list)
     table = runner.invoke(app, ["topics", "--limit", "3"], env=env_for(s))
     assert table.exit_code == 0 and "prevalence" in table.output
 
