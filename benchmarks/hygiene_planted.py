@@ -1,6 +1,7 @@
 """Topic hygiene on planted and real corpora: planted topics recovered, duplicates, muddles, held-out likelihood.
 
     .venv/bin/python -m benchmarks.hygiene_planted                      # demo generator, SCVB0 K = 20
+    .venv/bin/python -m benchmarks.hygiene_planted --background 0.2     # ... with make run's background slot
     .venv/bin/python -m benchmarks.hygiene_planted --corpus 20ng --topics 50 --docs 11314
 
 One pass, one thread, batches of 256 documents; with hygiene, ``TopicHygiene.apply`` every 10 batches on the
@@ -31,8 +32,10 @@ from kernels.hygiene import TopicHygiene, hellinger_matrix, mass_topics
 RECOVERED = 0.35
 
 
-def run(c: PreparedCorpus, topics: int, hygiene: TopicHygiene | None, seed: int) -> dict[str, Any]:
-    model = SCVB0(n_topics=topics, n_words=c.n_words, seed=seed)
+def run(
+    c: PreparedCorpus, topics: int, hygiene: TopicHygiene | None, seed: int, background: float = 0.0
+) -> dict[str, Any]:
+    model = SCVB0(n_topics=topics, n_words=c.n_words, seed=seed, background=background)
     docs, kinds, spent = c.train, Counter[str](), 0.0
     t0 = time.perf_counter()
     for n, start in enumerate(range(0, docs.n_docs, 256), 1):
@@ -71,12 +74,29 @@ def recovery(model: SCVB0, truth: NDArray[np.float64]) -> tuple[int, float, list
     return int(np.count_nonzero(best < RECOVERED)), float(best.max()), [f"{x:.3f}" for x in best]
 
 
+def generic_words(model: SCVB0, generic: NDArray[np.float64]) -> str:
+    """Where the generic words went: the topic marked as the background, its Hellinger distance from the planted
+    generic words, and the generic words' share of every other topic holding ≥ 2 % of the mass."""
+    phi, w = model.topic_word(), model.topic_weights()
+    mark = model.background_topic()
+    share = phi[:, generic > 0].sum(axis=1)
+    others = [k for k in np.flatnonzero(w >= 0.02) if k != mark]
+    where = (
+        "none" if mark is None else f"{mark} (Hellinger {hellinger_matrix(np.vstack([generic, phi[mark]]))[0, 1]:.3f})"
+    )
+    return (
+        f"background marked: {where}; generic words' share of the other topics median "
+        f"{np.median(share[others]):.3f} max {share[others].max():.3f}"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", default="generator", choices=["generator", "20ng"])
     ap.add_argument("--topics", type=int, default=20)
     ap.add_argument("--docs", type=int, default=20_000, help="training documents")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--background", type=float, default=0.0, help="SCVB0's background slot b (make run: 0.2)")
     a = ap.parse_args(argv)
     # 20NG: the first --docs training articles and the first 2,000 test articles, corpus seed 0 whatever --seed
     c, truth = load(a.corpus, seed=0, max_train=a.docs, max_test=2000, first=True)
@@ -87,7 +107,7 @@ def main(argv: list[str] | None = None) -> None:
         ("hygiene + splits", TopicHygiene(max_splits=2)),
     ]
     for name, hyg in configs:
-        r = run(c, a.topics, hyg, a.seed)
+        r = run(c, a.topics, hyg, a.seed, a.background)
         line = (
             f"{name:<20} held-out {r['heldout']:.4f}  closest pair {r['closest']:.3f}  pairs<0.35 {r['pairs_035']}"
             f"  topics holding 95% {r['mass95']}  events {r['events']}  hygiene {r['hygiene_s']:.2f} s"
@@ -96,6 +116,7 @@ def main(argv: list[str] | None = None) -> None:
         if truth is not None:
             n, worst, each = recovery(r["model"], truth)
             line += f"\n{'':<20} recovered {n}/{len(truth)}  worst {worst:.3f}  per planted {' '.join(each)}"
+            line += f"\n{'':<20} {generic_words(r['model'], truth[-1])}"
         print(line, flush=True)
 
 
