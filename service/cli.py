@@ -279,6 +279,9 @@ def subscribe(
     max_topics: Annotated[int, typer.Option(help="Most topics followed for --words")] = 3,
     min_weight: Annotated[float, typer.Option(help="Least weight of the topic in the article")] = 0.0,
     from_beginning: Annotated[bool, typer.Option(help="Start from the oldest output")] = False,
+    since: Annotated[
+        str | None, typer.Option(help="Start with the outputs of this long ago (90s, 15m, 24h, 7d); default: now")
+    ] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="Stop after N matching articles")] = None,
     bootstrap: Bootstrap = None,
     redis_url: RedisUrl = None,
@@ -292,12 +295,19 @@ def subscribe(
     from .follow import query_words
     from .lineage import LineageEvent, LineageStore
     from .names import TopicNames
+    from .report import parse_duration
     from .snapshot import SnapshotStore
     from .subscriber import OutputReader, TopicChoice, matching_articles, move_notice, topic_fate
 
     if (topic is None) == (words is None):
         err.print("[red]give a topic id or --words, not both[/red]")
         raise typer.Exit(2)
+    try:
+        start_ms = None if since is None else int((time.time() - parse_duration(since)) * 1000)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--since") from None
+    if start_ms is not None and from_beginning:
+        raise typer.BadParameter("give --since or --from-beginning, not both", param_hint="--since")
     if words is not None:
         try:
             query_words(words)
@@ -341,7 +351,7 @@ def subscribe(
         )
         if words is not None and not choice.update() and choice.version is None:
             out.print(f"no snapshot under Redis prefix {s.redis_prefix!r} yet; waiting for the learner")
-        reader = OutputReader(s, s.output_topic, from_beginning)
+        reader = OutputReader(s, s.output_topic, from_beginning, start_ms=start_ms)
         seen = 0
         try:
             for line in matching_articles(reader, choice, min_weight, stop):

@@ -6,7 +6,8 @@ to ``max.poll.interval.ms`` on the local broker), and it is the same thing on re
 are picked up from their beginning (metadata is re-read every ``refresh_s``; every 2 s while the topic does not
 exist yet).
 
-**Where it starts.** ``from_beginning`` reads each partition from its first output. Otherwise it starts *now*:
+**Where it starts.** ``from_beginning`` reads each partition from its first output. Otherwise it starts *now*
+(or at ``start_ms``: ``topicstream subscribe --since 15m`` resumes a subscription that was away):
 at the first offset whose timestamp is at least the start time (a ListOffsets lookup by time; "none yet" means
 the partition's end). The local broker (Tansu) answers that lookup with offset 0 when no output is newer, so
 until a partition yields its first output stamped at or after the start time, older ones are skipped; on Kafka
@@ -53,11 +54,19 @@ __all__ = ["OutputReader", "TopicChoice", "matching_articles", "move_notice"]
 class OutputReader:
     """Messages of one topic from every partition, without a consumer group (see the module docstring)."""
 
-    def __init__(self, settings: Settings, topic: str, from_beginning: bool, refresh_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        topic: str,
+        from_beginning: bool,
+        refresh_s: float = 30.0,
+        start_ms: int | None = None,
+    ) -> None:
         self.topic = topic
         self.refresh_s = refresh_s
         self.consumer: Consumer = make_consumer(settings, f"topicstream-subscribe-{uuid.uuid4().hex[:8]}")
-        self.start_ms = int(time.time() * 1000)
+        #: Outputs written from this time on (Unix ms: now, unless given) are read, unless ``from_beginning``.
+        self.start_ms = int(time.time() * 1000) if start_ms is None else start_ms
         self.from_beginning = from_beginning
         self.assigned: set[int] = set()
         self._guarded: set[int] = set()  # partitions still skipping outputs older than start_ms

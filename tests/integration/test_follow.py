@@ -262,6 +262,24 @@ def test_an_article_published_again_is_given_once_with_where_it_lies(settings: S
     assert got == [("o0", 0, 0), ("o1", 0, 1), ("o2", 0, 3)]
 
 
+def test_subscribe_since_resumes_with_the_outputs_of_that_long_ago(settings: Settings) -> None:
+    """``subscribe --since``: a subscriber that was away starts with the outputs written since then (the reader's
+    start time moved back), not with the oldest nor only with new ones."""
+    s = settings
+    producer = Producer({"bootstrap.servers": s.kafka_bootstrap})
+    value, headers = output(0, [1])
+    producer.produce(s.output_topic, value=value, headers=headers, timestamp=int(time.time() * 1000) - 7_200_000)
+    for i in (1, 2, 3):  # written just now
+        value, headers = output(i, [1])
+        producer.produce(s.output_topic, value=value, headers=headers)
+    assert producer.flush(30) == 0
+    result = CliRunner().invoke(app, ["subscribe", "1", "--since", "1h", "--limit", "3"], env=env_for(s))
+    assert result.exit_code == 0, result.output
+    assert [json.loads(x)["id"] for x in result.stdout.splitlines() if x.startswith("{")] == ["o1", "o2", "o3"]
+    both = CliRunner().invoke(app, ["subscribe", "1", "--since", "1h", "--from-beginning"], env=env_for(s))
+    assert both.exit_code == 2 and "not both" in both.output
+
+
 def test_an_output_of_a_newer_snapshot_updates_the_followed_ids_at_once(settings: Settings) -> None:
     """The learner writes a snapshot and its lineage before any output carries its version, so an output of a
     newer version makes the subscription look at the lineage now, not at its next recheck: the first output
