@@ -304,10 +304,10 @@ class TopicModel(abc.ABC):
 
     def background_topic(self, phi: NDArray[np.float64] | None = None) -> int | None:
         """The background topic (the words every document uses), or None; ``phi``: :meth:`topic_word`, if the
-        caller has it already. None unless a kernel can tell: SCVB0 (its slot, or
-        :func:`kernels.background.background_topic` on φ, calibrated on SCVB0), the online HDP (its tables) and
-        the particle filter (the documents that use it) override it. φ's test is not used here for every kernel:
-        on the particle filter's demo stream it picked the football desk (docs/ohdp.md, "The background topic")."""
+        caller has it already. None unless a kernel can tell: SCVB0 and the particle filter (the documents that
+        use it) and the online HDP (its tables) override it. The test on φ alone
+        (:func:`kernels.background.background_topic`) is not used for any kernel: on the particle filter's and
+        SCVB0's demo streams it picked the football desk (docs/ohdp.md, "The background topic")."""
         return None
 
     def diagnostics(self) -> dict[str, float]:

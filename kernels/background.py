@@ -13,9 +13,12 @@ Calibration (one pass of SCVB0 over the benchmark corpora, seeds 0–2, ``docs/s
 a background slot (``SCVB0(background=0.05)``) the slot is closer to p than the next topic by 0.088–0.172; without
 one, the two closest topics are within 0.000–0.027 of each other and none is a background. ``margin`` = 0.04
 separates the two cases (with ``background=0.02`` the margin is 0.006–0.082, so that slot is not always distinct).
-It is calibrated on SCVB0 only: on the online HDP's model of the demo generator's stream the planted background
-is nearest by 0.040, at the margin's edge, although the HDP's own test, by tables, marks it clearly
-(``tests/test_background.py``), so each kernel may override ``TopicModel.background_topic``.
+No kernel marks its background with it any more: on the online HDP's model of the demo generator's stream the
+planted background is nearest by 0.040, at the margin's edge, although the HDP's own test, by tables, marks it
+clearly (``tests/test_background.py``); on SCVB0's and the particle filter's models of that stream it picked the
+football desk, and nothing at all for an SCVB0 slot holding the generic words once hygiene had merged the duplicate
+desks. The kernels judge by documents instead (:func:`background_by_documents`, the particle filter's own rule,
+the online HDP's tables).
 
 >>> import numpy as np
 >>> generic = np.array([0.25, 0.25, 0.25, 0.25, 0.0, 0.0])

@@ -1,5 +1,6 @@
-"""The background topic: SCVB0's background slot gathers the words every document uses, and
-:func:`kernels.background_topic` finds it from φ alone; the service's topic table marks it."""
+"""The background topic: SCVB0's background slot gathers the words every document uses and is marked by the
+documents that use it (:func:`kernels.background.background_by_documents`); :func:`kernels.background_topic`, the
+test on φ alone, finds it on a planted corpus too; the service's topic table marks it."""
 
 from __future__ import annotations
 
