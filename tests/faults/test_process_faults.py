@@ -215,7 +215,7 @@ def test_learner_killed_at_random_moments_loses_nothing_and_learns_each_article_
     good, bad = split(records)
     reader = stack.reader([s.output_topic, s.dlq_topic])
     learner = stack.start("run")
-    learner.wait_log(ASSIGNED)
+    learner.wait_log(ASSIGNED, timeout=180)  # the first process of a kernel compiles it on a fresh clone (~30 s)
     feeder = Feeder(s, records, rate=250 if hdp else 150)
     feeder.start()
     kills: list[str] = []
@@ -237,6 +237,18 @@ def test_learner_killed_at_random_moments_loses_nothing_and_learns_each_article_
             kills.append(f"after {delay:.2f}s")
         learner = stack.start("run")
         learner.wait_log(ASSIGNED, timeout=90)
+    if hdp:
+        # Hygiene's held-out moves need three snapshots in one process (a copy; the plan, with the documents
+        # learned since; the moves), and a kill throws the copy and the plan away: feed on until the last learner
+        # has made a move, rather than hope the fixed feed leaves it time enough (4 runs of 14 made their moves
+        # only in the final snapshot).
+        lineage = LineageStore(stack.store().r, s.redis_prefix)
+        more = Feeder(s, keyed_articles(20_000, 0, seed=5), rate=250)
+        more.start()
+        wait_until(lambda: bool(lineage.recent(1)), 180, "a topic-hygiene move of the last learner")
+        more.halt.set()
+        more.join(60)
+        good |= more.acked_keys()
     outputs, verdict = finish(stack, feeder, reader, learner, good, bad, feed_s=120)
     meta = final_meta(stack)
     gap = longest_gap([r.ts for r in outputs], feeder.started_at, feeder.finished_at)
@@ -251,8 +263,6 @@ def test_learner_killed_at_random_moments_loses_nothing_and_learns_each_article_
     assert not verdict.versions_backwards, verdict.versions_backwards[:5]
     assert meta["articles_learned"] == len(good)  # none learned twice, none missed
     assert meta["algorithm"] == algorithm
-    if hdp:  # hygiene made moves between the kills (merges of splinters; retirements by the held-out delete move)
-        assert LineageStore(stack.store().r, s.redis_prefix).recent()
 
 
 def test_redis_killed_and_restarted_empty_versions_never_go_back(make_stack: Callable[..., FaultStack]) -> None:

@@ -219,10 +219,12 @@ def test_redis_restarted_empty_versions_and_tokens_continue_upward(server: Redis
 def test_after_redis_lost_its_data_a_waiting_standby_leaves_the_lease_to_its_old_holder(server: RedisServer) -> None:
     """A standby that grabbed the lease the moment Redis came back empty would take over from a learner that
     is alive and holds the newest state; with a grace period the old holder reclaims it first."""
-    a, b = lease(server, ttl_s=1.0), lease(server, ttl_s=1.0)
+    # A TTL 30 times the renewal interval: a keeper thread held up on a loaded machine must not let the lease
+    # lapse (with 1 s and a third of a second, a 0.7 s stall would have); the grace period is the test's subject.
+    a, b = lease(server, ttl_s=3.0), lease(server, ttl_s=3.0)
     assert a.try_acquire()
     old_token = a.token
-    keeper = LeaseKeeper(a, interval_s=1.0 / 3)
+    keeper = LeaseKeeper(a, interval_s=0.1)
     keeper.start()
     stop = threading.Event()
     got: list[bool] = []
