@@ -335,7 +335,8 @@ class SCVB0(TopicModel):
             a[:, 0] = config.background * doc_len
         n_theta = np.maximum(theta * a.sum(axis=1, keepdims=True) + theta * doc_len[:, None] - a, 0.0)
         decay = 0.5 ** (batch.n_docs / DOC_HALF_LIFE)
-        self.topic_docs_ = decay * self.topic_docs_ + (n_theta >= TOPIC_USE_SHARE * doc_len[:, None]).sum(axis=0)
+        using = (n_theta >= TOPIC_USE_SHARE * doc_len[:, None]) & (doc_len > 0)[:, None]  # an empty one uses none
+        self.topic_docs_ = decay * self.topic_docs_ + using.sum(axis=0)
         self.docs_ = decay * self.docs_ + float(np.count_nonzero(doc_len > 0))
         if self.learn_alpha and np.any(corpus > 0):
             if self.background > 0:  # Minka's fixed point is for the symmetric α of the other topics

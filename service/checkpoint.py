@@ -6,18 +6,21 @@ has acknowledged (otherwise a crash after the write would resume past outputs th
 1. **capture** (:meth:`SnapshotWriter.capture`, on the kernel lane between two batches, when model, vocabulary
    and positions describe the same point): copy the kernel state and its topic weights. This is the only part
    that delays learning (25–40 ms at K = 100, W = 65,536 in ``benchmarks/bench_service.py``; topic-hygiene moves
-   planned by an earlier snapshot are made just before it, which costs row updates only);
+   planned by an earlier snapshot are made just before it, which costs row updates only), except that a capture
+   whose moves changed topic ids holds the next batch until the write below has published them
+   (``Learner.must_hold``);
 2. **describe** (writer thread, :meth:`SnapshotWriter._describe`): φ, the topic labels and the drift against the
    previous snapshot, from a model rebuilt from the copy; then, for a capture that carries recent documents,
    the ``plan`` hook, which may change that throw-away model at will (the learner plans topic hygiene on it:
-   one to three seconds of a core that never hold up a batch);
+   one to three seconds of a core that hold up no batch, but the one after a capture that changed ids);
 3. **wait** (writer thread) until every batch up to the captured one is acknowledged; a failed delivery discards
    the capture, and the learner stops;
 4. **write** (writer thread): pack, checksum and store in Redis (seconds for a large model), then the summary.
 
 At most one capture is in the writer at a time: when a snapshot is due while the previous one is still being
 written, the loop simply goes on and tries again after the next batch. When Redis is down, attempts are spaced
-by an exponential, capped backoff and counted; learning and publishing go on.
+by an exponential, capped backoff and counted; learning and publishing go on (a batch held for changed ids
+goes on once the write has failed, or after ``MAX_ID_HOLD_S`` of a Redis that hangs).
 """
 
 from __future__ import annotations

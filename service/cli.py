@@ -18,14 +18,13 @@ from rich.markup import escape
 
 from evaluation.command import eval_command
 
-from .cli_errors import serve_metrics, unreachable_is_fatal
+from .cli_errors import err, serve_metrics, unreachable_is_fatal
 from .process import stop_on_signals, tune_for_service
 from .settings import Settings, SettingsError, load_settings
 from .tables import matches_table, topics_table
 
 app = typer.Typer(help="Streaming topic models over Kafka.", no_args_is_help=True, add_completion=False)
 app.command("eval")(eval_command)
-err = Console(stderr=True)
 
 Bootstrap = Annotated[str | None, typer.Option("--bootstrap", help="Kafka bootstrap servers (host:port)")]
 RedisUrl = Annotated[str | None, typer.Option("--redis-url", help="Redis URL for snapshots")]
@@ -287,8 +286,9 @@ def subscribe(
     redis_url: RedisUrl = None,
 ) -> None:
     """Follow the articles tagged with a topic, or with the topics some words mean (one JSON line per article).
-    Exits with 2 for an id that is no topic, and 4 once every id followed has ended (retired, its slot retaken)."""
-    import threading
+    Exits with 2 for an id that is no topic (or one that ended, unless --from-beginning or --since asks for its
+    past), and 4 once every id followed has ended (retired, its slot retaken) and the outputs that carried it are
+    read."""
 
     import redis
 
@@ -315,7 +315,7 @@ def subscribe(
             err.print(f"[red]{e}[/red]")
             raise typer.Exit(2) from None
     s = _settings(ctx)
-    stop, ended = stop_on_signals(), threading.Event()
+    stop = stop_on_signals()
     out = Console(stderr=True)
 
     def show(matches: list[Any], summary: dict[str, Any]) -> None:
@@ -327,17 +327,14 @@ def subscribe(
     def moved(events: list[LineageEvent]) -> None:
         for e in events:
             out.print(move_notice(e))
-        if topic is not None and not choice.fixed:  # every id followed ended: no new article will carry one
-            ended.set()
-            stop.set()
 
     with unreachable_is_fatal(s):
         client = redis.Redis.from_url(s.redis_url, socket_timeout=30, socket_connect_timeout=10)
         store = SnapshotStore(client, prefix=s.redis_prefix)
         if topic is not None:
-            now, why = topic_fate(topic, store.summary(), LineageStore(client, s.redis_prefix).recent())
-            if now is None:
-                err.print(f"[red]{why}: nothing to follow[/red]")
+            fate = topic_fate(topic, store.summary(), LineageStore(client, s.redis_prefix).recent())
+            if fate.now is None and not (fate.ended and (from_beginning or start_ms is not None)):
+                err.print(f"[red]{fate.why}: nothing to follow[/red]")
                 raise typer.Exit(2)
         choice = TopicChoice(
             store,
@@ -362,7 +359,7 @@ def subscribe(
                         break
         finally:
             reader.close()
-        if ended.is_set():
+        if choice.ended_at is not None and not stop.is_set():
             err.print("no topic followed is left: stopping")
             raise typer.Exit(4)
 
@@ -395,9 +392,9 @@ def label(
         if clear == (name is not None):
             err.print('[red]give a name, e.g. topicstream label 3 "Oil prices", or --clear[/red]')
             raise typer.Exit(2)
-        now, why = topic_fate(topic, store.summary(), LineageStore(store.r, s.redis_prefix).recent())
-        if why:  # not a topic of the newest snapshot (a merged one: its successor's name is the one shown)
-            err.print(f"[red]{why}{f': name topic {now}' if now is not None else ''}[/red]")
+        fate = topic_fate(topic, store.summary(), LineageStore(store.r, s.redis_prefix).recent())
+        if fate.why:  # not a topic of the newest snapshot (a merged one: its successor's name is the one shown)
+            err.print(f"[red]{fate.why}{f': name topic {fate.now}' if fate.now is not None else ''}[/red]")
             raise typer.Exit(2)
         if clear:
             err.print(f"topic {topic}: name cleared" if names.clear(topic) else f"topic {topic} had no name")

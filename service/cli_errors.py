@@ -11,8 +11,9 @@ from rich.console import Console
 
 from .settings import Settings
 
-__all__ = ["serve_metrics", "unreachable_is_fatal"]
+__all__ = ["err", "serve_metrics", "unreachable_is_fatal"]
 
+#: Where every command writes what it tells a person (stdout is for data: JSON lines, tables asked for).
 err = Console(stderr=True)
 
 

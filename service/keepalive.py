@@ -1,4 +1,5 @@
-"""Staying in the consumer group while the batch loop waits (for the kernel lane, for the broker's acknowledgements).
+"""Staying in the consumer group while the batch loop waits: for the kernel lane, for the broker's acknowledgements
+(backpressure), for a snapshot that changes topic ids.
 
 librdkafka leaves the group when the application has not polled for ``max.poll.interval.ms``, and its partitions
 are lost until it rejoins. A wait longer than a fraction of that interval therefore pauses the assigned
@@ -10,9 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
@@ -38,6 +42,17 @@ class GroupKeepAlive:
     #: A consumer poll is on the stack (the keep-alive loop, or a rebalance callback run by a poll): a drain then
     #: waits without polling again.
     _inside_poll: bool
+    producer: Any
+    broken: bool
+    _stop: threading.Event
+    _unacked: deque[Any]
+    _held_logged_at: float
+
+    if TYPE_CHECKING:  # supplied by BatchWorker
+
+        def _commit_acknowledged(self, wait: bool = False) -> None: ...
+
+        def must_stop(self) -> bool: ...
 
     @contextlib.contextmanager
     def _inside_a_poll(self) -> Iterator[None]:
@@ -95,3 +110,36 @@ class GroupKeepAlive:
             self._early.append(msg)
         paused.add(key)
         self.consumer.pause([TopicPartition(*key)])
+
+    def _hold_until_acknowledged(self) -> None:
+        """Backpressure: while ``max_unacked_batches`` published batches wait for the broker's acknowledgements
+        (an output topic whose partitions lost their leader, ``acks=all`` short of in-sync replicas), read no
+        more input, so memory holds at most that many batches' offsets (one more: the batch the kernel is on)
+        and the producer's queue; stay in the group meanwhile. Returns when some are acknowledged, a delivery
+        failed, or the worker is told to stop (or must: :meth:`must_stop`)."""
+        limit = self.settings.max_unacked_batches
+        if len(self._unacked) < limit:
+            return
+        now = time.monotonic()
+        if now - self._held_logged_at >= 60:  # slow acknowledgements can start a wait at every turn
+            self._held_logged_at = now
+            log.warning(
+                "%d published batches await the broker's acknowledgements: reading no input until some do",
+                len(self._unacked),
+            )
+        self._hold_while(lambda: len(self._unacked) >= limit)
+
+    def _hold_while(self, holding: Callable[[], bool]) -> None:
+        """Hand nothing more to the kernel lane while ``holding()``: the partitions are paused and the consumer
+        polled (it stays in its group), acknowledgements are received and committed, the heartbeat turns. Ends
+        early when a delivery failed or the worker is told to stop (or must: :meth:`must_stop`)."""
+        if not holding():
+            return
+        third = self.settings.max_poll_interval_ms / 3000
+        with self._paused() as paused, self._inside_a_poll():
+            while holding() and not (self.broken or self._stop.is_set() or self.must_stop()):
+                self.producer.poll(min(third, 0.2))
+                self._commit_acknowledged()
+                self._poll_paused(paused, 0)
+                self.metrics.unacked_batches.set(len(self._unacked))
+                self.metrics.heartbeat.set(time.time())

@@ -64,6 +64,10 @@ UNSEEN_DOCS = 256
 #: Fewer unseen documents than this (a stream gone quiet between two snapshots) and the plan skips the held-out
 #: moves: document completion on a handful of documents would delete, merge or keep topics by chance.
 UNSEEN_MIN_DOCS = 64
+#: The longest a batch waits for the snapshot that carries changed topic ids (:meth:`Learner.must_hold`): a write
+#: takes a second or two (plus the hygiene plan's 1-3 s when the same capture carries one); a Redis that hangs
+#: must not stop the stream.
+MAX_ID_HOLD_S = 30.0
 
 
 class LeaseLost(RuntimeError):
@@ -144,6 +148,8 @@ class Learner(BatchWorker):
         self._last_gauges = 0.0
         self._republish = threading.Event()
         self._ids_moving = False  # the capture being written changes topic ids (:meth:`must_hold`)
+        self._ids_published = threading.Event()  # set once a snapshot and its lineage events are out
+        self._hold_until = 0.0  # when a hold for that gives up (time.monotonic)
 
     # ------------------------------------------------------------------ state
     def _take_lease(self, stop: threading.Event | None) -> None:
@@ -233,9 +239,15 @@ class Learner(BatchWorker):
         waits: its outputs would carry ids that neither Redis nor the lineage feed knows yet, tagged with the
         version before the moves. A subscriber would not yet know that its topic was merged into the id these
         outputs carry, and a learner killed before the write would restore the older lineage and give the same
-        fresh id to another topic. If the write fails (Redis down), the loop goes on; the moves' events are
-        published with the next snapshot that is written."""
-        if self._ids_moving and self.writer.wait_idle(0):
+        fresh id to another topic. The wait ends once the snapshot and its lineage events are out (not the summary
+        and history after them); when the write fails (Redis down) or after :data:`MAX_ID_HOLD_S` (a Redis that
+        hangs), the loop goes on, and the moves' events are published with the next snapshot written."""
+        if not self._ids_moving:
+            return False
+        if self._ids_published.is_set() or self.writer.wait_idle(0):
+            self._ids_moving = False
+        elif time.monotonic() >= self._hold_until:
+            log.warning("topic ids changed, but their snapshot is not written after %.0f s: going on", MAX_ID_HOLD_S)
             self._ids_moving = False
         return self._ids_moving
 
@@ -263,6 +275,9 @@ class Learner(BatchWorker):
         # Moves planned by the last capture (or slots renewed at its write) change topic ids in this capture:
         # the next batch waits until it is written (:meth:`must_hold`).
         self._ids_moving = bool(self._planned) or bool(self._renew[0])
+        if self._ids_moving:
+            self._ids_published.clear()
+            self._hold_until = time.monotonic() + MAX_ID_HOLD_S
         future = self.lane.submit(
             self._capture, self.submitted_seq, vocab_state, slot_words, offsets, self.articles_learned, main_s
         )
@@ -406,6 +421,7 @@ class Learner(BatchWorker):
         for e in cap.events:
             m.topic_events.labels(kind=e.kind).inc()
         self.lineage_feed.publish(stamp(cap.events, info.version, info.created_at))
+        self._ids_published.set()  # the ids are in Redis and on the lineage feed: outputs may carry them
         self._names = self.names.all()
         summary = snapshot_summary(cap, info, self.settings.algorithm, self._names)
         m.model_drift.set(summary["model_drift"])

@@ -34,7 +34,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, Message, TopicPartition
@@ -43,6 +43,7 @@ from .follow import Match, resolve
 from .kafka import make_consumer
 from .lineage import LineageEvent, LineageStore, endings, follow
 from .names import TopicNames
+from .pipeline import H_TOPICS, H_VERSION
 from .settings import Settings
 from .snapshot import SnapshotStore
 
@@ -135,6 +136,8 @@ class TopicChoice:
     matches: list[Match] = field(default_factory=list)
     version: int | None = None
     _lineage_head: list[LineageEvent] = field(default_factory=list)  # the newest lineage event read
+    #: The snapshot version by which every id followed had ended (None while one lives, and for words).
+    ended_at: int | None = None
     _caught_up: int = 0  # the newest version :meth:`catch_up` updated for
     _splits_told: set[tuple[int | None, int]] = field(default_factory=set)  # (parent, new id) of splits told on_moved
     _next_check: float = 0.0
@@ -220,6 +223,8 @@ class TopicChoice:
         if moved:
             self.fixed = frozenset(live)
             self.topics = self.topics | self.fixed
+            if not live:  # every id followed ended: outputs of this version on carry none of them
+                self.ended_at = max(e.version for e in moved)
         if self.on_moved is not None and (moved or splits):
             self.on_moved(moved + splits)
         return bool(moved)
@@ -257,32 +262,35 @@ def move_notice(e: LineageEvent) -> str:
     return f"{what_happened(e)}: no new article will carry {e.parent}"
 
 
-def topic_fate(topic: int, summary: dict[str, Any] | None, events: list[LineageEvent]) -> tuple[int | None, str]:
+class Fate(NamedTuple):
+    """What became of a topic id (:func:`topic_fate`)."""
+
+    now: int | None  # the id that carries it now; None: it ended without a successor, or never was a topic
+    ended: bool  # the lineage says it ended (merged, retired, its slot retaken)
+    why: str  # for a person, when ``now`` is not the id itself
+
+
+def topic_fate(topic: int, summary: dict[str, Any] | None, events: list[LineageEvent]) -> Fate:
     """What became of id ``topic``, by the newest snapshot's ``summary`` and the lineage ``events`` (newest
-    first, as :meth:`LineageStore.recent` gives them): the id that carries it now and, when that is not ``topic``
-    itself, why, for a person. Itself while it is a topic of the snapshot (or no snapshot exists yet: the first
-    holds ids 0…K−1); (None, why) when it ended without a successor, or was never a topic (or its end fell out
-    of the events kept)."""
+    first, as :meth:`LineageStore.recent` gives them). Itself while it is a topic of the snapshot (or no snapshot
+    exists yet: the first holds ids 0…K−1); an id that was never a topic (or whose end fell out of the events
+    kept) has neither a successor nor an end."""
     if summary is None or any(t["topic"] == topic for t in summary["topics"]):
-        return topic, ""
+        return Fate(topic, False, "")
     path, now = follow(topic, endings(events))
     if not path:
-        return None, f"snapshot v{summary['version']} has no topic {topic}"
-    return now, "; ".join(what_happened(e) for e in path)
+        return Fate(None, False, f"snapshot v{summary['version']} has no topic {topic}")
+    return Fate(now, True, "; ".join(what_happened(e) for e in path))
 
 
 def _version(msg: Message) -> int | None:
     """The snapshot version an output names in its ``topicstream-model-version`` header (None if it has none)."""
-    from .pipeline import H_VERSION
-
     raw = dict(msg.headers() or []).get(H_VERSION)
     text = raw.decode() if isinstance(raw, bytes) else str(raw)
     return int(text) if text.strip().isdigit() else None
 
 
 def _tags(msg: Message) -> set[int]:
-    from .pipeline import H_TOPICS
-
     raw = dict(msg.headers() or []).get(H_TOPICS) or b""
     text = raw.decode() if isinstance(raw, bytes) else str(raw)
     return {int(t) for t in text.split(",") if t.strip().isdigit()}
@@ -291,6 +299,8 @@ def _tags(msg: Message) -> set[int]:
 #: Article ids a subscription remembers to print an article once (a learner that restarts from its snapshot
 #: publishes the outputs since then again).
 DEDUPE_KEEP = 10_000
+#: Quiet polls (0.5 s each) in a row after which a subscription whose ids all ended has read what carried them.
+ENDED_QUIET_POLLS = 4
 
 
 def matching_articles(
@@ -299,23 +309,35 @@ def matching_articles(
     """One dict per output tagged with a followed topic whose weight is at least ``min_weight`` (the article's
     id, title, url, published_at, the topic and its weight, the model version, processed_at, and where the output
     lies: partition, offset), and None after each quiet poll; until ``stop`` is set (checked after every output
-    read, so a subscriber to a rare topic on a busy stream stops at once). An article already given among the
-    last :data:`DEDUPE_KEEP` is not given again (a restarted learner republishes what it learned after its last
-    snapshot).
+    read, so a subscriber to a rare topic on a busy stream stops at once), or every id followed has ended
+    (``choice.ended_at``) and the reader has caught up with the outputs that may still carry one: 2 s without an
+    output (:data:`ENDED_QUIET_POLLS`), or an output of that version or newer from every partition. An article
+    already given among the last :data:`DEDUPE_KEEP` is not given again (a restarted learner republishes what it
+    learned after its last snapshot).
 
     Topics are stable ids, and an output's ``mixture`` is indexed by slot, which differs from the id once topic
     hygiene has moved a topic: the weight is read from the output's ``top_topics`` (id and weight), the entries
     its ``topicstream-topics`` header lists."""
     given: OrderedDict[str, None] = OrderedDict()
+    newest: dict[int, int] = {}  # partition → the newest version read there
+    quiet = 0  # polls in a row that read nothing
     while stop is None or not stop.is_set():
         choice.update()
         msg = reader.poll(0.5)
+        end = choice.ended_at
         if msg is None:
+            quiet += 1
+            if end is not None and quiet >= ENDED_QUIET_POLLS:
+                return
             yield None
             continue
-        version = _version(msg)
+        quiet = 0
+        version, partition = _version(msg), msg.partition() or 0
         if version is not None:
+            newest[partition] = max(version, newest.get(partition, 0))
             choice.catch_up(version)
+            if end is not None and all(newest.get(p, -1) >= end for p in reader.assigned):
+                return
         hit = _tags(msg) & choice.topics
         if not hit:
             continue

@@ -377,39 +377,6 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
         batch.release()  # learned and published: only its acknowledgements are awaited now
         self.between_batches(batch)
 
-    def _hold_until_acknowledged(self) -> None:
-        """Backpressure: while ``max_unacked_batches`` published batches wait for the broker's acknowledgements
-        (an output topic whose partitions lost their leader, ``acks=all`` short of in-sync replicas), read no
-        more input, so memory holds at most that many batches' offsets (one more: the batch the kernel is on)
-        and the producer's queue; stay in the group meanwhile. Returns when some are acknowledged, a delivery
-        failed, or the worker is told to stop (or must: :meth:`must_stop`)."""
-        limit = self.settings.max_unacked_batches
-        if len(self._unacked) < limit:
-            return
-        now = time.monotonic()
-        if now - self._held_logged_at >= 60:  # slow acknowledgements can start a wait at every turn
-            self._held_logged_at = now
-            log.warning(
-                "%d published batches await the broker's acknowledgements: reading no input until some do",
-                len(self._unacked),
-            )
-        self._hold_while(lambda: len(self._unacked) >= limit)
-
-    def _hold_while(self, holding: Callable[[], bool]) -> None:
-        """Hand nothing more to the kernel lane while ``holding()``: the partitions are paused and the consumer
-        polled (it stays in its group), acknowledgements are received and committed, the heartbeat turns. Ends
-        early when a delivery failed or the worker is told to stop (or must: :meth:`must_stop`)."""
-        if not holding():
-            return
-        third = self.settings.max_poll_interval_ms / 3000
-        with self._paused() as paused, self._inside_a_poll():
-            while holding() and not (self.broken or self._stop.is_set() or self.must_stop()):
-                self.producer.poll(min(third, 0.2))
-                self._commit_acknowledged()
-                self._poll_paused(paused, 0)
-                self.metrics.unacked_batches.set(len(self._unacked))
-                self.metrics.heartbeat.set(time.time())
-
     def flush(self, timeout: float | None = None) -> None:
         """Drain, wait for every acknowledgement, commit."""
         self.drain()
@@ -451,6 +418,9 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
         batch, bags = self._prepare(msgs)  # overlaps the kernel lane's work on the previous batch
         self.drain()  # the model now includes the previous batch, and its outputs are sent
         self._hold_while(self.must_hold)
+        if self.must_hold() or self._stop.is_set() or self.must_stop():  # the hold ended early: hand it nothing
+            self._turn_done()  # (its positions have not moved: the batch is read again, here or by another)
+            return 0
         if self._given_up:  # a keep-alive poll gave partitions up: their messages are no longer ours
             batch, bags = self._without_given_up(batch, bags)
         if batch.msgs:

@@ -129,6 +129,16 @@ def test_the_slots_prior_grown_over_a_warm_up_keeps_it_to_the_generic_words() ->
     assert generic_share[0.0] < 0.6 and generic_share[10_000.0] > 0.85, generic_share
 
 
+def test_an_empty_document_uses_no_topic() -> None:
+    """Articles whose words are all stop words or out of vocabulary reach the kernel empty: they count as documents
+    that use no topic (a review found each counted as using every topic, shares up to 196 %)."""
+    _, docs = planted_corpus(50, 3, share=0.25)
+    empty = (np.zeros(0, dtype=np.int64), np.zeros(0))
+    model = SCVB0(n_topics=N_TOPICS + 3, n_words=W, seed=0, background=0.1)
+    model.partial_fit(Batch.from_docs([*(docs.doc(d) for d in range(docs.n_docs)), *[empty] * 50]))
+    assert model.docs_ == 50 and model.topic_docs_.max() <= 50  # before the fix: up to 100 of 50
+
+
 def test_the_background_grows_over_its_warm_up() -> None:
     model = SCVB0(n_topics=4, n_words=10, seed=0, background=0.2, background_warmup=100)
     assert model._background_now() == 0.0 and model._background_now(25) == pytest.approx(0.05)

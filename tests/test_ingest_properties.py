@@ -46,14 +46,13 @@ from service.pipeline import (
     dead_letter_record,
     decode_batch,
 )
-from service.schemas import Article, Rejection, decode_article
+from service.schemas import BOM, Article, Rejection, decode_article
 from service.source import _key_of
 from service.text import FlatBags, Tokenizer, Vocabulary
 
 REASONS = {"not_utf8", "not_json", "not_object", "invalid", "oversize"}
 OPTIONAL_STRINGS = ("title", "source", "url", "language", "label")
 FIELDS = ("id", "text", *OPTIONAL_STRINGS, "published_at")
-BOM = b"\xef\xbb\xbf"
 
 # No example database and derandomized: every run (CI's too) tries the same examples, so a failure seen anywhere
 # is reproduced by running the test again; the file's examples were searched widely while it was written.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -12,10 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 from typer.testing import CliRunner
 
 from service.cli import app
 from service.learner import Learner
+from service.lineage import LineageEvent, LineageStore
 from service.settings import Settings
 
 from .helpers import env_for, good_articles, read_all, run_until, sample
@@ -45,9 +48,11 @@ def test_produce_file_then_topics_and_subscribe(settings: Settings, tmp_path: Pa
     # The names as they are now, not as of the last snapshot, and the recent topic events.
     named = summary["topics"][0]["topic"]
     assert runner.invoke(app, ["label", str(named), "Weather"], env=env_for(s)).exit_code == 0
+    lineage = LineageStore(redis.Redis.from_url(s.redis_url), s.redis_prefix)
+    lineage.push([LineageEvent("retire", 99, 7, None, 0.001, summary["version"], 0.0)])
     now = json.loads(runner.invoke(app, ["topics", "--json"], env=env_for(s)).stdout)
     assert [t.get("name") for t in now["topics"] if t["topic"] == named] == ["Weather"]
-    assert isinstance(now["lineage"], list)
+    assert now["lineage"][0] == dataclasses.asdict(lineage.recent(1)[0]) and now["lineage"][0]["topic"] == 99
     table = runner.invoke(app, ["topics", "--limit", "3"], env=env_for(s))
     assert table.exit_code == 0 and "prevalence" in table.output
 

@@ -499,30 +499,22 @@ def test_topic_hygiene_planned_on_snapshots_merges_duplicates_in_the_live_model(
     assert any(t["topic"] != t["slot"] for t in summary["topics"])  # the merges gave some slots new ids
 
 
-def test_no_output_carries_a_topic_id_before_its_snapshot_and_lineage_are_written(settings: Settings) -> None:
-    """An output names the snapshot version that computed it, and its topic ids are that snapshot's. The moves of
-    topic hygiene (made at a capture, on the kernel lane) change ids; the snapshot that carries them, and their
-    lineage events, are written a moment later by the writer thread. Before, the loop went on meanwhile: outputs
-    carried new ids under the previous version (one run: 3 outputs of v3 named id 23, born in v4; merges' new
-    ids on 52 outputs before any subscriber could learn of the merge), and a learner killed before the write
-    gave the same fresh id to another topic at restart. Now the next batch waits for that write
-    (``Learner.must_hold``). Judged on what comes out: the outputs, the summaries' history and the lineage."""
-    from service.dev.generator import PLANTED_TOPICS, generate_articles
+class StopsDuringAHold(Learner):
+    """A learner told to stop (SIGTERM) the first time it holds a batch for a snapshot that changes ids."""
+
+    def must_hold(self) -> bool:
+        held = super().must_hold()
+        if held:
+            self._stop.set()
+        return held
+
+
+def outputs_naming_unknown_ids(learner: Learner, s: Settings, n: int) -> list[tuple[int, int, list[int]]]:
+    """(offset, version, ids) of each output whose topic ids are not all ids of the snapshot version it names."""
     from service.history import SummaryHistory
 
-    live_captures = {"snapshot_every_batches": 2, "snapshot_every_s": 3600.0, "topic_hygiene_every_s": 1e-6}
-    planted = {"topics": len(PLANTED_TOPICS) + 5, "topic_hygiene": True, "batch_size": 100}
-    s = settings.model_copy(update={**live_captures, **planted, "max_poll_interval_ms": 10_000})
-    n = 4000
-    produce(s, [json.dumps(a).encode() for a in generate_articles(n, seed=0)], partition=0)
-    learner = Learner(s)
-    run_until(learner, n)
-
-    events = LineageStore(learner.store.r, s.redis_prefix).recent()
-    assert any(e.kind == "merge" for e in events), [e.kind for e in events]  # ids did change mid-stream
-    ids_of = {
-        r["version"]: {t["topic"] for t in r["topics"]} for r in SummaryHistory(learner.store.r, s.redis_prefix).read()
-    }
+    records = SummaryHistory(learner.store.r, s.redis_prefix).read()
+    ids_of = {r["version"]: {t["topic"] for t in r["topics"]} for r in records}
     ids_of[0] = set(range(s.topics))  # before the first snapshot: the slots' own ids
     wrong = []
     for m in read_all(s, s.output_topic, n):
@@ -531,6 +523,39 @@ def test_no_output_carries_a_topic_id_before_its_snapshot_and_lineage_are_writte
         named = {int(t) for t in headers[H_TOPICS].decode().split(",") if t}
         if not named <= ids_of[version]:
             wrong.append((m.offset(), version, sorted(named - ids_of[version])))
+    return wrong
+
+
+@pytest.mark.parametrize("stop_during_a_hold", [False, True])
+def test_no_output_carries_a_topic_id_before_its_snapshot_and_lineage_are_written(
+    settings: Settings, stop_during_a_hold: bool
+) -> None:
+    """An output names the snapshot version that computed it, and its topic ids are that snapshot's. The moves of
+    topic hygiene (made at a capture, on the kernel lane) change ids; the snapshot that carries them, and their
+    lineage events, are written a moment later by the writer thread. Before, the loop went on meanwhile: outputs
+    carried new ids under the previous version (one run: 3 outputs of v3 named id 23, born in v4; merges' new
+    ids on 52 outputs before any subscriber could learn of the merge), and a learner killed before the write
+    gave the same fresh id to another topic at restart. Now the next batch waits for that write
+    (``Learner.must_hold``), and a stop during the wait hands it to nobody (a review found it was still learned
+    and published). Judged on what comes out: the outputs, the summaries' history and the lineage."""
+    from service.dev.generator import PLANTED_TOPICS, generate_articles
+
+    live_captures = {"snapshot_every_batches": 2, "snapshot_every_s": 3600.0, "topic_hygiene_every_s": 1e-6}
+    planted = {"topics": len(PLANTED_TOPICS) + 5, "topic_hygiene": True, "batch_size": 100}
+    s = settings.model_copy(update={**live_captures, **planted, "max_poll_interval_ms": 10_000})
+    n = 4000
+    produce(s, [json.dumps(a).encode() for a in generate_articles(n, seed=0)], partition=0)
+    if stop_during_a_hold:
+        learner: Learner = StopsDuringAHold(s)
+        learner.run(threading.Event(), n)  # returns at the first hold
+        n = int(sample(learner.metrics, "topicstream_articles_consumed_total"))
+        assert 0 < n < 4000
+    else:
+        learner = Learner(s)
+        run_until(learner, n)
+    events = LineageStore(learner.store.r, s.redis_prefix).recent()
+    assert any(e.kind in ("merge", "birth") for e in events), [e.kind for e in events]  # ids did change
+    wrong = outputs_naming_unknown_ids(learner, s, n)
     assert not wrong, f"{len(wrong)} outputs name ids their snapshot does not have, e.g. {wrong[:5]}"
 
 
