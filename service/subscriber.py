@@ -252,14 +252,14 @@ def what_happened(e: LineageEvent) -> str:
 
 
 def move_notice(e: LineageEvent) -> str:
-    """What ``topicstream subscribe`` tells a subscriber when lineage event ``e`` moved an id it follows."""
-    if e.kind == "merge":
-        return f"{what_happened(e)}: following {e.into}"
-    if e.kind == "retire":
-        return f"{what_happened(e)}: no new article will carry it"
-    if e.kind == "split":
-        return f"{what_happened(e)}; still following {e.parent} (subscribe to {e.topic} for the other part)"
-    return f"{what_happened(e)}: no new article will carry {e.parent}"
+    """What ``topicstream subscribe`` tells a subscriber when lineage event ``e`` moved an id it follows: what
+    happened, then what the subscription does about it."""
+    then = {
+        "merge": f": following {e.into}",
+        "retire": ": no new article will carry it",
+        "split": f"; still following {e.parent} (subscribe to {e.topic} for the other part)",
+    }
+    return what_happened(e) + then.get(e.kind, f": no new article will carry {e.parent}")
 
 
 class Fate(NamedTuple):
