@@ -54,6 +54,16 @@ def split(records: list[tuple[bytes, bytes]]) -> tuple[set[bytes], set[bytes]]:
     return {k for k, _ in records} - bad, bad
 
 
+def halt_and_split(feeder: Feeder) -> tuple[set[bytes], set[bytes]]:
+    """Stop ``feeder`` once the scenario's last step has been seen, and split what the broker acknowledged into
+    good and bad keys: the scenario, not a fixed-length feed, decides how long input flows (a feed that ended
+    before a step could leave the learners nothing to do, and the step would time out)."""
+    feeder.halt.set()
+    feeder.join(60)
+    assert not feeder.is_alive() and not feeder.failures, feeder.failures[:3]
+    return split([(k, b"") for k in feeder.acked_keys()])
+
+
 def report(scenario: str, verdict: Verdict, **numbers: float | int | str) -> None:
     extra = " ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in numbers.items())
     print(f"\nFAULTS {scenario}: {verdict.line()} {extra}")
@@ -211,8 +221,7 @@ def test_learner_killed_at_random_moments_loses_nothing_and_learns_each_article_
     )
     s = stack.settings
     rng = random.Random(2026)
-    records = keyed_articles(5000 if hdp else 3000, 60, seed=1)
-    good, bad = split(records)
+    records = keyed_articles(20_000 if hdp else 12_000, 240, seed=1)  # 80 s at most: halted after the last step
     reader = stack.reader([s.output_topic, s.dlq_topic])
     learner = stack.start("run")
     learner.wait_log(ASSIGNED, timeout=180)  # the first process of a kernel compiles it on a fresh clone (~30 s)
@@ -239,16 +248,12 @@ def test_learner_killed_at_random_moments_loses_nothing_and_learns_each_article_
         learner.wait_log(ASSIGNED, timeout=90)
     if hdp:
         # Hygiene's held-out moves need three snapshots in one process (a copy; the plan, with the documents
-        # learned since; the moves), and a kill throws the copy and the plan away: feed on until the last learner
-        # has made a move, rather than hope the fixed feed leaves it time enough (4 runs of 14 made their moves
-        # only in the final snapshot).
+        # learned since; the moves), and a kill throws the copy and the plan away: feed on until a move is made,
+        # rather than hope a fixed feed leaves the last learner time enough (4 runs of 14 made their moves only
+        # in the final snapshot).
         lineage = LineageStore(stack.store().r, s.redis_prefix)
-        more = Feeder(s, keyed_articles(20_000, 0, seed=5), rate=250)
-        more.start()
-        wait_until(lambda: bool(lineage.recent(1)), 180, "a topic-hygiene move of the last learner")
-        more.halt.set()
-        more.join(60)
-        good |= more.acked_keys()
+        wait_until(lambda: bool(lineage.recent(1)), 60, "a topic-hygiene move")
+    good, bad = halt_and_split(feeder)
     outputs, verdict = finish(stack, feeder, reader, learner, good, bad, feed_s=120)
     meta = final_meta(stack)
     gap = longest_gap([r.ts for r in outputs], feeder.started_at, feeder.finished_at)
@@ -377,8 +382,7 @@ def test_outputs_the_broker_never_acknowledges_stop_the_learner_and_lose_nothing
 def test_two_learners_one_active_standby_takes_over_old_one_is_fenced(make_stack: Callable[..., FaultStack]) -> None:
     stack = make_stack(snapshot_every_batches=2)
     s = stack.settings
-    records = keyed_articles(3500, 35, seed=4)
-    good, bad = split(records)
+    records = keyed_articles(12_000, 120, seed=4)  # 80 s at most: halted once the old learner stepped down
     reader = stack.reader([s.output_topic, s.dlq_topic])
     watcher = LatestWatcher(stack)
     a, b = stack.start("run", name="A"), stack.start("run", name="B")
@@ -435,7 +439,7 @@ def test_two_learners_one_active_standby_takes_over_old_one_is_fenced(make_stack
         raise AssertionError(f"the paused learner did not step down:\n{old.tail()}") from None
     old_log = old.log()
 
-    feeder.join(120)
+    good, bad = halt_and_split(feeder)
     assert reader.wait_for(s.output_topic, good, 150, new.alive), new.tail()
     assert reader.wait_for(s.dlq_topic, bad, 30, new.alive), new.tail()
     assert new.stop() == 0, new.tail()
