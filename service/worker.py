@@ -418,8 +418,8 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
         batch, bags = self._prepare(msgs)  # overlaps the kernel lane's work on the previous batch
         self.drain()  # the model now includes the previous batch, and its outputs are sent
         self._hold_while(self.must_hold)
-        if self.must_hold() or self._stop.is_set() or self.must_stop():  # the hold ended early: hand it nothing
-            self._turn_done()  # (its positions have not moved: the batch is read again, here or by another)
+        if self.must_hold():  # the hold ended early (told to stop, a failed delivery): hand the batch to nobody
+            self._turn_done()  # (its positions have not moved: it is read again, here or by another member)
             return 0
         if self._given_up:  # a keep-alive poll gave partitions up: their messages are no longer ours
             batch, bags = self._without_given_up(batch, bags)
