@@ -300,7 +300,7 @@ def subscribe(
     from .subscriber import OutputReader, TopicChoice, matching_articles, move_notice, topic_fate
 
     if (topic is None) == (words is None):
-        err.print("[red]give a topic id or --words, not both[/red]")
+        err.print("[red]give a topic id or --words (one of the two)[/red]")
         raise typer.Exit(2)
     try:
         start_ms = None if since is None else int((time.time() - parse_duration(since)) * 1000)

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -134,8 +135,11 @@ def run_demo(
         console.print("stopping: the learner finishes its batch and writes a final snapshot ...")
         _stop(producer)
         _stop(learner)
+        final = _final_summary(s) if learner is not None else None
         if stack is not None:
             stack.stop()
+        if final is not None:  # the table above was the last one shown, not the learner's final snapshot
+            console.print(f"final snapshot v{final['version']}: {final['articles_learned']:,} articles learned")
         console.print(f"stopped. Logs are in {workdir}/")
 
 
@@ -170,13 +174,31 @@ def second_terminal(env: dict[str, str], workdir: Path) -> str:
     path = workdir / "demo.env"
     path.write_text("\n".join(lines) + "\n")
     use = f"set -a; . {path}; set +a"
-    return (
-        f"in a second terminal: [bold]{use}[/bold], then\n"
-        "  .venv/bin/topicstream topics                       # the current topics and recent topic events\n"
-        '  .venv/bin/topicstream subscribe --words "oil opec"  # articles about oil, as they are published\n'
-        '  .venv/bin/topicstream label <topic> "Football"     # name a topic (an id from the table)\n'
-        "  .venv/bin/topicstream report --out report.html     # drift over time, as a page"
-    )
+    cmd = _command()
+    hints = [
+        ("topics", "the current topics and recent topic events"),
+        ('subscribe --words "oil opec"', "articles about oil, as they are published"),
+        ('label <topic> "Football"', "name a topic (an id from the table)"),
+        ("report --out report.html", "drift over time, as a page"),
+    ]
+    width = max(len(what) for what, _ in hints)
+    lines = [f"  {cmd} {what.ljust(width)}  # {why}" for what, why in hints]
+    return f"in a second terminal, in this directory: [bold]{use}[/bold], then\n" + "\n".join(lines)
+
+
+def _final_summary(settings: Settings) -> dict[str, Any] | None:
+    """The summary of the learner's final snapshot, or None when Redis cannot tell (gone, or no snapshot)."""
+    try:
+        return SnapshotStore.from_url(settings.redis_url, prefix=settings.redis_prefix, connect_timeout=2).summary()
+    except Exception:  # reporting only: the demo is stopping either way
+        return None
+
+
+def _command() -> str:
+    """How this process was started, for the hints: ``.venv/bin/topicstream`` under ``make run`` (the path as
+    typed, so from another directory it is the absolute one), else ``python -m service``."""
+    exe = Path(sys.argv[0])
+    return str(exe) if exe.name == "topicstream" else f"{sys.executable} -m service"
 
 
 def _watch(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -156,5 +157,10 @@ def test_make_run_demo_invites_a_second_terminal_and_stops_on_ctrl_c(tmp_path: P
         out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0, out
     assert "in a second terminal" in out and "demo.env" in out and "stopped" in out
+    # The hints name the command as it was started (here `python -m service`, not .venv/bin/topicstream, which
+    # this directory does not have), and the last line gives the learner's final snapshot, not the last table's.
+    assert f"{sys.executable} -m service topics" in out
+    final = re.search(r"final snapshot v(\d+): ([\d,]+) articles learned", out)
+    assert final is not None and int(final.group(2).replace(",", "")) > 0, out[-2000:]
     learner_log = (tmp_path / ".topicstream" / "learner.log").read_text()
     assert "snapshot" in learner_log and "Traceback" not in learner_log
