@@ -315,8 +315,8 @@ def subscribe(
             err.print(f"[red]{e}[/red]")
             raise typer.Exit(2) from None
     s = _settings(ctx)
-    stop = stop_on_signals()
-    out = Console(stderr=True)
+    stop = stop_on_signals("stopping")
+    out = Console(stderr=True, soft_wrap=True)  # a notice is one line for a program reading it
 
     def show(matches: list[Any], summary: dict[str, Any]) -> None:
         if matches:

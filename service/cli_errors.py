@@ -14,7 +14,7 @@ from .settings import Settings
 __all__ = ["err", "serve_metrics", "unreachable_is_fatal"]
 
 #: Where every command writes what it tells a person (stdout is for data: JSON lines, tables asked for).
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # one message, one line, also when stderr is not a terminal
 
 
 def serve_metrics(metrics: Any, settings: Settings) -> None:

@@ -18,16 +18,17 @@ import threading
 __all__ = ["stop_on_signals", "tune_for_service"]
 
 
-def stop_on_signals() -> threading.Event:
-    """An event set by SIGTERM/SIGINT: the loop finishes its batch, snapshots, commits and exits. SIGUSR1 writes
-    every thread's stack to stderr and the process goes on (``kill -USR1 <pid>``: where a loop hangs)."""
+def stop_on_signals(doing: str = "finishing the batch and stopping") -> threading.Event:
+    """An event set by SIGTERM/SIGINT (logged with ``doing``): a worker's loop finishes its batch, snapshots,
+    commits and exits. SIGUSR1 writes every thread's stack to stderr and the process goes on (``kill -USR1
+    <pid>``: where a loop hangs)."""
     if hasattr(signal, "SIGUSR1"):
         with contextlib.suppress(OSError, ValueError):  # stderr without a file descriptor (a test's capture)
             faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     stop = threading.Event()
 
     def handler(signum: int, _frame: object) -> None:
-        logging.getLogger("topicstream").info("%s: finishing the batch and stopping", signal.Signals(signum).name)
+        logging.getLogger("topicstream").info("%s: %s", signal.Signals(signum).name, doing)
         stop.set()
 
     signal.signal(signal.SIGTERM, handler)
