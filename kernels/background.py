@@ -42,8 +42,6 @@ __all__ = [
     "background_by_documents",
     "background_distances",
     "background_topic",
-    "heavy_by_distance",
-    "pick_background",
 ]
 
 #: How much closer (Hellinger distance) to the corpus-wide word distribution than every other topic a topic
@@ -70,24 +68,14 @@ def background_distances(phi: NDArray[np.floating], weights: NDArray[np.floating
 def background_topic(
     phi: NDArray[np.floating], weights: NDArray[np.floating], margin: float = BACKGROUND_MARGIN
 ) -> int | None:
-    """The background topic of ``phi`` (K×W) with topic ``weights`` (K), or None (see the module docstring)."""
-    return pick_background(background_distances(phi, weights), weights, margin)
-
-
-def heavy_by_distance(h: NDArray[np.floating], weights: NDArray[np.floating]) -> NDArray[np.int64]:
-    """The topics holding at least an average share of the mass, nearest the corpus-wide word distribution first
-    (``h``: :func:`background_distances`)."""
+    """The background topic of ``phi`` (K×W) with topic ``weights`` (K), or None (see the module docstring):
+    among the topics holding at least an average share of the mass, the one nearest the corpus-wide word
+    distribution, if the next is ``margin`` farther."""
+    h = background_distances(phi, weights)
     w = np.maximum(np.asarray(weights, dtype=np.float64), 0.0)
     total = w.sum()
     heavy = np.flatnonzero(w >= total / w.size) if total > 0 else np.arange(w.size)
-    return heavy[np.argsort(np.asarray(h)[heavy], kind="stable")]
-
-
-def pick_background(
-    h: NDArray[np.floating], weights: NDArray[np.floating], margin: float = BACKGROUND_MARGIN
-) -> int | None:
-    """:func:`background_topic` from the distances ``h`` already computed."""
-    order = heavy_by_distance(h, weights)
+    order = heavy[np.argsort(h[heavy], kind="stable")]
     if order.size == 0:
         return None
     if order.size == 1 or h[order[1]] - h[order[0]] >= margin:

@@ -260,7 +260,8 @@ def show_topics(
     if as_json:  # the summary, with the names as they are now and the recent lineage events
         for t in summary["topics"]:
             t.pop("name", None)
-            t.update({"name": names[t["topic"]]} if t["topic"] in names else {})
+            if t["topic"] in names:
+                t["name"] = names[t["topic"]]
         print(json.dumps({**summary, "lineage": [dataclasses.asdict(e) for e in events]}))
     else:
         Console().print(topics_table(summary, limit=limit, names=names, show_empty=show_empty))
@@ -316,23 +317,23 @@ def subscribe(
             raise typer.Exit(2) from None
     s = _settings(ctx)
     stop = stop_on_signals("stopping")
-    out = Console(stderr=True, soft_wrap=True)  # a notice is one line for a program reading it
 
     def show(matches: list[Any], summary: dict[str, Any]) -> None:
         if matches:
-            out.print(matches_table(matches, words or "", summary.get("version")))
+            err.print(matches_table(matches, words or "", summary.get("version")))
         else:
-            out.print(f"no topic of snapshot v{summary.get('version')} has any of {words!r} yet; waiting")
+            err.print(f"no topic of snapshot v{summary.get('version')} has any of {words!r} yet; waiting")
 
     def moved(events: list[LineageEvent]) -> None:
         for e in events:
-            out.print(move_notice(e))
+            err.print(move_notice(e))
 
     with unreachable_is_fatal(s):
         client = redis.Redis.from_url(s.redis_url, socket_timeout=30, socket_connect_timeout=10)
         store = SnapshotStore(client, prefix=s.redis_prefix)
-        if topic is not None:
-            fate = topic_fate(topic, store.summary(), LineageStore(client, s.redis_prefix).recent())
+        lineage = LineageStore(client, s.redis_prefix) if topic is not None else None
+        if topic is not None and lineage is not None:
+            fate = topic_fate(topic, store.summary(), lineage.recent())
             if fate.now is None and not (fate.ended and (from_beginning or start_ms is not None)):
                 err.print(f"[red]{fate.why}: nothing to follow[/red]")
                 raise typer.Exit(2)
@@ -343,11 +344,11 @@ def subscribe(
             fixed=frozenset() if topic is None else frozenset({topic}),
             max_topics=max_topics,
             on_change=show,
-            lineage=LineageStore(client, s.redis_prefix) if topic is not None else None,
+            lineage=lineage,
             on_moved=moved,
         )
         if words is not None and not choice.update() and choice.version is None:
-            out.print(f"no snapshot under Redis prefix {s.redis_prefix!r} yet; waiting for the learner")
+            err.print(f"no snapshot under Redis prefix {s.redis_prefix!r} yet; waiting for the learner")
         reader = OutputReader(s, s.output_topic, from_beginning, start_ms=start_ms)
         seen = 0
         try:

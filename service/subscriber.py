@@ -49,7 +49,15 @@ from .snapshot import SnapshotStore
 
 log = logging.getLogger(__name__)
 
-__all__ = ["OutputReader", "TopicChoice", "matching_articles", "move_notice"]
+__all__ = [
+    "Fate",
+    "OutputReader",
+    "TopicChoice",
+    "matching_articles",
+    "move_notice",
+    "topic_fate",
+    "what_happened",
+]
 
 
 class OutputReader:
@@ -283,17 +291,14 @@ def topic_fate(topic: int, summary: dict[str, Any] | None, events: list[LineageE
     return Fate(now, True, "; ".join(what_happened(e) for e in path))
 
 
-def _version(msg: Message) -> int | None:
-    """The snapshot version an output names in its ``topicstream-model-version`` header (None if it has none)."""
-    raw = dict(msg.headers() or []).get(H_VERSION)
-    text = raw.decode() if isinstance(raw, bytes) else str(raw)
-    return int(text) if text.strip().isdigit() else None
-
-
-def _tags(msg: Message) -> set[int]:
-    raw = dict(msg.headers() or []).get(H_TOPICS) or b""
-    text = raw.decode() if isinstance(raw, bytes) else str(raw)
-    return {int(t) for t in text.split(",") if t.strip().isdigit()}
+def _version_and_tags(msg: Message) -> tuple[int | None, set[int]]:
+    """The snapshot version an output names (``topicstream-model-version``; None without one) and the topic ids
+    it is tagged with (``topicstream-topics``), from one read of its headers."""
+    raw: dict[str, Any] = dict(msg.headers() or [])
+    headers = {k: v.decode() if isinstance(v, bytes) else str(v or "") for k, v in raw.items()}
+    version = headers.get(H_VERSION, "").strip()
+    tags = {int(t) for t in headers.get(H_TOPICS, "").split(",") if t.strip().isdigit()}
+    return (int(version) if version.isdigit() else None), tags
 
 
 #: Article ids a subscription remembers to print an article once (a learner that restarts from its snapshot
@@ -332,13 +337,13 @@ def matching_articles(
             yield None
             continue
         quiet = 0
-        version, partition = _version(msg), msg.partition() or 0
+        (version, tags), partition = _version_and_tags(msg), msg.partition() or 0
         if version is not None:
             newest[partition] = max(version, newest.get(partition, 0))
             choice.catch_up(version)
             if end is not None and all(newest.get(p, -1) >= end for p in reader.assigned):
                 return
-        hit = _tags(msg) & choice.topics
+        hit = tags & choice.topics
         if not hit:
             continue
         event = json.loads(msg.value() or b"{}")
@@ -359,6 +364,6 @@ def matching_articles(
             "weight": weight,
             "model_version": event["model"]["version"],
             "processed_at": event.get("processed_at"),
-            "partition": msg.partition(),
+            "partition": partition,
             "offset": msg.offset(),
         }
