@@ -77,6 +77,7 @@ class Capture:
     model_class: Any = None  # the kernel's class, to rebuild the captured state on the writer thread
     slot_words: list[str] = field(default_factory=list)
     topic_ids: list[int] = field(default_factory=list)  # stable id of each slot
+    next_id: int = 0  # the topic lineage's next fresh id
     hygiene_docs: Any = None  # recent documents (a kernels.Batch) when topic hygiene is to be planned on this copy
     #: Documents learned since the last capture with ``hygiene_docs``, which that capture's copy never learned (a
     #: kernels.Batch): the held-out moves of the plan made on that copy are scored on them.

@@ -98,6 +98,9 @@ class Learner(BatchWorker):
             raise
         self.model, self.vocab, self.positions = start.model, start.vocab, start.positions
         self.lineage: Lineage = start.lineage or Lineage(s.topics)
+        #: The ``next_id`` of the last snapshot written: at most ``Lineage.reserve()`` ids are given out beyond it,
+        #: as many as a restart skips (``Lineage.skip_reserve``). Until this learner writes one, none is given out.
+        self._ids_durable = self.lineage.next_id - self.lineage.reserve()
         #: Lineage events of the moves made since the last snapshot written (a failed write carries them on).
         self._unwritten_events: list[LineageEvent] = start.events
         self.version, self.articles_learned = start.version, start.articles_learned
@@ -307,6 +310,13 @@ class Learner(BatchWorker):
         recent = unseen = None
         if self.hygiene is not None:
             planned, self._planned = self._planned, []
+            if len(planned) > self.lineage.room(self._ids_durable):
+                log.warning(
+                    "%d topic moves planned, but no snapshot written holds the topic ids given out since: moves "
+                    "dropped until one is written (hygiene plans again)",
+                    len(planned),
+                )
+                planned = []
             if planned:
                 model = cast(SupportsTopicMoves, self.model)  # its moves checked in __init__
                 forgotten = np.flatnonzero(self._forgotten) if self._forgotten.any() else None
@@ -324,6 +334,7 @@ class Learner(BatchWorker):
         (slots, drifts), self._renew = self._renew, ([], [])
         moved = moved_slots(events, self.lineage.slot_ids)  # a move just changed them, and said so
         keep = [i for i, k in enumerate(slots) if k not in moved]
+        keep = keep[: max(0, self.lineage.room(self._ids_durable))]  # the rest again after a snapshot is written
         events += self.lineage.renew([slots[i] for i in keep], [drifts[i] for i in keep])
         # Events of earlier captures whose write failed come first: the moves are in the model and the lineage
         # already, so they belong to the first snapshot that is written.
@@ -340,6 +351,7 @@ class Learner(BatchWorker):
         cap = self.writer.capture(seq, self.model, vocab_state, slot_words, offsets, extra, meta)
         cap.events = self._unwritten_events
         cap.topic_ids = list(self.lineage.slot_ids)
+        cap.next_id = self.lineage.next_id
         cap.hygiene_docs = recent
         cap.unseen_docs = unseen
         if recent is not None:  # this copy is the one the next plan is made on
@@ -412,6 +424,7 @@ class Learner(BatchWorker):
         self.version = info.version
         self.metrics.lease_token.set(self.lease.token or 0)
         self._unwritten_events = []  # the next capture waits for this write: no race with it
+        self._ids_durable = cap.next_id
         self._renew = renewals(cap)
         m = self.metrics  # the snapshot is in Redis: its gauges first, whatever the writes below meet
         ids, background = cap.topic_ids, cap.background

@@ -5,9 +5,10 @@ into another, retires it, splits it in two (the new half in a freed slot), or re
 topic, so a slot number alone does not say what a topic means over time. :class:`Lineage` gives each meaning its
 own **topic id**: at start slot k carries id k; whenever a slot is freed (merged away or retired) it gets a fresh
 id that was never used before, and a birth gets a fresh id too. An id therefore never changes meaning and is never
-reused; a merged-away id points to the id that now carries its words (:meth:`Lineage.successor`). A split topic
-keeps its id and the larger half of its words (a narrower meaning than the muddle it was); the other half gets a
-fresh id in a freed slot, and its event names the id it came from (``parent``).
+reused, also across a crash while Redis was down (:meth:`Lineage.reserve`); a merged-away id points to the id that
+now carries its words (:meth:`Lineage.successor`). A split topic keeps its id and the larger half of its words (a
+narrower meaning than the muddle it was); the other half gets a fresh id in a freed slot, and its event names the id
+it came from (``parent``).
 
 :class:`LineageStore` keeps the events in Redis as a bounded list, newest first (``P:lineage``, ``LPUSH`` +
 ``LTRIM``), with counts by kind (hash ``P:lineage:counts``) for dashboards. :func:`render_lineage` formats them
@@ -136,6 +137,23 @@ class Lineage:
             seen.add(topic)
             topic = self.merged_into[topic]
         return topic if topic in self.slot_ids else None
+
+    def reserve(self) -> int:
+        """How many ids may be given out beyond the ``next_id`` of the last snapshot written: 2·K for K slots. A
+        plan's moves give each slot at most two (a merge or retirement frees it, then a split or birth fills it) and
+        a renewal one to a slot no move touched, so one capture's ids always fit; a learner whose writes fail gives
+        out no more once they are used up (:meth:`room`)."""
+        return 2 * len(self.slot_ids)
+
+    def room(self, durable: int) -> int:
+        """How many ids may still be given out while the last snapshot written holds ``next_id`` = ``durable``."""
+        return durable + self.reserve() - self.next_id
+
+    def skip_reserve(self) -> None:
+        """For a mapping restored from a snapshot: its learner may have given out up to :meth:`reserve` ids after
+        the snapshot was written (its later writes failed, then it died), and outputs carried them. Skip them, so
+        that none of them is given to another topic. Ids stay unique, not consecutive."""
+        self.next_id += self.reserve()
 
     def _fresh(self, slot: int) -> int:
         new = self.next_id

@@ -3,7 +3,8 @@
 :func:`restore_or_create` checks what the checksum cannot vouch for (the kernel's and the vocabulary's own checks,
 ``service.compat.restore_plan`` against the settings), skips unreadable versions (counted in
 ``topicstream_snapshot_fallbacks_total``), and catches the restored topic lineage up with the events later
-snapshots announced (:meth:`service.lineage.Lineage.catch_up`).
+snapshots announced (:meth:`service.lineage.Lineage.catch_up`), past the ids its learner may have given out
+unwritten (:meth:`service.lineage.Lineage.skip_reserve`).
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ def restore_or_create(s: Settings, store: SnapshotStore, metrics: Metrics, linea
     start = Start(model, vocab, positions={(t, int(p)): int(o) for t, p, o in payload["offsets"]})
     if "lineage" in payload:
         start.lineage = Lineage.from_state(payload["lineage"])
+        start.lineage.skip_reserve()  # ids its learner may have given out after this snapshot, unwritten
         history = lineage_store.recent()
         version = int(meta["version"])
         own = [LineageEvent.from_json(raw) for raw in payload.get("lineage_events", [])]

@@ -161,6 +161,25 @@ def test_a_restore_from_an_older_snapshot_reuses_no_id_and_revives_no_merged_one
     assert same.state_dict() == at_10.state_dict()
 
 
+def test_one_capture_gives_out_no_more_ids_than_the_reserve_a_restore_skips():
+    """The reserve (2K) covers the most ids one capture can give out: every slot freed (merged away or retired)
+    and filled again (a birth or a split). A mapping restored from a snapshot skips it, so ids a learner gave out
+    after its last snapshot written (its later writes failed, then it died) are never given to another topic."""
+    K = 6
+    written = Lineage(K)  # the state in the last snapshot written
+    live = Lineage.from_state(written.state_dict())
+    worst = [Event("merge", (k,), 0, 0.1) for k in range(1, K)] + [Event("retire", (0,), None, 0.0)]
+    worst += [Event("birth", (k,), None, 0.1) for k in range(K)]
+    given = {e.topic for e in live.record(worst, 0, 0.0)} | set(live.slot_ids)
+    assert live.next_id - written.next_id == live.reserve() == 2 * K
+    assert live.room(written.next_id) == 0  # the learner gives out no more until a snapshot is written
+    restored = Lineage.from_state(written.state_dict())
+    restored.skip_reserve()
+    born = restored.record([Event("merge", (1,), 0, 0.1), Event("birth", (1,), None, 0.1)], 1, 0.0)
+    assert not {e.topic for e in born if e.kind == "birth"} & given
+    assert min(restored.slot_ids[1], restored.next_id - 1) > max(given)
+
+
 def test_renewed_slots_get_fresh_ids_and_moves_name_the_slots_they_changed():
     lin = Lineage(5)
     events = lin.record([Event("merge", (3,), 1, 0.1), Event("split", (0, 4), None, 0.01)], 2, 0.0)

@@ -377,6 +377,46 @@ def test_a_move_made_while_redis_is_down_reaches_the_lineage_with_the_next_snaps
         learner.close()
 
 
+def test_an_id_given_out_while_redis_refused_writes_is_not_given_again_after_a_crash(
+    settings: Settings, server: RedisServer
+) -> None:
+    """Redis refuses writes (out of memory) but answers reads. A merge gives slot 1 a fresh id, its snapshot
+    cannot be written, the loop goes on (outputs may carry the id), and the learner dies. The next learner restores
+    the snapshot before the merge; it gives out no id before its own first snapshot is written, and then none that
+    the dead one gave. Before, its first move gave the very same id to another topic."""
+    import redis as redis_lib
+
+    s, learner = _snapshotted_learner(settings, server, 140, seed=83)
+    admin = redis_lib.Redis.from_url(server.url())
+    try:
+        learner._planned = [Event("merge", (1,), 0, 0.9)]  # as if the writer had planned it on the last copy
+        admin.config_set("maxmemory", 1)  # every write refused: OOM
+        consume_into(learner, 20)
+        learner.checkpoint()  # the capture merges; the write fails
+        assert learner.lineage.successor(1) == 0
+        given = learner.lineage.id_of(1)
+        assert given >= s.topics  # a fresh id, in no snapshot
+    finally:
+        learner.abandon()  # as a crash would
+    admin.config_set("maxmemory", 0)
+    again = Learner(s)
+    again.subscribe()
+    try:
+        before = list(again.lineage.slot_ids)
+        again._planned = [Event("merge", (2,), 0, 0.9)]
+        consume_into(again, 20)
+        again.checkpoint()  # its first snapshot: the plan is dropped, no id given out before it is written
+        assert again.lineage.slot_ids == before
+        again._planned = [Event("merge", (2,), 0, 0.9)]
+        consume_into(again, 20)
+        again.checkpoint()
+        assert again.lineage.successor(2) == 0
+        assert again.lineage.id_of(2) > given
+    finally:
+        again.close()
+        admin.close()
+
+
 class _KernelFails(Learner):
     """A learner whose third kernel call raises (a kernel bug, a failed publication)."""
 
