@@ -282,13 +282,17 @@ def subscribe(
     since: Annotated[
         str | None, typer.Option(help="Start with the outputs of this long ago (90s, 15m, 24h, 7d); default: now")
     ] = None,
+    after: Annotated[
+        list[str] | None,
+        typer.Option(help="Resume a partition after the line with this PARTITION:OFFSET (repeatable)"),
+    ] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="Stop after N matching articles")] = None,
     bootstrap: Bootstrap = None,
     redis_url: RedisUrl = None,
 ) -> None:
     """Follow the articles tagged with a topic, or with the topics some words mean (one JSON line per article).
-    Exits with 2 for an id that is no topic (or one that ended, unless --from-beginning or --since asks for its
-    past), and 4 once every id followed has ended (retired, its slot retaken) and the outputs that carried it are
+    Exits with 2 for an id that is no topic (or one that ended, unless --from-beginning, --since or --after asks for
+    its past), and 4 once every id followed has ended (retired, its slot retaken) and the outputs that carried it are
     read."""
 
     import redis
@@ -298,7 +302,7 @@ def subscribe(
     from .names import TopicNames
     from .report import parse_duration
     from .snapshot import SnapshotStore
-    from .subscriber import OutputReader, TopicChoice, matching_articles, move_notice, topic_fate
+    from .subscriber import OutputReader, TopicChoice, matching_articles, move_notice, parse_after, topic_fate
 
     if (topic is None) == (words is None):
         err.print("[red]give a topic id or --words (one of the two)[/red]")
@@ -309,6 +313,10 @@ def subscribe(
         raise typer.BadParameter(str(e), param_hint="--since") from None
     if start_ms is not None and from_beginning:
         raise typer.BadParameter("give --since or --from-beginning, not both", param_hint="--since")
+    try:
+        resume = parse_after(after or [])
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--after") from None
     if words is not None:
         try:
             query_words(words)
@@ -334,9 +342,11 @@ def subscribe(
         lineage = LineageStore(client, s.redis_prefix) if topic is not None else None
         if topic is not None and lineage is not None:
             fate = topic_fate(topic, store.summary(), lineage.recent())
-            if fate.now is None and not (fate.ended and (from_beginning or start_ms is not None)):
+            if fate.now is None and not (fate.ended and (from_beginning or start_ms is not None or resume)):
                 err.print(f"[red]{fate.why}: nothing to follow[/red]")
                 raise typer.Exit(2)
+            if fate.empty:
+                err.print(fate.empty)
         choice = TopicChoice(
             store,
             TopicNames(client, s.redis_prefix),
@@ -349,7 +359,7 @@ def subscribe(
         )
         if words is not None and not choice.update() and choice.version is None:
             err.print(f"no snapshot under Redis prefix {s.redis_prefix!r} yet; waiting for the learner")
-        reader = OutputReader(s, s.output_topic, from_beginning, start_ms=start_ms)
+        reader = OutputReader(s, s.output_topic, from_beginning, start_ms=start_ms, after=resume)
         seen = 0
         try:
             for line in matching_articles(reader, choice, min_weight, stop):

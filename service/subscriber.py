@@ -13,6 +13,9 @@ the partition's end). The local broker (Tansu) answers that lookup with offset 0
 until a partition yields its first output stamped at or after the start time, older ones are skipped; on Kafka
 the offset found is that output, so the guard is a no-op there.
 
+``after`` (``--after PARTITION:OFFSET``, from the ``partition`` and ``offset`` of the last line a program kept)
+resumes those partitions exactly, with the output after that one; partitions it does not name start as above.
+
 **Words.** :class:`TopicChoice` resolves words to topics (:func:`service.follow.resolve`) against the newest
 summary in Redis and re-resolves whenever a new snapshot version appears, so the subscription follows the
 topics its words mean as the model moves.
@@ -32,7 +35,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -50,14 +53,33 @@ from .snapshot import SnapshotStore
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "EMPTY_PREVALENCE",
     "Fate",
     "OutputReader",
     "TopicChoice",
     "matching_articles",
     "move_notice",
+    "parse_after",
     "topic_fate",
     "what_happened",
 ]
+
+
+def parse_after(values: Iterable[str]) -> dict[int, int]:
+    """``PARTITION:OFFSET`` strings (``--after``) as {partition: offset}; ValueError says which one is wrong."""
+    out: dict[int, int] = {}
+    for v in values:
+        part, sep, off = v.partition(":")
+        try:
+            p, o = int(part), int(off)
+        except ValueError:
+            p = o = -1
+        if not sep or p < 0 or o < 0:
+            raise ValueError(f"{v!r} is not PARTITION:OFFSET (two non-negative integers, e.g. 0:1234)")
+        if p in out and out[p] != o:
+            raise ValueError(f"partition {p} is given twice ({out[p]} and {o})")
+        out[p] = o
+    return out
 
 
 class OutputReader:
@@ -70,8 +92,11 @@ class OutputReader:
         from_beginning: bool,
         refresh_s: float = 30.0,
         start_ms: int | None = None,
+        after: Mapping[int, int] | None = None,
     ) -> None:
         self.topic = topic
+        #: Partitions resumed exactly: read from the offset after the one given.
+        self.after = dict(after or {})
         self.refresh_s = refresh_s
         self.consumer: Consumer = make_consumer(settings, f"topicstream-subscribe-{uuid.uuid4().hex[:8]}")
         #: Outputs written from this time on (Unix ms: now, unless given) are read, unless ``from_beginning``.
@@ -103,6 +128,10 @@ class OutputReader:
                 if tp.offset >= 0:
                     self._guarded.add(tp.partition)
                 tps.append(TopicPartition(self.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_END))
+        for tp in tps:
+            if tp.partition in self.after:
+                tp.offset = self.after[tp.partition] + 1
+                self._guarded.discard(tp.partition)
         self.consumer.incremental_assign(tps)
         self.assigned.update(new)
 
@@ -276,19 +305,36 @@ class Fate(NamedTuple):
     now: int | None  # the id that carries it now; None: it ended without a successor, or never was a topic
     ended: bool  # the lineage says it ended (merged, retired, its slot retaken)
     why: str  # for a person, when ``now`` is not the id itself
+    #: For a person, when the topic that carries it holds next to no articles (:data:`EMPTY_PREVALENCE`): a slot
+    #: that a merge or retirement emptied, under its fresh id, may take long to fill.
+    empty: str = ""
+
+
+#: A topic with less of the model's mass than this holds next to no articles (:attr:`Fate.empty`).
+EMPTY_PREVALENCE = 1e-3
 
 
 def topic_fate(topic: int, summary: dict[str, Any] | None, events: list[LineageEvent]) -> Fate:
     """What became of id ``topic``, by the newest snapshot's ``summary`` and the lineage ``events`` (newest
     first, as :meth:`LineageStore.recent` gives them). Itself while it is a topic of the snapshot (or no snapshot
     exists yet: the first holds ids 0…K−1); an id that was never a topic (or whose end fell out of the events
-    kept) has neither a successor nor an end."""
-    if summary is None or any(t["topic"] == topic for t in summary["topics"]):
+    kept) has neither a successor nor an end. ``empty`` says when the topic that carries it is nearly empty."""
+    if summary is None:
         return Fate(topic, False, "")
-    path, now = follow(topic, endings(events))
-    if not path:
-        return Fate(None, False, f"snapshot v{summary['version']} has no topic {topic}")
-    return Fate(now, True, "; ".join(what_happened(e) for e in path))
+    path: list[LineageEvent] = []
+    now: int | None = topic
+    if not any(t["topic"] == topic for t in summary["topics"]):
+        path, now = follow(topic, endings(events))
+        if not path:
+            return Fate(None, False, f"snapshot v{summary['version']} has no topic {topic}")
+    held = next((t for t in summary["topics"] if t["topic"] == now), None)
+    empty = ""
+    if held is not None and held["prevalence"] < EMPTY_PREVALENCE:
+        empty = (
+            f"topic {now} holds next to no articles yet (prevalence {held['prevalence']:.4f} in snapshot "
+            f"v{summary['version']}): waiting for it to fill"
+        )
+    return Fate(now, bool(path), "; ".join(what_happened(e) for e in path), empty)
 
 
 def _version_and_tags(msg: Message) -> tuple[int | None, set[int]]:

@@ -283,6 +283,30 @@ def test_subscribe_since_resumes_with_the_outputs_of_that_long_ago(settings: Set
     assert both.exit_code == 2 and "not both" in both.output
 
 
+def test_subscribe_after_resumes_a_partition_exactly_after_the_line_given(settings: Settings) -> None:
+    """``subscribe --after PARTITION:OFFSET``: a program that kept the last line's ``partition`` and ``offset``
+    resumes with the next output of that partition, none twice and none skipped (``--since`` is only as exact as
+    the clock). A malformed value is refused with the form it needs."""
+    s = settings
+    producer = Producer({"bootstrap.servers": s.kafka_bootstrap})
+    for i in range(6):
+        value, headers = output(i, [1])
+        producer.produce(s.output_topic, value=value, headers=headers, partition=0)
+    assert producer.flush(30) == 0
+    first = CliRunner().invoke(app, ["subscribe", "1", "--from-beginning", "--limit", "3"], env=env_for(s))
+    assert first.exit_code == 0, first.output
+    lines = [json.loads(x) for x in first.stdout.splitlines() if x.startswith("{")]
+    assert [x["id"] for x in lines] == ["o0", "o1", "o2"]
+    last = lines[-1]
+    where = f"{last['partition']}:{last['offset']}"
+    rest = CliRunner().invoke(app, ["subscribe", "1", "--after", where, "--limit", "3"], env=env_for(s))
+    assert rest.exit_code == 0, rest.output
+    assert [json.loads(x)["id"] for x in rest.stdout.splitlines() if x.startswith("{")] == ["o3", "o4", "o5"]
+    for bad in ("0", "0:x", "-1:3", "0:1"):
+        wrong = CliRunner().invoke(app, ["subscribe", "1", "--after", bad, "--after", "0:2"], env=env_for(s))
+        assert wrong.exit_code == 2 and "--after" in wrong.output, (bad, wrong.output)
+
+
 def test_an_output_of_a_newer_snapshot_updates_the_followed_ids_at_once(settings: Settings) -> None:
     """The learner writes a snapshot and its lineage before any output carries its version, so an output of a
     newer version makes the subscription look at the lineage now, not at its next recheck: the first output
@@ -366,6 +390,26 @@ def test_subscribe_and_label_say_what_became_of_an_id(settings: Settings) -> Non
         result = runner.invoke(app, list(args), env=env)
         assert result.exit_code == 2, (args, result.output)
         assert any(says in line for line in result.output.splitlines()), (args, result.output)  # one line
+
+
+def test_a_subscription_to_a_nearly_empty_topic_is_told_so(settings: Settings) -> None:
+    """An id whose slot a merge emptied (under its fresh id) is a topic, so it is followed, but it may be long
+    before an article is tagged with it: a line says so. Before, the subscription waited in silence."""
+    s = settings
+    store = SnapshotStore(redis.Redis.from_url(s.redis_url), prefix=s.redis_prefix)
+    summary = summary_of(6, {0: "tennis", 13: "energy"})
+    summary["topics"][1]["prevalence"] = 0.0
+    publish(store, summary)
+    producer = Producer({"bootstrap.servers": s.kafka_bootstrap})
+    for i, topic in enumerate([13, 0]):
+        value, headers = output(i, [topic], slots={13: 5})  # a fresh id in a slot of its own
+        producer.produce(s.output_topic, value=value, headers=headers)
+    assert producer.flush(30) == 0
+    says = "topic 13 holds next to no articles yet (prevalence 0.0000 in snapshot v6): waiting for it to fill"
+    for topic, told in (("13", True), ("0", False)):
+        result = CliRunner().invoke(app, ["subscribe", topic, "--from-beginning", "--limit", "1"], env=env_for(s))
+        assert result.exit_code == 0, result.output
+        assert (says in result.output.splitlines()) == told, result.output
 
 
 def test_subscribe_to_a_topic_that_ended_gives_its_past_then_exits(settings: Settings) -> None:
