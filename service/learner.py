@@ -275,6 +275,15 @@ class Learner(BatchWorker):
         # Called between batches: the lane has finished every submitted batch, and the model, the vocabulary and
         # the positions all stand after batch `submitted_seq` (the batch being prepared is not in any of them).
         main_s = time.perf_counter() - t0
+        # The writer is idle, so the plan and the last write stand still. A plan whose moves could give out more
+        # ids than a restart skips (Lineage.reserve) is dropped; hygiene plans again on a later copy.
+        if len(self._planned) > self.lineage.room(self._ids_durable):
+            log.warning(
+                "%d topic moves planned, but the snapshots that would hold the topic ids given out since the last "
+                "one written failed: moves dropped (hygiene plans again)",
+                len(self._planned),
+            )
+            self._planned = []
         # Moves planned by the last capture (or slots renewed at its write) change topic ids in this capture:
         # the next batch waits until it is written (:meth:`must_hold`).
         self._ids_moving = bool(self._planned) or bool(self._renew[0])
@@ -310,13 +319,6 @@ class Learner(BatchWorker):
         recent = unseen = None
         if self.hygiene is not None:
             planned, self._planned = self._planned, []
-            if len(planned) > self.lineage.room(self._ids_durable):
-                log.warning(
-                    "%d topic moves planned, but no snapshot written holds the topic ids given out since: moves "
-                    "dropped until one is written (hygiene plans again)",
-                    len(planned),
-                )
-                planned = []
             if planned:
                 model = cast(SupportsTopicMoves, self.model)  # its moves checked in __init__
                 forgotten = np.flatnonzero(self._forgotten) if self._forgotten.any() else None
@@ -334,7 +336,10 @@ class Learner(BatchWorker):
         (slots, drifts), self._renew = self._renew, ([], [])
         moved = moved_slots(events, self.lineage.slot_ids)  # a move just changed them, and said so
         keep = [i for i, k in enumerate(slots) if k not in moved]
-        keep = keep[: max(0, self.lineage.room(self._ids_durable))]  # the rest again after a snapshot is written
+        room = max(0, self.lineage.room(self._ids_durable))  # after a write, 2K: all that one capture needs
+        if len(keep) > room:
+            log.warning("%d topics changed meaning, but only %d fresh ids may be given out now", len(keep), room)
+            keep = keep[:room]
         events += self.lineage.renew([slots[i] for i in keep], [drifts[i] for i in keep])
         # Events of earlier captures whose write failed come first: the moves are in the model and the lineage
         # already, so they belong to the first snapshot that is written.

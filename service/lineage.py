@@ -149,11 +149,14 @@ class Lineage:
         """How many ids may still be given out while the last snapshot written holds ``next_id`` = ``durable``."""
         return durable + self.reserve() - self.next_id
 
-    def skip_reserve(self) -> None:
+    def skip_reserve(self, writes: int = 1) -> None:
         """For a mapping restored from a snapshot: its learner may have given out up to :meth:`reserve` ids after
-        the snapshot was written (its later writes failed, then it died), and outputs carried them. Skip them, so
-        that none of them is given to another topic. Ids stay unique, not consecutive."""
-        self.next_id += self.reserve()
+        the snapshot was written (its later writes failed, then it died), and outputs carried them; when
+        ``writes`` − 1 newer snapshots were written but cannot be read, up to that many reserves more (each write
+        holds at most one reserve beyond the one before; their merge and retirement events, which :meth:`catch_up`
+        reads, do not name the fresh ids of the slots they freed). Skip them all, so that none of them is given to
+        another topic. Ids stay unique, not consecutive."""
+        self.next_id += max(1, writes) * self.reserve()
 
     def _fresh(self, slot: int) -> int:
         new = self.next_id

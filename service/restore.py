@@ -93,9 +93,11 @@ def restore_or_create(s: Settings, store: SnapshotStore, metrics: Metrics, linea
     for line in plan.applied:
         log.info("%s", line)
     start = Start(model, vocab, positions={(t, int(p)): int(o) for t, p, o in payload["offsets"]})
+    newest = max([int(meta["version"]), *(v for v, _ in loaded.skipped)])
     if "lineage" in payload:
         start.lineage = Lineage.from_state(payload["lineage"])
-        start.lineage.skip_reserve()  # ids its learner may have given out after this snapshot, unwritten
+        # Ids its learner may have given out after this snapshot, and after any newer one that is unreadable.
+        start.lineage.skip_reserve(1 + newest - int(meta["version"]))
         history = lineage_store.recent()
         version = int(meta["version"])
         own = [LineageEvent.from_json(raw) for raw in payload.get("lineage_events", [])]
@@ -103,7 +105,7 @@ def restore_or_create(s: Settings, store: SnapshotStore, metrics: Metrics, linea
             start.unpublished = stamp(own, version, float(meta["created_at"]))
         start.events = start.lineage.catch_up(history, version)
     # Continue above everything this prefix has seen, even versions whose data is unreadable.
-    start.version = max([int(meta["version"]), *(v for v, _ in loaded.skipped)])
+    start.version = newest
     start.articles_learned = int(payload.get("articles_learned", 0))
     metrics.snapshot_seen(start.version, float(meta["created_at"]))
     log.info(

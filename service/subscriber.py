@@ -14,7 +14,9 @@ until a partition yields its first output stamped at or after the start time, ol
 the offset found is that output, so the guard is a no-op there.
 
 ``after`` (``--after PARTITION:OFFSET``, from the ``partition`` and ``offset`` of the last line a program kept)
-resumes those partitions exactly, with the output after that one; partitions it does not name start as above.
+resumes those partitions exactly, with the output after that one; partitions it does not name start as above. An
+offset the partition no longer holds (retention) or never held starts it from its oldest output (the consumer's
+``auto.offset.reset``).
 
 **Words.** :class:`TopicChoice` resolves words to topics (:func:`service.follow.resolve`) against the newest
 summary in Redis and re-resolves whenever a new snapshot version appears, so the subscription follows the
@@ -49,11 +51,11 @@ from .names import TopicNames
 from .pipeline import H_TOPICS, H_VERSION
 from .settings import Settings
 from .snapshot import SnapshotStore
+from .tables import EMPTY
 
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "EMPTY_PREVALENCE",
     "Fate",
     "OutputReader",
     "TopicChoice",
@@ -305,13 +307,10 @@ class Fate(NamedTuple):
     now: int | None  # the id that carries it now; None: it ended without a successor, or never was a topic
     ended: bool  # the lineage says it ended (merged, retired, its slot retaken)
     why: str  # for a person, when ``now`` is not the id itself
-    #: For a person, when the topic that carries it holds next to no articles (:data:`EMPTY_PREVALENCE`): a slot
-    #: that a merge or retirement emptied, under its fresh id, may take long to fill.
+    #: For a person, when the topic that carries it is empty (prevalence under ``service.tables.EMPTY``, a slot that
+    #: ``topicstream topics`` leaves out): a slot that a merge or retirement emptied, under its fresh id, may take
+    #: long to fill.
     empty: str = ""
-
-
-#: A topic with less of the model's mass than this holds next to no articles (:attr:`Fate.empty`).
-EMPTY_PREVALENCE = 1e-3
 
 
 def topic_fate(topic: int, summary: dict[str, Any] | None, events: list[LineageEvent]) -> Fate:
@@ -329,7 +328,7 @@ def topic_fate(topic: int, summary: dict[str, Any] | None, events: list[LineageE
             return Fate(None, False, f"snapshot v{summary['version']} has no topic {topic}")
     held = next((t for t in summary["topics"] if t["topic"] == now), None)
     empty = ""
-    if held is not None and held["prevalence"] < EMPTY_PREVALENCE:
+    if held is not None and held["prevalence"] < EMPTY:
         empty = (
             f"topic {now} holds next to no articles yet (prevalence {held['prevalence']:.4f} in snapshot "
             f"v{summary['version']}): waiting for it to fill"

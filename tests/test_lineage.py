@@ -180,6 +180,26 @@ def test_one_capture_gives_out_no_more_ids_than_the_reserve_a_restore_skips():
     assert min(restored.slot_ids[1], restored.next_id - 1) > max(given)
 
 
+def test_a_restore_past_unreadable_snapshots_skips_a_reserve_for_each():
+    """Snapshot 10 is restored because 11 is unreadable. After 11 its learner gave out a whole reserve of ids
+    (its writes failed), up to 11's next_id + 2K; 11's merge events name only the ids merged away. Skipping one
+    reserve from 10 would give those ids again (the catch-up's births took 12 and 13 of them at K = 4)."""
+    K = 4
+    at_10 = Lineage(K)
+    live = Lineage.from_state(at_10.state_dict())
+    history = stamp(live.record([Event("merge", (1,), 0, 0.1), Event("merge", (2,), 3, 0.1)], 0, 0.0), 11, 1.0)
+    at_11 = live.next_id
+    live.record([Event("birth", (1,), None, 0.1), Event("birth", (2,), None, 0.1)], 0, 0.0)
+    while live.room(at_11) > 0:  # the rest of the reserve, given out while writes failed
+        live.renew([0], [0.9])
+    given = set(range(live.next_id))
+    restored = Lineage.from_state(at_10.state_dict())
+    restored.skip_reserve(writes=2)
+    births = restored.catch_up(list(reversed(history)), version=10)
+    assert {e.topic for e in births} and not {e.topic for e in births} & given
+    assert restored.next_id >= at_11 + restored.reserve()
+
+
 def test_renewed_slots_get_fresh_ids_and_moves_name_the_slots_they_changed():
     lin = Lineage(5)
     events = lin.record([Event("merge", (3,), 1, 0.1), Event("split", (0, 4), None, 0.01)], 2, 0.0)

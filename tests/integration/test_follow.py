@@ -285,8 +285,8 @@ def test_subscribe_since_resumes_with_the_outputs_of_that_long_ago(settings: Set
 
 def test_subscribe_after_resumes_a_partition_exactly_after_the_line_given(settings: Settings) -> None:
     """``subscribe --after PARTITION:OFFSET``: a program that kept the last line's ``partition`` and ``offset``
-    resumes with the next output of that partition, none twice and none skipped (``--since`` is only as exact as
-    the clock). A malformed value is refused with the form it needs."""
+    resumes with the next output of that partition, no output read twice and none skipped (``--since`` is only as
+    exact as the clock). A malformed value is refused with the form it needs."""
     s = settings
     producer = Producer({"bootstrap.servers": s.kafka_bootstrap})
     for i in range(6):
@@ -406,6 +406,7 @@ def test_a_subscription_to_a_nearly_empty_topic_is_told_so(settings: Settings) -
         producer.produce(s.output_topic, value=value, headers=headers)
     assert producer.flush(30) == 0
     says = "topic 13 holds next to no articles yet (prevalence 0.0000 in snapshot v6): waiting for it to fill"
+    assert summary["topics"][0]["prevalence"] > 0
     for topic, told in (("13", True), ("0", False)):
         result = CliRunner().invoke(app, ["subscribe", topic, "--from-beginning", "--limit", "1"], env=env_for(s))
         assert result.exit_code == 0, result.output

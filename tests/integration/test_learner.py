@@ -417,6 +417,33 @@ def test_an_id_given_out_while_redis_refused_writes_is_not_given_again_after_a_c
         admin.close()
 
 
+def test_a_restore_past_an_unreadable_snapshot_skips_the_ids_its_writer_may_have_given(
+    settings: Settings, server: RedisServer
+) -> None:
+    """The newest snapshot, written after a merge, is unreadable, so the next learner restores the one before. The
+    ids the dead learner may have given out reach up to the newest snapshot's ``next_id`` plus the reserve; the
+    merge's event names the merged-away id, not the fresh one its slot got. The restored lineage must start past
+    all of them (with one reserve skipped, the fresh id it gave the merged-away slot at once was one of them)."""
+    s, learner = _snapshotted_learner(settings, server, 120, seed=89)
+    try:
+        learner._planned = [Event("merge", (1,), 0, 0.9)]
+        consume_into(learner, 20)
+        learner.checkpoint()  # written: the merge and its fresh id are in this snapshot only
+        newest, reach = learner.version, learner.lineage.next_id + learner.lineage.reserve()
+    finally:
+        learner.abandon()
+    r = learner.store.r
+    r.setrange(f"{s.redis_prefix}:snapshot:{newest}:data", 64, b"damaged bytes")
+    again = Learner(s)
+    try:
+        assert again.lineage.successor(1) == 0  # from the merge's event in P:lineage
+        # Slot 1's id 1 was merged away (P:lineage says so): the restore gives the slot a fresh id at once.
+        fresh = [i for i in again.lineage.slot_ids if i >= s.topics]
+        assert fresh and min(fresh) >= reach and again.lineage.next_id >= reach
+    finally:
+        again.close()
+
+
 class _KernelFails(Learner):
     """A learner whose third kernel call raises (a kernel bug, a failed publication)."""
 
