@@ -18,7 +18,7 @@ from rich.markup import escape
 
 from evaluation.command import eval_command
 
-from .cli_errors import err, serve_metrics, unreachable_is_fatal
+from .cli_errors import err, outputs_refused_is_fatal, serve_metrics, unreachable_is_fatal
 from .process import stop_on_signals, tune_for_service
 from .settings import Settings, SettingsError, load_settings
 from .tables import matches_table, topics_table
@@ -105,7 +105,8 @@ def run(
         except LeaseLost:
             return  # stopped (SIGTERM) while waiting as a standby
     try:
-        learner.run(stop)
+        with outputs_refused_is_fatal():
+            learner.run(stop)
     except LeaseLost as e:
         err.print(f"[red]{escape(str(e))}[/red]")
         raise typer.Exit(1) from None
@@ -126,7 +127,8 @@ def replica(
     with unreachable_is_fatal(s):
         rep = Replica(s)
     serve_metrics(rep.metrics, s)
-    rep.run(stop_on_signals())
+    with outputs_refused_is_fatal():
+        rep.run(stop_on_signals())
 
 
 @app.command()

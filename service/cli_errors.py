@@ -11,7 +11,7 @@ from rich.console import Console
 
 from .settings import Settings
 
-__all__ = ["err", "serve_metrics", "unreachable_is_fatal"]
+__all__ = ["err", "outputs_refused_is_fatal", "serve_metrics", "unreachable_is_fatal"]
 
 #: Where every command writes what it tells a person (stdout is for data: JSON lines, tables asked for).
 err = Console(stderr=True, soft_wrap=True)  # one message, one line, also when stderr is not a terminal
@@ -48,3 +48,17 @@ def unreachable_is_fatal(settings: Settings) -> Iterator[None]:
     except KafkaException as e:
         err.print(f"[red]Kafka at {settings.kafka_bootstrap}: {e}[/red] (TOPICSTREAM_KAFKA_BOOTSTRAP)")
         raise typer.Exit(3) from None
+
+
+@contextlib.contextmanager
+def outputs_refused_is_fatal() -> Iterator[None]:
+    """A learner or replica whose outputs the broker did not take (``message.timeout.ms`` passed, or a refusal)
+    stops with nothing committed after them: one red line and exit 1 instead of a traceback. The next start reads
+    those articles again."""
+    from .kafka import DeliveryError
+
+    try:
+        yield
+    except DeliveryError as e:
+        err.print(f"[red]outputs not delivered, stopping (the next start reads them again): {e}[/red]")
+        raise typer.Exit(1) from None

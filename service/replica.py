@@ -42,6 +42,9 @@ __all__ = ["Replica", "Served"]
 
 log = logging.getLogger(__name__)
 
+#: While no snapshot exists, the replica says it is waiting once a minute (its heartbeat beats every second).
+WAIT_LOG_EVERY_S = 60.0
+
 
 @dataclass(frozen=True)
 class Served:
@@ -206,11 +209,16 @@ class Replica(BatchWorker):
     # ------------------------------------------------------------------ running
     def run(self, stop: threading.Event | None = None, max_messages: int | None = None, until: Any = None) -> None:
         stop = stop or threading.Event()
+        told = 0.0
         while self.served is None:
             if self.reload():
                 self.between_batches(None)
                 break
-            log.info("waiting for the learner's first snapshot under prefix %r", self.settings.redis_prefix)
+            # Alive and waiting, not stalled (TopicstreamLoopStalled): a new install may wait long for a snapshot.
+            self.metrics.heartbeat.set(time.time())
+            if time.monotonic() - told >= WAIT_LOG_EVERY_S:
+                told = time.monotonic()
+                log.info("waiting for the learner's first snapshot under prefix %r", self.settings.redis_prefix)
             if stop.wait(1.0):
                 self.consumer.close()
                 self.lane.shutdown()

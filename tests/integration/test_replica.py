@@ -171,3 +171,24 @@ def test_a_replica_joining_and_leaving_during_a_long_kernel_call_loses_and_repea
     ids = [m.key().decode() for m in outputs]
     assert set(ids) == set(expected)
     assert len(ids) == len(set(ids)), "an article got two mixtures"
+
+
+def test_a_replica_waiting_for_the_first_snapshot_keeps_its_heartbeat(settings: Settings) -> None:
+    """A new install: no learner has written a snapshot yet. The waiting replica is alive, not stalled, so its
+    heartbeat moves (before, it stood at the start time and TopicstreamLoopStalled paged on every replica)."""
+    rs = settings.model_copy(update={"redis_prefix": settings.redis_prefix + "-empty"})
+    replica = Replica(rs, metrics=Metrics("replica"))
+    started = sample(replica.metrics, "topicstream_loop_heartbeat_timestamp_seconds")
+    stop = threading.Event()
+    thread = threading.Thread(target=replica.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while sample(replica.metrics, "topicstream_loop_heartbeat_timestamp_seconds") < started + 2:
+            assert time.monotonic() < deadline, "the heartbeat stood still while the replica waited"
+            time.sleep(0.2)
+        assert replica.served is None
+    finally:
+        stop.set()
+        thread.join(30)
+    assert not thread.is_alive()
