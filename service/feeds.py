@@ -213,9 +213,9 @@ class FeedMetrics:
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         if port:
-            from prometheus_client import start_http_server
+            from .health import serve
 
-            start_http_server(port, addr=addr, registry=self.registry)
+            serve(self.registry, port, addr)
 
 
 @dataclass

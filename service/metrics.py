@@ -13,7 +13,9 @@ import time
 from collections.abc import Iterable, Sequence
 from functools import partial
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+
+from . import health
 
 __all__ = ["Metrics"]
 
@@ -236,6 +238,6 @@ class Metrics:
         self.vocabulary_capacity.set(capacity)
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
-        """Expose ``/metrics`` on ``port`` (0 = do not serve)."""
+        """Expose ``/metrics`` and ``/healthz`` (:mod:`service.health`) on ``port`` (0 = do not serve)."""
         if port:
-            start_http_server(port, addr=addr, registry=self.registry)
+            health.serve(self.registry, port, addr)

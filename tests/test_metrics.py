@@ -56,3 +56,33 @@ def test_the_heartbeat_starts_at_the_process_start() -> None:
     before = time.time()
     m = Metrics("learner")
     assert before <= (sample(m, "topicstream_loop_heartbeat_timestamp_seconds") or 0.0) <= time.time()
+
+
+def test_healthz_fails_once_the_loop_stalls_and_metrics_are_served_beside_it() -> None:
+    """A liveness probe on /metrics passes while the batch loop hangs (the server has its own thread): /healthz
+    answers 503 once the heartbeat is older than the TopicstreamLoopStalled line, 200 before and for a standby."""
+    import urllib.error
+    import urllib.request
+
+    from service.dev.localstack import free_port
+    from service.health import STALE_S
+
+    m = Metrics("learner")
+    port = free_port()
+    m.serve(port, "127.0.0.1")
+
+    def get(path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    assert get("/healthz")[0] == 200
+    m.heartbeat.set(time.time() - STALE_S - 60)
+    status, why = get("/healthz")
+    assert status == 503 and "has not turned for 36" in why
+    m.standby.set(1)  # a standby learner has no loop yet
+    assert get("/healthz")[0] == 200
+    status, text = get("/metrics")
+    assert status == 200 and "topicstream_loop_heartbeat_timestamp_seconds" in text
