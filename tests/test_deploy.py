@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from service.metrics import Metrics
+from service.metrics import ERROR_KINDS, Metrics
 from service.settings import Settings
 from service.tables import TRUNCATION_LIMITS, TRUNCATION_USED
 
@@ -150,6 +150,42 @@ def test_dashboard_structure() -> None:
     assert "job" in variables
 
 
+def _panel(title: str, kind: str = "timeseries") -> dict[str, Any]:
+    (panel,) = [p for p in _dashboard()["panels"] if p["title"] == title and p["type"] == kind]
+    return panel
+
+
+def test_dashboard_annotates_topic_events() -> None:
+    """Births, merges, splits and retirements are annotations (titled with the kind) and bars per interval."""
+    (ann,) = [a for a in _dashboard()["annotations"]["list"] if "topicstream_topic_events_total" in a.get("expr", "")]
+    assert ann["expr"] == 'increase(topicstream_topic_events_total{job="learner"}[1m]) > 0'
+    assert ann["titleFormat"] == "{{kind}}" and ann["datasource"]["uid"] == "${datasource}"
+    events = _panel("Topic events")
+    assert events["fieldConfig"]["defaults"]["custom"]["drawStyle"] == "bars"
+    assert all("[$__interval]" in t["expr"] for t in events["targets"])
+
+
+def test_dashboard_leaves_standby_learners_out() -> None:
+    standby = "unless on (instance) topicstream_learner_standby == 1"
+    (age,) = _panel("Snapshot age", "stat")["targets"]
+    assert standby in age["expr"]
+    (share,) = _panel("Time spent per stage (share of wall clock)")["targets"]
+    assert share["expr"].endswith(f'(up{{job=~"$job"}} == 1 {standby})')
+    assert all('{job="learner"}' in t["expr"] for t in _panel("Learner lease")["targets"])
+
+
+def test_dashboard_rates_have_per_second_units() -> None:
+    """A panel of nothing but summed rates shows a count per second (not "short")."""
+    rate = re.compile(r"\w+(?: by \([\w, ]+\))? ?\(rate\([^()]*\)\)(?: or vector\(0\))?")
+    checked = 0
+    for p in _dashboard()["panels"]:
+        if p["type"] != "row" and all(rate.fullmatch(t["expr"]) for t in p["targets"]):
+            unit = p["fieldConfig"]["defaults"]["unit"]
+            assert unit in {"reqps", "cps"}, f"{p['title']}: {unit}"
+            checked += 1
+    assert checked >= 8
+
+
 # ---------------------------------------------------------------------------------------------- prometheus
 def test_alerts_use_real_metric_names_and_cover_the_brief() -> None:
     rules = _alert_rules()
@@ -166,11 +202,36 @@ def test_alerts_use_real_metric_names_and_cover_the_brief() -> None:
         assert r["annotations"]["summary"] and r["annotations"]["description"]
     lag = next(r for r in rules if r["alert"] == "TopicstreamConsumerLagGrowing")
     assert lag["for"] == "10m"
+    assert 'if eq $labels.job "learner"' in lag["annotations"]["description"]  # more replicas do not help it
     truncation = next(r for r in rules if r["alert"] == "TopicstreamTruncationLimitsTopics")
     assert f"> {TRUNCATION_LIMITS} * topicstream_topic_slots" in truncation["expr"]  # the table's caption agrees
     assert (
         f'topicstream_topics_used{{job="learner"}} >= {TRUNCATION_USED} * topicstream_topic_slots' in truncation["expr"]
     )
+
+
+def _kinds(expr: str, op: str) -> set[str]:
+    found = re.search(rf'topicstream_errors_total{{kind{op}"([^"]+)"}}', expr)
+    assert found, expr
+    return set(found[1].split("|"))
+
+
+def test_error_alerts_cover_every_kind() -> None:
+    """The kinds that happen once per snapshot or event never reach a rate: TopicstreamErrorEvents takes those
+    (each explained in its description), TopicstreamClientErrors every other kind."""
+    rules = {r["alert"]: r for r in _alert_rules()}
+    steady, events = rules["TopicstreamClientErrors"], rules["TopicstreamErrorEvents"]
+    once = _kinds(events["expr"], "=~")
+    assert once == {"fenced", "summary", "lineage", "partitions_lost", "dead_letter_refused"}
+    assert once < set(ERROR_KINDS) and _kinds(steady["expr"], "!~") == once
+    for kind in once:
+        assert f'eq $labels.kind "{kind}"' in events["annotations"]["description"], kind
+
+
+def test_readme_lists_every_alert() -> None:
+    lines = (DEPLOY / "README.md").read_text().splitlines()
+    (row,) = [line for line in lines if line.startswith("| `prometheus/alerts.yml`")]
+    assert set(re.findall(r"`(Topicstream\w+)`", row)) == {r["alert"] for r in _alert_rules()}
 
 
 def test_prometheus_scrapes_learner_and_replicas() -> None:
@@ -232,7 +293,8 @@ def _normal_operation(replicas: int, minutes: int = 90) -> list[dict[str, str]]:
         add("topicstream_snapshot_timestamp_seconds", job, instance, f"0+60x{n}")
         add("topicstream_loop_heartbeat_timestamp_seconds", job, instance, f"0+60x{n}")
         add("topicstream_snapshot_failures_total", job, instance, f"0x{n}")
-        add("topicstream_errors_total", job, instance, f"0x{n}", kind="kafka")
+        for kind in ERROR_KINDS:
+            add("topicstream_errors_total", job, instance, f"0x{n}", kind=kind)
     add("topicstream_model_drift", "learner", "learner:9100", f"0.02x{n}")
     add("topicstream_learner_standby", "learner", "learner:9100", f"0x{n}")
     add("topicstream_topics_holding_mass", "learner", "learner:9100", f"40x{n}")
@@ -265,7 +327,7 @@ def test_promtool_parses_every_dashboard_expression(tmp_path: Path) -> None:
     for i, expr in enumerate(_dashboard_exprs()):
         if expr.startswith("label_values("):
             continue  # a Grafana function, not PromQL
-        promql = expr.replace("$__rate_interval", "1m").replace("$job", ".*")
+        promql = expr.replace("$__rate_interval", "1m").replace("$__interval", "1m").replace("$job", ".*")
         rules.append({"record": f"dashboard:expr_{i}", "expr": promql})
     (tmp_path / "dashboard_rules.yml").write_text(yaml.safe_dump({"groups": [{"name": "d", "rules": rules}]}))
     _run([promtool, "check", "rules", "dashboard_rules.yml"], tmp_path)
@@ -344,6 +406,13 @@ def test_compose_and_k8s_configure_only_known_settings() -> None:
         unknown = {k for k in env if k.startswith("TOPICSTREAM_")} - known
         assert not unknown, f"{name}: {unknown}"
         assert env["TOPICSTREAM_METRICS_PORT"] == "9100"
+    # Alerts and refusals tell operators to change the prefix: compose passes it (and the kernel's parameters)
+    # through, with the settings' default.
+    for name in ("learner", "replica"):
+        env = services[name]["environment"]
+        prefix = Settings.model_fields["redis_prefix"].default
+        assert env["TOPICSTREAM_REDIS_PREFIX"] == f"${{TOPICSTREAM_REDIS_PREFIX:-{prefix}}}"
+        assert "TOPICSTREAM_KERNEL_PARAMS" in env and env["TOPICSTREAM_KERNEL_PARAMS"] is None  # the shell's, or unset
     cm = yaml.safe_load((DEPLOY / "k8s/configmap.yaml").read_text())
     assert set(cm["data"]) <= known, set(cm["data"]) - known
     # The values are valid settings.
@@ -378,8 +447,9 @@ def test_k8s_manifests() -> None:
         (c,) = pod["spec"]["containers"]
         assert c["args"] == [arg]
         assert c["ports"][0]["containerPort"] == 9100
-        for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
-            assert c[probe]["httpGet"]["path"] == "/metrics" and c[probe]["httpGet"]["port"] == "metrics"
+        probes = {"livenessProbe": "/healthz", "readinessProbe": "/metrics", "startupProbe": "/metrics"}
+        for probe, path in probes.items():
+            assert c[probe]["httpGet"]["path"] == path and c[probe]["httpGet"]["port"] == "metrics"
         assert {"cpu", "memory"} <= set(c["resources"]["requests"]) and "memory" in c["resources"]["limits"]
         assert c["envFrom"][0]["configMapRef"]["name"] == "topicstream-config"
         assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
