@@ -11,6 +11,7 @@ Kubernetes liveness probe on it restarts a hung process instead of waiting for a
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -57,5 +58,7 @@ def serve(registry: CollectorRegistry, port: int, addr: str = "0.0.0.0") -> None
             return [why.encode() + b"\n"]
         return metrics_app(environ, start_response)
 
-    httpd = make_server(addr, port, app, ThreadingWSGIServer, handler_class=_Quiet)
+    family = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)[0][0]  # "::" is IPv6, as Prometheus allows
+    server: type[ThreadingWSGIServer] = type("Server", (ThreadingWSGIServer,), {"address_family": family})
+    httpd: ThreadingWSGIServer = make_server(addr, port, app, server, handler_class=_Quiet)
     threading.Thread(target=httpd.serve_forever, name="metrics-http", daemon=True).start()

@@ -209,7 +209,7 @@ class Replica(BatchWorker):
     # ------------------------------------------------------------------ running
     def run(self, stop: threading.Event | None = None, max_messages: int | None = None, until: Any = None) -> None:
         stop = stop or threading.Event()
-        told = 0.0
+        told = -float("inf")
         while self.served is None:
             if self.reload():
                 self.between_batches(None)
