@@ -52,9 +52,9 @@ def unreachable_is_fatal(settings: Settings) -> Iterator[None]:
 
 @contextlib.contextmanager
 def outputs_refused_is_fatal() -> Iterator[None]:
-    """A learner or replica whose outputs the broker did not take (``message.timeout.ms`` passed, or a refusal)
-    stops with nothing committed after them: one red line and exit 1 instead of a traceback. The next start reads
-    those articles again."""
+    """A learner or replica whose outputs the broker refused (or did not take within ``message.timeout.ms``, when
+    an operator sets one: the default retries for ever) stops with nothing committed after them: one red line and
+    exit 1 instead of a traceback. The next start reads those articles again."""
     from .kafka import DeliveryError
 
     try:

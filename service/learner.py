@@ -134,7 +134,9 @@ class Learner(BatchWorker):
         self.lineage_feed.unpushed = start.unpublished  # the restored snapshot's events that P:lineage lacks
         self._names: dict[int, str] = {}
         log.info("compiling the %s kernel (cached on disk after the first start)", s.algorithm)
+        self.metrics.heartbeat.set(time.time())  # restored: each step of a slow start counts as progress
         type(self.model).warm_up(**s.kernel_params)
+        self.metrics.heartbeat.set(time.time())
         self.labels = TopicLabels(self.model.topic_word(), self.vocab.slot_words())
         self.metrics.describe_model(s.algorithm, s.topics, s.vocab_size)
         self.writer = SnapshotWriter(
@@ -169,8 +171,8 @@ class Learner(BatchWorker):
             # After Redis lost its data, leave the lease to its old holder for a while (it reclaims it).
             if not self.lease.acquire(stop=stop, grace_s=2 * self.lease.ttl_s):
                 raise LeaseLost("stopped while waiting as a standby")
-            self.metrics.standby.set(0)
             self.metrics.heartbeat.set(time.time())  # the loop's clock starts now, not when the process did
+            self.metrics.standby.set(0)  # after the heartbeat: /healthz never sees an active learner's old one
         self.metrics.lease_token.set(self.lease.token or 0)
         log.info(
             "holding the learner lease of prefix %r (fencing token %s)", self.settings.redis_prefix, self.lease.token
@@ -276,13 +278,9 @@ class Learner(BatchWorker):
         # the positions all stand after batch `submitted_seq` (the batch being prepared is not in any of them).
         main_s = time.perf_counter() - t0
         # The writer is idle, so the plan and the last write stand still. A plan whose moves could give out more
-        # ids than a restart skips (Lineage.reserve) is dropped; hygiene plans again on a later copy.
-        if len(self._planned) > self.lineage.room(self._ids_durable):
-            log.warning(
-                "%d topic moves planned, but the snapshots that would hold the topic ids given out since the last "
-                "one written failed: moves dropped (hygiene plans again)",
-                len(self._planned),
-            )
+        # ids than a restart skips (Lineage.reserve: the writes that would hold them failed) is dropped.
+        if (n := len(self._planned)) > self.lineage.room(self._ids_durable):
+            log.warning("%d topic moves dropped: snapshot writes failed (hygiene plans again)", n)
             self._planned = []
         # Moves planned by the last capture (or slots renewed at its write) change topic ids in this capture:
         # the next batch waits until it is written (:meth:`must_hold`).
@@ -336,9 +334,8 @@ class Learner(BatchWorker):
         (slots, drifts), self._renew = self._renew, ([], [])
         moved = moved_slots(events, self.lineage.slot_ids)  # a move just changed them, and said so
         keep = [i for i, k in enumerate(slots) if k not in moved]
-        room = max(0, self.lineage.room(self._ids_durable))  # after a write, 2K: all that one capture needs
-        if len(keep) > room:
-            log.warning("%d topics changed meaning, but only %d fresh ids may be given out now", len(keep), room)
+        if len(keep) > (room := max(0, self.lineage.room(self._ids_durable))):  # after a write 2K, all one needs
+            log.warning("%d topics changed meaning, only %d fresh ids may be given out now", len(keep), room)
             keep = keep[:room]
         events += self.lineage.renew([slots[i] for i in keep], [drifts[i] for i in keep])
         # Events of earlier captures whose write failed come first: the moves are in the model and the lineage

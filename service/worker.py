@@ -177,10 +177,13 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
         consumer.incremental_assign(partitions)
 
     def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
-        # Finish what is in flight so its offsets are committed before another member takes over.
+        # Finish what is in flight so its offsets are committed before another member takes over; but a broker that
+        # does not acknowledge outputs (a partition short of in-sync replicas) must not hold the rebalance, and this
+        # poll, for ever: after a third of max.poll.interval.ms what is acknowledged is committed and the
+        # partitions go. Their next owner reads the rest again (at least once); its outputs are still delivered.
         with self._inside_a_poll():  # the poll that runs this callback
             if not self.broken:
-                self.flush()
+                self._settle(self.settings.max_poll_interval_ms / 3000)
         self._unassign(consumer, partitions)
 
     def _on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
@@ -382,6 +385,17 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
         self.drain()
         flush_all(self.producer, timeout)
         self._commit_acknowledged(wait=True)
+
+    def _settle(self, seconds: float) -> None:
+        """Drain, wait at most ``seconds`` for the acknowledgements, commit the batches acknowledged."""
+        self.drain()
+        deadline = time.monotonic() + seconds
+        while self.producer.flush(max(0.0, min(1.0, deadline - time.monotonic()))) and time.monotonic() < deadline:
+            pass
+        self._commit_acknowledged(wait=True)
+        if self._unacked:
+            n = len(self._unacked)
+            log.warning("%d batches unacknowledged after %.0f s: committed up to them, not past them", n, seconds)
 
     def _update_lag(self) -> None:
         """Lag per assigned partition: the high watermark (cached from fetch responses, no broker round trip)

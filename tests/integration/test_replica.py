@@ -192,3 +192,50 @@ def test_a_replica_waiting_for_the_first_snapshot_keeps_its_heartbeat(settings: 
         stop.set()
         thread.join(30)
     assert not thread.is_alive()
+
+
+@pytest.mark.timeout(180)  # the old revocation never returned
+def test_a_revocation_lets_the_partitions_go_while_the_outputs_wait_for_the_broker(settings: Settings) -> None:
+    """The broker does not acknowledge a replica's outputs (here: its producer's broker never answers) when its
+    partitions are revoked. It commits nothing past the unacknowledged batch and lets the partitions go after a
+    third of ``max.poll.interval.ms``: the rebalance and the loop go on, and the next owner reads that batch again.
+    Before, the revocation waited inside the poll for as long as the broker took (here: for ever), with no
+    heartbeat, so the liveness probe restarted the replica, and a restarted member revoked the others' again."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    from service.dev.localstack import free_port
+
+    s = settings
+    produce(s, good_articles(60, seed=8))
+    run_until(Learner(s), 60)  # a snapshot to serve
+    rs = s.model_copy(update={"output_topic": s.output_topic + "-held", "group_id": s.group_id + "-held"})
+    ensure_topics(rs, {rs.output_topic: 1})
+    replica = Replica(rs, metrics=Metrics("replica"))
+    assert replica.reload()
+    replica.between_batches(None)
+    replica.subscribe()
+    nowhere = Producer({"bootstrap.servers": f"127.0.0.1:{free_port()}", "client.id": "nowhere"})
+    replica.producer = replica.publisher.producer = nowhere  # a real producer: its sends are never acknowledged
+    try:
+        deadline = time.monotonic() + 60
+        while not replica.step(limit=20):
+            assert time.monotonic() < deadline, "no batch consumed"
+        replica.drain()  # learned and sent: waiting for acknowledgements that never come
+        assert replica.assigned
+        t0 = time.monotonic()
+        replica.consumer.unsubscribe()  # the revocation runs in the next poll
+        while replica.assigned and time.monotonic() - t0 < 60:
+            replica.consumer.poll(0.2)
+        took = time.monotonic() - t0
+        assert not replica.assigned, "the partitions were never let go"
+        assert took < rs.max_poll_interval_ms / 3000 + 10
+        assert replica._unacked  # the batch is still unacknowledged, so nothing of it is committed
+        probe = Consumer({"bootstrap.servers": rs.kafka_bootstrap, "group.id": rs.group_id})
+        try:
+            committed = probe.committed([TopicPartition(rs.input_topic, 0)], timeout=10)
+        finally:
+            probe.close()
+        assert committed[0].offset < 0  # no offset: the next owner reads the batch again
+    finally:
+        replica.consumer.close()
+        replica.lane.shutdown()
