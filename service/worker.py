@@ -179,11 +179,12 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
     def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         # Finish what is in flight so its offsets are committed before another member takes over; but a broker that
         # does not acknowledge outputs (a partition short of in-sync replicas) must not hold the rebalance, and this
-        # poll, for ever: after a third of max.poll.interval.ms what is acknowledged is committed and the
-        # partitions go. Their next owner reads the rest again (at least once); its outputs are still delivered.
+        # poll, for ever: after a third of max.poll.interval.ms (5 s at least: a loaded broker acknowledges within
+        # that, and a shorter wait would make duplicates of a healthy handover) what is acknowledged is committed
+        # and the partitions go. Their next owner reads the rest again (at least once); its outputs still go out.
         with self._inside_a_poll():  # the poll that runs this callback
             if not self.broken:
-                self._settle(self.settings.max_poll_interval_ms / 3000)
+                self._settle(max(5.0, self.settings.max_poll_interval_ms / 3000))
         self._unassign(consumer, partitions)
 
     def _on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
