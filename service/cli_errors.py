@@ -18,7 +18,8 @@ err = Console(stderr=True, soft_wrap=True)  # one message, one line, also when s
 
 
 def serve_metrics(metrics: Any, settings: Settings) -> None:
-    """Serve ``/metrics``, or exit 2 with one line when the port is taken (another process on this host)."""
+    """Serve ``/metrics`` and ``/healthz``, or exit 2 with one line when the port is taken (another process on this
+    host)."""
     try:
         metrics.serve(settings.metrics_port, settings.metrics_host)
     except OSError as e:

@@ -36,6 +36,7 @@ import feedparser
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from . import health
 from .backoff import Backoff
 from .entries import entry_article
 from .seen import SeenIds
@@ -213,9 +214,7 @@ class FeedMetrics:
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         if port:
-            from .health import serve
-
-            serve(self.registry, port, addr)
+            health.serve(self.registry, port, addr)
 
 
 @dataclass

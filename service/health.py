@@ -1,6 +1,6 @@
 """``/metrics`` and ``/healthz`` on one port: what a Prometheus scrape and a liveness probe ask of a process.
 
-``/metrics`` is prometheus_client's exposition of the process's registry, as before. A process whose batch loop
+``/metrics`` is prometheus_client's exposition of the process's registry. A process whose batch loop
 hangs (a kernel call or a write that never returns) still answers it from the server's own thread, so a probe on
 ``/metrics`` cannot tell it from a healthy one. ``/healthz`` answers 503 once the loop's heartbeat
 (``topicstream_loop_heartbeat_timestamp_seconds``, set at the end of every turn, quiet or not) is older than

@@ -99,7 +99,8 @@ class Learner(BatchWorker):
         self.model, self.vocab, self.positions = start.model, start.vocab, start.positions
         self.lineage: Lineage = start.lineage or Lineage(s.topics)
         #: The ``next_id`` of the last snapshot written: at most ``Lineage.reserve()`` ids are given out beyond it,
-        #: as many as a restart skips (``Lineage.skip_reserve``). Until this learner writes one, none is given out.
+        #: as many as a restart skips (``Lineage.skip_reserve``). Until this learner writes one, no move or renewal
+        #: gives one out (the restore's catch-up gives the same ids to the same slots every time).
         self._ids_durable = self.lineage.next_id - self.lineage.reserve()
         #: Lineage events of the moves made since the last snapshot written (a failed write carries them on).
         self._unwritten_events: list[LineageEvent] = start.events
@@ -334,7 +335,9 @@ class Learner(BatchWorker):
         (slots, drifts), self._renew = self._renew, ([], [])
         moved = moved_slots(events, self.lineage.slot_ids)  # a move just changed them, and said so
         keep = [i for i, k in enumerate(slots) if k not in moved]
-        if len(keep) > (room := max(0, self.lineage.room(self._ids_durable))):  # after a write 2K, all one needs
+        # A guard: renewals come from a written snapshot, after which the room is 2K, and a capture's moves and
+        # renewals give each slot at most two ids.
+        if len(keep) > (room := max(0, self.lineage.room(self._ids_durable))):
             log.warning("%d topics changed meaning, only %d fresh ids may be given out now", len(keep), room)
             keep = keep[:room]
         events += self.lineage.renew([slots[i] for i in keep], [drifts[i] for i in keep])

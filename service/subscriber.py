@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import time
 import uuid
@@ -71,13 +72,10 @@ def parse_after(values: Iterable[str]) -> dict[int, int]:
     """``PARTITION:OFFSET`` strings (``--after``) as {partition: offset}; ValueError says which one is wrong."""
     out: dict[int, int] = {}
     for v in values:
-        part, sep, off = v.partition(":")
-        try:
-            p, o = int(part), int(off)
-        except ValueError:
-            p = o = -1
-        if not sep or p < 0 or o < 0:
+        m = re.fullmatch(r"(\d+):(\d+)", v.strip())
+        if m is None:
             raise ValueError(f"{v!r} is not PARTITION:OFFSET (two non-negative integers, e.g. 0:1234)")
+        p, o = int(m[1]), int(m[2])
         if p in out and out[p] != o:
             raise ValueError(f"partition {p} is given twice ({out[p]} and {o})")
         out[p] = o
@@ -330,8 +328,8 @@ def topic_fate(topic: int, summary: dict[str, Any] | None, events: list[LineageE
     empty = ""
     if held is not None and held["prevalence"] < EMPTY:
         empty = (
-            f"topic {now} holds next to no articles yet (prevalence {held['prevalence']:.4f} in snapshot "
-            f"v{summary['version']}): waiting for it to fill"
+            f"topic {now} holds next to no articles (prevalence {held['prevalence']:.4f} in snapshot "
+            f"v{summary['version']}): it may be long before an article is tagged with it"
         )
     return Fate(now, bool(path), "; ".join(what_happened(e) for e in path), empty)
 

@@ -22,7 +22,8 @@ delivery tracker (:meth:`BatchWorker._hold_until_acknowledged`).
 
 Delivery guarantee (at least once, never lost): a batch's offsets are committed only when the broker has
 acknowledged every output and dead letter of *that* batch and of every batch before it. Commits between batches
-are asynchronous (``flush``, on a revocation, on close and at a checkpoint, commits and waits), and a failed commit
+are asynchronous (``flush``, on close and at a checkpoint, commits and waits; a revocation waits for the
+acknowledgements a bounded time, :meth:`BatchWorker._settle`), and a failed commit
 is only counted: the learner's positions come from its snapshot, and a replica that restarts
 behind its committed offsets publishes duplicates, never gaps. A delivery that fails for good stops the worker
 (:class:`~service.kafka.DeliveryError`) before anything later is committed.
@@ -204,6 +205,10 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
             with contextlib.suppress(KeyError):  # a partition we never reported lag for
                 self.metrics.lag.remove(key[0], str(key[1]))
         self._given_up |= gone
+        # Batches still awaiting acknowledgements (a revocation that stopped waiting, a lost session) must not commit
+        # these partitions' offsets when acknowledged later: they are another member's now, further on, maybe.
+        for waiting in self._unacked:
+            waiting.next_offsets = {k: o for k, o in waiting.next_offsets.items() if k not in gone}
         # Unread messages of these partitions are the next owner's (read again from the committed offset or, if
         # they come back here, from :meth:`start_offset`): dropped, uncommitted.
         self._early = [m for m in self._early if partition_of(m) not in gone]
