@@ -188,7 +188,8 @@ def feeds(
     redis_url: RedisUrl = None,
     metrics_port: MetricsPort = None,
 ) -> None:
-    """Poll RSS/Atom feeds and produce their new entries to the input topic, each article once."""
+    """Poll RSS/Atom feeds and produce their new entries to the input topic, each article once. With --once, exits
+    with 1 when a feed failed (after producing the others' entries)."""
     import redis
 
     from .feeds import FeedPoller, read_feed_list
@@ -224,6 +225,9 @@ def feeds(
             if once:
                 n = poller.poll_once()
                 err.print(f"produced {n} new entries to {s.input_topic}")
+                if failed := poller.failed:  # for a cron job: a feed that fails is worth a non-zero exit
+                    err.print(f"[red]{len(failed)} of {len(urls)} feeds failed: {', '.join(failed)}[/red]")
+                    raise typer.Exit(1)
             else:
                 poller.run(stop_on_signals())
         except DeliveryError as e:

@@ -116,7 +116,9 @@ def fetch(url: str, etag: str | None, modified: str | None, timeout: float) -> F
         with urllib.request.urlopen(request, timeout=timeout) as resp:
             chunks: list[bytes] = []
             size = 0
-            while chunk := resp.read(65536):
+            # read1: what one receive brings, so a server that trickles its body meets the deadline (read(n)
+            # waits for n bytes, each receive within the socket timeout: for ever at one byte a second).
+            while chunk := resp.read1(65536):
                 size += len(chunk)
                 if size > MAX_FEED_BYTES:
                     raise FeedError("too_large", f"more than {MAX_FEED_BYTES} bytes")
@@ -263,6 +265,8 @@ class FeedPoller:
     workers: InitVar[int] = 8
     metrics: FeedMetrics = field(default_factory=FeedMetrics)
     feeds: list[FeedState] = field(init=False)
+    #: The feeds whose fetch failed in the last poll (``topicstream feeds --once`` exits 1 with them).
+    failed: list[str] = field(init=False, default_factory=list)
 
     def __post_init__(self, urls: Iterable[str], workers: int) -> None:
         self.backoff_max_s = max(self.backoff_max_s, self.interval_s)
@@ -280,6 +284,7 @@ class FeedPoller:
         results = list(self._pool.map(self._fetch, due))
         events: list[tuple[FeedState, dict[str, Any]]] = []
         done: list[tuple[FeedState, Fetched]] = []
+        self.failed = [feed.url for feed, result in zip(due, results, strict=True) if isinstance(result, FeedError)]
         for feed, result in zip(due, results, strict=True):
             if isinstance(result, FeedError):
                 self._failed(feed, result)
@@ -299,12 +304,10 @@ class FeedPoller:
         m = self.metrics
         try:
             fetched = fetch(feed.url, feed.etag, feed.modified, self.timeout_s)
-            m.requests.labels(feed=feed.url, result=str(fetched.status)).inc()
-            if fetched.body is None:
-                return fetched, []
-            events, skipped = parse(feed.url, fetched.body)
+            events, skipped = ([], 0) if fetched.body is None else parse(feed.url, fetched.body)
         except FeedError as e:
-            return e
+            return e  # counted as result="error" (_failed), once
+        m.requests.labels(feed=feed.url, result=str(fetched.status)).inc()
         m.seen.labels(feed=feed.url).inc(len(events) + skipped)
         m.skipped.labels(feed=feed.url).inc(skipped)
         return fetched, events
@@ -356,9 +359,20 @@ class FeedPoller:
         return len(acked)
 
     def run(self, stop: threading.Event) -> None:
-        """Poll until ``stop`` is set, sleeping until the next feed is due."""
+        """Poll until ``stop`` is set, sleeping until the next feed is due. Redis away (the seen ids) costs the
+        poll, not the poller: it is tried again after a backoff, and the feeds' entries are fetched again."""
+        import redis
+
+        redis_down = Backoff(base_s=1.0, cap_s=min(60.0, self.backoff_max_s))
         while not stop.is_set():
-            n = self.poll_once()
+            try:
+                n = self.poll_once()
+            except redis.exceptions.RedisError as e:
+                delay = redis_down.failed(time.monotonic())
+                log.warning("Redis (the seen ids) failed: %s; polling again in %.0fs", e, delay)
+                stop.wait(delay)
+                continue
+            redis_down.succeeded()
             if n:
                 log.info("produced %d new entries", n)
             wait = min(f.next_at for f in self.feeds) - time.monotonic()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from email.utils import formatdate
@@ -51,6 +52,14 @@ class FeedServer:
             def do_GET(self) -> None:
                 if self.path == "/slow":
                     owner.release.wait(30)
+                if self.path == "/trickle":  # headers at once, then a byte every 0.2 s: each read is quick
+                    self.send_response(200)
+                    self.send_header("Content-Length", "100000")
+                    self.end_headers()
+                    while not owner.release.wait(0.2):
+                        self.wfile.write(b" ")
+                        self.wfile.flush()
+                    return
                 if self.path == "/chunked":  # a chunk size that is not hex: http.client's IncompleteRead
                     self.send_response(200)
                     self.send_header("Transfer-Encoding", "chunked")
@@ -176,6 +185,10 @@ def test_poll_restart_and_conditional_get(settings: Settings, server: FeedServer
         m = first.metrics
         assert sample(m, "topicstream_feed_errors_total", feed=server.url("/slow"), kind="timeout") == 1
         assert sample(m, "topicstream_feed_errors_total", feed=server.url("/page.html"), kind="not_a_feed") == 1
+        # One fetch, one count: the page answered 200 but is no feed, so it counts as an error only.
+        page = server.url("/page.html")
+        assert sample(m, "topicstream_feed_requests_total", feed=page, result="error") == 1
+        assert not sample(m, "topicstream_feed_requests_total", feed=page, result="200")
         assert (
             sample(m, "topicstream_feed_entries_duplicate_total", feed=server.url("/noguid.xml")) == 1
         )  # one page, two links
@@ -205,6 +218,23 @@ def test_poll_restart_and_conditional_get(settings: Settings, server: FeedServer
     events = {json.loads(m.value())["id"]: json.loads(m.value()) for m in read_all(s, s.input_topic, 7, timeout=30)}
     assert events["urn:a1"]["text"] == "Opec text" and events["urn:a1"]["source"] == "Atom desk"
     assert events["r1"]["text"] == "Oil story & more" and events["r1"]["published_at"] == "2026-11-23T10:00:00Z"
+
+
+@pytest.mark.timeout(60)  # the poll of the old fetch never returned
+def test_a_feed_that_trickles_its_body_times_out_and_holds_up_no_other(settings: Settings, server: FeedServer) -> None:
+    """A server that sends its headers, then a byte every 0.2 s: each read returns quickly, so a timeout per
+    read never fires. The fetch must still end at its timeout (1 s here) and the other feed's entries go out.
+    Before, the poll waited for the whole body (100,000 bytes: five and a half hours)."""
+    write_feeds(server)
+    p = poller(settings, server, ["/rss.xml", "/trickle"])
+    try:
+        t0 = time.monotonic()
+        assert p.poll_once() == 2
+        assert time.monotonic() - t0 < 10
+        assert p.failed == [server.url("/trickle")]
+        assert sample(p.metrics, "topicstream_feed_errors_total", feed=server.url("/trickle"), kind="timeout") == 1
+    finally:
+        p.close()
 
 
 def test_overlapping_pollers_produce_each_entry_once(settings: Settings, server: FeedServer) -> None:
@@ -276,8 +306,11 @@ def test_feeds_command(settings: Settings, server: FeedServer, tmp_path) -> None
     }
     runner = CliRunner()
     result = runner.invoke(app, ["feeds", str(listing), "--once"], env=env)
-    assert result.exit_code == 0, result.output
+    # The page and /slow fail: the others' entries are produced, and a cron job sees exit 1 naming the two.
+    assert result.exit_code == 1, result.output
     assert "polling 5 feed(s)" in result.output and "produced 6 new entries" in result.output
+    (failed,) = [line for line in result.output.splitlines() if "2 of 5 feeds failed: " in line]
+    assert server.url("/slow") in failed and server.url("/page.html") in failed
     result = runner.invoke(app, ["feeds", str(listing), "--once"], env=env)
     assert "produced 0 new entries" in result.output
     assert len(ids_of(s, 6)) == 6
@@ -298,3 +331,36 @@ def test_a_claim_left_by_a_crash_expires_so_the_entry_is_never_lost(settings: Se
     assert other.claim(["x", "y"]) == [True, False]
     other.release(["x"])
     assert "y" in other and "x" not in other and len(other) == 1
+
+
+def test_a_redis_that_goes_away_costs_polls_not_the_poller(settings: Settings, server: FeedServer, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The poller keeps the seen ids in Redis. Redis killed: the polls fail and are tried again after a backoff;
+    Redis back (empty): the entries are produced. Before, the first failed poll ended the poller (exit 3)."""
+    from .redis_faults import RedisServer
+
+    redis_server = RedisServer(tmp_path)
+    redis_server.start()
+    server.feeds["/rss.xml"] = rss([("rd1", None, "Before")])
+    p = FeedPoller(
+        [server.url("/rss.xml")],
+        make_producer(settings),
+        settings.input_topic,
+        SeenIds(redis.Redis.from_url(redis_server.url(), socket_timeout=2), settings.redis_prefix),
+        interval_s=0.5,
+        timeout_s=1.0,
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=p.run, args=(stop,), daemon=True)
+    try:
+        redis_server.kill()
+        thread.start()
+        time.sleep(3)  # several polls meet no Redis
+        assert thread.is_alive(), "the poller ended when Redis went away"
+        redis_server.start()
+        assert ids_of(settings, 1) == ["rd1"]
+    finally:
+        stop.set()
+        thread.join(30)
+        p.close()
+        redis_server.kill()
+    assert not thread.is_alive()
