@@ -138,18 +138,18 @@ def produce(
         str | None,
         typer.Argument(help="JSONL(.gz) file of articles, or - for standard input; none = generate"),
     ] = None,
-    rate: Annotated[float, typer.Option(help="Articles per second (0 = as fast as possible)")] = 0.0,
+    rate: Annotated[float, typer.Option(min=0.0, help="Articles per second (0 = as fast as possible)")] = 0.0,
     limit: Annotated[int | None, typer.Option(help="Stop after this many articles")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the generated articles")] = 0,
     bootstrap: Bootstrap = None,
 ) -> None:
     """Replay a JSONL file or a live feed into the input topic, or generate articles offline."""
     from .kafka import DeliveryError, ensure_topics
-    from .source import Skipped, generated_lines, iter_lines, produce_lines
+    from .source import Tally, generated_lines, iter_lines, produce_lines
 
     s = _settings(ctx)
     if file is not None and str(file) != "-" and not Path(file).is_file():  # before a broker check that may wait
-        err.print(f"[red]no such file: {file}[/red]")
+        err.print(f"[red]{'not a file' if Path(file).exists() else 'no such file'}: {file}[/red]")
         raise typer.Exit(2)
     if limit is not None and limit < 0:
         raise typer.BadParameter(f"must be >= 0, got {limit}", param_hint="--limit")
@@ -157,21 +157,24 @@ def produce(
         ensure_topics(s, {s.input_topic: 1})
     lines = iter_lines(file) if file else generated_lines(limit, seed)
     t0 = time.monotonic()
-    skipped = Skipped()
+    tally = Tally()
     try:
         with unreachable_is_fatal(s):
-            n = produce_lines(s, lines, rate=rate, limit=limit, skipped=skipped)
-    except (OSError, EOFError) as e:  # not gzip, truncated, unreadable: what was sent before stays sent
-        err.print(f"[red]cannot read {file}: {e}[/red]")
+            n = produce_lines(s, lines, rate=rate, limit=limit, tally=tally)
+    except (OSError, EOFError) as e:  # truncated, unreadable: what was sent before stays sent
+        err.print(f"[red]cannot read {file} after line {tally.lines}: {e}[/red] ({tally.acked} articles sent)")
         raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        err.print(f"interrupted after line {tally.lines}: {tally.acked} articles sent")
+        raise typer.Exit(130) from None
     except DeliveryError as e:
         err.print(f"[red]{e}[/red]")
         raise typer.Exit(1) from None
     dt = time.monotonic() - t0
     err.print(f"produced {n} articles to {s.input_topic} in {dt:.1f}s ({n / max(dt, 1e-9):.0f}/s)")
-    if skipped.count:
-        more = "…" if skipped.count > len(skipped.first) else ""
-        err.print(f"[red]{skipped.count} too large for the broker, not sent: articles {skipped.first}{more}[/red]")
+    if tally.skipped:
+        more = "…" if tally.skipped > len(tally.first) else ""
+        err.print(f"[red]{tally.skipped} too large for the broker, not sent: lines {tally.first}{more}[/red]")
         raise typer.Exit(1)
 
 

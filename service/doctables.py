@@ -82,7 +82,8 @@ REASON_DOCS: dict[str, str] = {
     "not_utf8": "the value is not UTF-8",
     "not_json": "the value is not JSON",
     "not_object": "the JSON is not an object",
-    "invalid": "a field is missing or wrong (e.g. no `id`, `text` not a string, both `text` and `title` empty), "
+    "invalid": "a field is missing or wrong (e.g. no `id`, `text` not a string, both `text` and `title` empty or "
+    "white space), "
     "or the message has no value (a tombstone)",
 }
 

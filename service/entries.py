@@ -151,7 +151,7 @@ def entry_article(entry: Mapping[str, Any], source: str, language: str | None = 
         return None
     event: dict[str, Any] = {"id": article_id, "title": title or None, "text": text, "source": source}
     link = str(entry.get("link") or "").strip()
-    if link:
+    if link.lower().startswith(("http://", "https://")):  # feedparser also takes a GUID that is no URL as the link
         event["url"] = link
     when = _when(entry)
     if when is not None:

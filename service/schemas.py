@@ -42,7 +42,7 @@ class Article(BaseModel):
 
     @model_validator(mode="after")
     def _not_empty(self) -> Article:
-        if not self.text and not self.title:
+        if not self.text.strip() and not (self.title or "").strip():  # white space alone is empty too
             raise ValueError("text may be empty only when title is not")
         return self
 

@@ -155,6 +155,18 @@ class Settings(BaseSettings):
         30.0, gt=0, description="Days an article id is remembered (> an entry's life in a feed)"
     )
 
+    @field_validator("kafka_config", mode="before")
+    @classmethod
+    def _config_values_as_strings(cls, v: Any) -> Any:
+        """librdkafka takes every value as a string: ``{"message.max.bytes": 10000000}`` and ``true`` are written as
+        JSON numbers and booleans, and mean "10000000" and "true"."""
+        if not isinstance(v, dict):
+            return v
+        scalar = (bool, int, float)
+        return {
+            k: (str(x).lower() if isinstance(x, bool) else str(x)) if isinstance(x, scalar) else x for k, x in v.items()
+        }
+
     @field_validator("kafka_bootstrap")
     @classmethod
     def _check_bootstrap(cls, v: str) -> str:

@@ -23,27 +23,31 @@ from .kafka import KEEP_FAILURES, DeliveryTracker, flush_all, make_producer
 from .schemas import BOM
 from .settings import Settings
 
-__all__ = ["iter_lines", "produce_lines"]
+__all__ = ["Tally", "iter_lines", "produce_lines"]
 
 log = logging.getLogger(__name__)
 
+#: The first two bytes of every gzip file (RFC 1952).
+GZIP_MAGIC = b"\x1f\x8b"
+
 
 def iter_lines(path: str | Path) -> Iterator[bytes]:
-    """Non-empty lines of a JSONL file (``.gz`` is decompressed); ``-`` reads standard input (a live feed)."""
+    """Every line of a JSONL file without its line end, blank ones included so that line numbers stay those of the
+    file (gzip is decompressed, known by its magic bytes whatever the file is called); ``-`` reads standard
+    input (a live feed)."""
     if str(path) == "-":
         stream: io.BufferedIOBase | gzip.GzipFile = sys.stdin.buffer  # type: ignore[assignment]
         for line in stream:
-            if line.strip():
-                yield line.rstrip(b"\r\n")
+            yield line.rstrip(b"\r\n")
         return
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"no such file: {p}")
-    opener = gzip.open if p.suffix == ".gz" else open
-    with opener(p, "rb") as f:
+    with open(p, "rb") as raw:
+        zipped = raw.read(2) == GZIP_MAGIC
+    with gzip.open(p, "rb") if zipped else open(p, "rb") as f:
         for line in f:
-            if line.strip():
-                yield line.rstrip(b"\r\n")
+            yield line.rstrip(b"\r\n")
 
 
 def generated_lines(n: int | None, seed: int) -> Iterator[bytes]:
@@ -67,14 +71,18 @@ def _key_of(line: bytes) -> bytes | None:
 
 
 @dataclass
-class Skipped:
-    """Lines the producer refused: how many, and the first few line numbers (a live feed may never end)."""
+class Tally:
+    """What a run of :func:`produce_lines` did, also when it stopped early (a truncated file, Ctrl-C): the lines
+    read, the messages the broker acknowledged, and the lines the producer refused (how many, and the first few
+    line numbers: a live feed may never end)."""
 
-    count: int = 0
+    lines: int = 0
+    acked: int = 0
+    skipped: int = 0
     first: list[int] = field(default_factory=list)
 
-    def add(self, line: int) -> None:
-        self.count += 1
+    def skip(self, line: int) -> None:
+        self.skipped += 1
         if len(self.first) < KEEP_FAILURES:
             self.first.append(line)
 
@@ -85,38 +93,51 @@ def produce_lines(
     rate: float = 0.0,
     limit: int | None = None,
     topic: str | None = None,
-    skipped: Skipped | None = None,
+    tally: Tally | None = None,
 ) -> int:
-    """Send ``lines`` to the input topic at most ``rate`` per second (0 = as fast as possible).
+    """Send the non-blank ``lines`` to the input topic at most ``rate`` per second (0 = as fast as possible).
 
     Returns the number of messages acknowledged by the broker; raises if any was not. A line the producer refuses
     outright (larger than the broker takes) cannot enter the stream: it is skipped with a warning that names its
-    line number, and counted in ``skipped`` when one is given (the rest of the file is sent).
+    line number, and counted in ``tally`` (the rest of the file is sent). When reading stops early (a truncated
+    file, Ctrl-C), what was sent is still delivered (at most 30 s more) and counted in ``tally`` before the error
+    goes on.
     """
     producer = make_producer(settings)
     tracker = DeliveryTracker()
+    tally = tally if tally is not None else Tally()
     topic = topic or settings.input_topic
     start = time.monotonic()
-    for sent, line in enumerate(lines):
-        if limit is not None and sent >= limit:
-            break
-        if rate > 0:
-            ahead = sent / rate - (time.monotonic() - start)
-            if ahead > 0:
-                time.sleep(ahead)
-        while True:
-            try:
-                producer.produce(topic, value=line, key=_key_of(line), on_delivery=tracker.callback)
-                tracker.sent()
+    sent = 0
+    try:
+        for number, line in enumerate(lines, start=1):
+            tally.lines = number
+            if not line.strip():
+                continue
+            if limit is not None and sent >= limit:
                 break
-            except BufferError:
-                producer.poll(0.1)
-            except KafkaException as e:
-                log.warning("article %d (%d bytes) not sent: %s", sent + 1, len(line), e)
-                if skipped is not None:
-                    skipped.add(sent + 1)
-                break
-        producer.poll(0)
+            if rate > 0:
+                ahead = sent / rate - (time.monotonic() - start)
+                if ahead > 0:
+                    time.sleep(ahead)
+            sent += 1
+            while True:
+                try:
+                    producer.produce(topic, value=line, key=_key_of(line), on_delivery=tracker.callback)
+                    tracker.sent()
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+                except KafkaException as e:
+                    log.warning("line %d (%d bytes) not sent: %s", number, len(line), e)
+                    tally.skip(number)
+                    break
+            producer.poll(0)
+    except BaseException:
+        producer.flush(30.0)  # what was sent before stays sent
+        tally.acked = tracker.acked
+        raise
     flush_all(producer)
+    tally.acked = tracker.acked
     tracker.raise_on_failure()
     return tracker.acked

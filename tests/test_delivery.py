@@ -6,7 +6,7 @@ import pytest
 from confluent_kafka import KafkaError
 
 from service.kafka import KEEP_FAILURES, DeliveryError, DeliveryTracker
-from service.source import Skipped
+from service.source import Tally
 
 
 class _Sent:
@@ -30,7 +30,7 @@ def test_a_tracker_counts_every_failure_and_keeps_the_first_few() -> None:
 
 
 def test_skipped_lines_are_counted_and_the_first_few_named() -> None:
-    skipped = Skipped()
+    tally = Tally()
     for line in range(1, 10_001):
-        skipped.add(line)
-    assert skipped.count == 10_000 and skipped.first == list(range(1, KEEP_FAILURES + 1))
+        tally.skip(line)
+    assert tally.skipped == 10_000 and tally.first == list(range(1, KEEP_FAILURES + 1))

@@ -79,6 +79,11 @@ def test_entry_article_is_a_valid_input_event() -> None:
     article = Article.model_validate(event)
     assert article.published_at is not None and article.published_at.hour == 9
     assert entry_article(e[3], source="Desk") is None  # neither title nor text
+    # A GUID without isPermaLink="false" and no <link>: feedparser offers the GUID as the link; it is no URL.
+    guid_only = feedparser.parse(
+        RSS.replace(b' isPermaLink="false"', b"").replace(b"<link>https://desk.example/oil?utm_source=rss</link>", b"")
+    ).entries[0]
+    assert guid_only.get("link") == "desk-1" and "url" not in entry_article(guid_only, source="Desk")
 
 
 def test_parse_counts_skipped_entries_and_rejects_non_feeds() -> None:

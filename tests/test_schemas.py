@@ -25,6 +25,7 @@ from service.snapshot import SnapshotCorrupt, pack, unpack
         (b'{"id": 5, "text": "x"}', "invalid"),
         (b'{"id": "a"}', "invalid"),
         (b'{"id": "a", "text": ""}', "invalid"),
+        (b'{"id": "a", "text": " \\n\\t ", "title": "  "}', "invalid"),  # white space alone: nothing to learn
         (b'{"id": "a", "text": "x", "published_at": "not a date"}', "invalid"),
     ],
 )

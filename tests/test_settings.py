@@ -21,6 +21,14 @@ def test_environment_is_read_with_the_prefix(monkeypatch: pytest.MonkeyPatch) ->
     assert s.learner_group() == "topicstream-learner" and s.replica_group() == "topicstream-replicas"
 
 
+def test_kafka_config_takes_json_numbers_and_booleans_as_librdkafka_strings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``{"message.max.bytes": 10000000}`` is what a person writes (and what large articles need); it was
+    refused with "Input should be a valid string"."""
+    monkeypatch.setenv("TOPICSTREAM_KAFKA_CONFIG", '{"message.max.bytes": 10000000, "enable.idempotence": true}')
+    s = load_settings()
+    assert s.kafka_config == {"message.max.bytes": "10000000", "enable.idempotence": "true"}
+
+
 def test_every_bad_value_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TOPICSTREAM_KAFKA_BOOTSTRAP", "no-port")
     monkeypatch.setenv("TOPICSTREAM_TOPICS", "0")
@@ -162,11 +170,11 @@ def test_a_bad_setting_never_prints_a_secret() -> None:
     for overrides in (
         {"redis_url": "http://:hunter2@cache:6379/0"},
         {"redis_url": "redis://:hunter2@cache:63x9/0"},  # a port the client cannot read: a settings error too
-        {"kafka_config": {"sasl.password": 5, "sasl.username": "svc"}},
+        {"kafka_config": {"sasl.password": ["hunter2"], "sasl.username": "svc"}},  # a list: no librdkafka value
     ):
         with pytest.raises(SettingsError) as e:
             load_settings(**overrides)
-        assert "hunter2" not in str(e.value) and "'5'" not in str(e.value) and "5)" not in str(e.value)
+        assert "hunter2" not in str(e.value)
         assert "TOPICSTREAM_" in str(e.value)
 
 

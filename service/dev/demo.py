@@ -63,8 +63,8 @@ def run_demo(
     TOPICSTREAM_ALGORITHM) and ``topics`` (``--topics``; else TOPICSTREAM_TOPICS, else 20 for the demo's
     15 desks) are written into it."""
     console = Console()
-    if articles is not None and not articles.exists():
-        console.print(f"[red]no such file: {articles}[/red]")
+    if articles is not None and not articles.is_file():
+        console.print(f"[red]{'not a file' if articles.exists() else 'no such file'}: {articles}[/red]")
         raise SystemExit(2)
     configured = [name for name in ("TOPICSTREAM_KAFKA_BOOTSTRAP", "TOPICSTREAM_REDIS_URL") if name in os.environ]
     if len(configured) == 1:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 import os
 import re
@@ -69,21 +70,31 @@ def test_produce_file_then_topics_and_subscribe(settings: Settings, tmp_path: Pa
 
 
 def test_produce_says_what_is_wrong_with_a_file_in_one_line(settings: Settings, tmp_path: Path) -> None:
-    """A directory, a ``.gz`` that is not gzip, and an article too large for the broker: one line each, a
-    non-zero exit, no traceback; the articles around the large one are sent."""
+    """A directory, a truncated gzip file, and an article too large for the broker: one line each, a non-zero
+    exit, no traceback; the articles around the large one are sent, and the line named is the file's (blank lines
+    count). Gzip is known by its bytes, not the name: a plain file named .gz and a gzip file named .jsonl are read
+    as what they are (before, the second went out as compressed bytes cut at newlines: garbage, exit 0)."""
     runner, env = CliRunner(), env_for(settings)
     result = runner.invoke(app, ["produce", str(tmp_path)], env=env)
-    assert result.exit_code == 2 and "no such file" in result.output and result.exception is not None
-    fake = tmp_path / "articles.jsonl.gz"
-    fake.write_bytes(b'{"id": "a", "text": "not compressed"}\n')
-    result = runner.invoke(app, ["produce", str(fake)], env=env)
-    assert result.exit_code == 2 and "cannot read" in result.output
+    assert result.exit_code == 2 and "not a file" in result.output and result.exception is not None
+    a, b, c = good_articles(3, seed=1)
+    plain = tmp_path / "plain.jsonl.gz"
+    plain.write_bytes(a + b"\n")
+    zipped = tmp_path / "zipped.jsonl"
+    zipped.write_bytes(gzip.compress(b + b"\n" + c + b"\n"))
+    for path, n in ((plain, 1), (zipped, 2)):
+        result = runner.invoke(app, ["produce", str(path)], env=env)
+        assert result.exit_code == 0 and f"produced {n} articles" in result.output, result.output
+    truncated = tmp_path / "truncated.jsonl.gz"
+    truncated.write_bytes(gzip.compress(b"\n".join(good_articles(200, seed=3)) + b"\n")[:-40])
+    result = runner.invoke(app, ["produce", str(truncated)], env=env)
+    assert result.exit_code == 2 and re.search(r"cannot read .* after line \d+: .*\(\d+ articles sent\)", result.output)
     big = tmp_path / "big.jsonl"
     huge = json.dumps({"id": "huge", "text": "word " * 400_000}).encode()
-    big.write_bytes(b"\n".join([good_articles(1, seed=1)[0], huge, good_articles(1, seed=2)[0]]) + b"\n")
+    big.write_bytes(b"\n".join([good_articles(1, seed=1)[0], b"", huge, good_articles(1, seed=2)[0]]) + b"\n")
     result = runner.invoke(app, ["produce", str(big)], env=env)
     assert result.exit_code == 1, result.output
-    assert "produced 2 articles" in result.output and "not sent: articles [2]" in result.output
+    assert "produced 2 articles" in result.output and "not sent: lines [3]" in result.output
     assert "Traceback" not in result.output
 
 
