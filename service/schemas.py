@@ -8,10 +8,10 @@ what exactly was wrong.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
 
 __all__ = [
     "BOM",
@@ -39,6 +39,13 @@ class Article(BaseModel):
     language: str | None = None
     published_at: Annotated[datetime | None, Field(strict=False)] = None
     label: str | None = None  # never used for learning
+
+    @field_validator("published_at")
+    @classmethod
+    def _utc_if_no_zone(cls, v: datetime | None) -> datetime | None:
+        """A time without a zone (or a bare date) is read as UTC, so the outputs that copy it carry an RFC 3339
+        time, as the README promises (before, ``2024-01-01T10:00:00`` went out without an offset)."""
+        return v.replace(tzinfo=timezone.utc) if v is not None and v.tzinfo is None else v
 
     @model_validator(mode="after")
     def _not_empty(self) -> Article:

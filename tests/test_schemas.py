@@ -65,6 +65,20 @@ def test_byte_order_mark_duplicate_keys_and_escaped_controls_are_accepted() -> N
     assert isinstance(escaped, Article) and "\x00" in escaped.text and "\u202e" in escaped.text
 
 
+@pytest.mark.parametrize(
+    ("given", "read"),
+    [
+        ("2024-01-01T10:00:00", "2024-01-01T10:00:00+00:00"),  # no zone: UTC
+        ("2024-01-01", "2024-01-01T00:00:00+00:00"),
+        ("2024-01-01T10:00:00+02:00", "2024-01-01T10:00:00+02:00"),  # a zone is kept
+        ("2024-01-01T08:00:00Z", "2024-01-01T08:00:00+00:00"),
+    ],
+)
+def test_published_at_always_has_a_zone_so_outputs_copy_an_rfc_3339_time(given: str, read: str) -> None:
+    a = decode_article(json.dumps({"id": "a", "text": "x", "published_at": given}).encode(), 10_000)
+    assert isinstance(a, Article) and a.published_at is not None and a.published_at.isoformat() == read
+
+
 def test_good_article_keeps_its_fields_and_ignores_unknown_ones() -> None:
     raw = {
         "id": "a1",
