@@ -207,6 +207,15 @@ def output(
     return json.dumps(event).encode(), headers
 
 
+def write_outputs(s: Settings, outputs: list[tuple[bytes, list[tuple[str, bytes]]]], **where: int) -> None:
+    """Write ``outputs`` (from :func:`output`) to the real output topic and wait for the broker (``where``: e.g.
+    ``partition=0``)."""
+    producer = Producer({"bootstrap.servers": s.kafka_bootstrap})
+    for value, headers in outputs:
+        producer.produce(s.output_topic, value=value, headers=headers, **where)
+    assert producer.flush(30) == 0
+
+
 class StoppingReader(OutputReader):
     """The real reader; its fifth poll sets ``stop`` (as Ctrl-C would, meanwhile)."""
 
@@ -227,11 +236,7 @@ def test_outputs_that_do_not_match_still_let_the_subscriber_stop(settings: Setti
     match were skipped in a loop and the stop was checked only on a quiet poll or a match: a subscriber to a
     retired topic on a live stream never stopped."""
     s = settings
-    producer = Producer({"bootstrap.servers": s.kafka_bootstrap})
-    for i in range(40):
-        value, headers = output(i, [1])
-        producer.produce(s.output_topic, value=value, headers=headers)
-    assert producer.flush(30) == 0
+    write_outputs(s, [output(i, [1]) for i in range(40)])
     reader = StoppingReader(s, s.output_topic, from_beginning=True)
     choice = TopicChoice(SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix), fixed=frozenset({99}))
     try:
@@ -245,11 +250,7 @@ def test_an_article_published_again_is_given_once_with_where_it_lies(settings: S
     """A learner restarted from its snapshot publishes the outputs since then again: the subscription gives each
     article once, and says where its output lies (partition, offset), so a program can resume there."""
     s = settings
-    producer = Producer({"bootstrap.servers": s.kafka_bootstrap})
-    for i, version in [(0, 1), (1, 1), (0, 2), (2, 2)]:
-        value, headers = output(i, [1], version=version)
-        producer.produce(s.output_topic, value=value, headers=headers, partition=0)
-    assert producer.flush(30) == 0
+    write_outputs(s, [output(i, [1], version=version) for i, version in [(0, 1), (1, 1), (0, 2), (2, 2)]], partition=0)
     reader = OutputReader(s, s.output_topic, from_beginning=True)
     choice = TopicChoice(SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix), fixed=frozenset({1}))
     got: list[tuple[str, int, int]] = []
@@ -289,11 +290,7 @@ def test_subscribe_after_resumes_a_partition_exactly_after_the_line_given(settin
     resumes with the next output of that partition, no output read twice and none skipped (``--since`` is only as
     exact as the clock). A malformed value is refused with the form it needs."""
     s = settings
-    producer = Producer({"bootstrap.servers": s.kafka_bootstrap})
-    for i in range(6):
-        value, headers = output(i, [1])
-        producer.produce(s.output_topic, value=value, headers=headers, partition=0)
-    assert producer.flush(30) == 0
+    write_outputs(s, [output(i, [1]) for i in range(6)], partition=0)
     first = CliRunner().invoke(app, ["subscribe", "1", "--from-beginning", "--limit", "3"], env=env_for(s))
     assert first.exit_code == 0, first.output
     lines = [json.loads(x) for x in first.stdout.splitlines() if x.startswith("{")]
@@ -322,11 +319,7 @@ def test_an_output_of_a_newer_snapshot_updates_the_followed_ids_at_once(settings
     assert not choice.update() and choice.version == 1
     lineage.push([LineageEvent("merge", 3, 3, 5, 0.1, 2, 0.0)])
     publish(store, summary_of(2, {0: "tennis", 5: "energy"}))
-    producer = Producer({"bootstrap.servers": s.kafka_bootstrap})
-    for i, (topics, version) in enumerate([([3], 1), ([5], 2), ([0], 2), ([5], 2)]):
-        value, headers = output(i, topics, version=version)
-        producer.produce(s.output_topic, value=value, headers=headers)
-    assert producer.flush(30) == 0
+    write_outputs(s, [output(i, t, version=v) for i, (t, v) in enumerate([([3], 1), ([5], 2), ([0], 2), ([5], 2)])])
     reader = OutputReader(s, s.output_topic, from_beginning=True)
     got: list[tuple[str, int]] = []
     try:
@@ -401,11 +394,7 @@ def test_a_subscription_to_a_nearly_empty_topic_is_told_so(settings: Settings) -
     summary = summary_of(6, {0: "tennis", 13: "energy"})
     summary["topics"][1]["prevalence"] = 0.0
     publish(store, summary)
-    producer = Producer({"bootstrap.servers": s.kafka_bootstrap})
-    for i, topic in enumerate([13, 0]):
-        value, headers = output(i, [topic], slots={13: 5})  # a fresh id in a slot of its own
-        producer.produce(s.output_topic, value=value, headers=headers)
-    assert producer.flush(30) == 0
+    write_outputs(s, [output(i, [topic], slots={13: 5}) for i, topic in enumerate([13, 0])])  # 13: a fresh id
     says = (
         "topic 13 holds next to no articles (prevalence 0.0000 in snapshot v6): "
         "it may be long before an article is tagged with it"
@@ -426,11 +415,7 @@ def test_subscribe_to_a_topic_that_ended_gives_its_past_then_exits(settings: Set
     client = redis.Redis.from_url(s.redis_url)
     store = SnapshotStore(client, prefix=s.redis_prefix)
     publish(store, summary_of(1, {0: "tennis", 3: "energy"}))
-    producer = Producer({"bootstrap.servers": s.kafka_bootstrap})
-    for i, (topics, version) in enumerate([([3], 1), ([0], 1), ([3], 1), ([0], 2)]):
-        value, headers = output(i, topics, version=version)
-        producer.produce(s.output_topic, value=value, headers=headers)
-    assert producer.flush(30) == 0
+    write_outputs(s, [output(i, t, version=v) for i, (t, v) in enumerate([([3], 1), ([0], 1), ([3], 1), ([0], 2)])])
     LineageStore(client, s.redis_prefix).push([LineageEvent("retire", 3, 3, None, 0.001, 2, 0.0)])
     publish(store, summary_of(2, {0: "tennis"}))
     runner = CliRunner()
@@ -445,13 +430,9 @@ def test_subscribe_to_a_topic_that_ended_gives_its_past_then_exits(settings: Set
 
 def test_reader_starts_now_without_a_group_join(settings: Settings) -> None:
     s = settings
-    producer = Producer({"bootstrap.servers": s.kafka_bootstrap})
 
     def send(ids: range) -> None:
-        for i in ids:
-            value, headers = output(i, [i % 3])
-            producer.produce(s.output_topic, value=value, headers=headers)
-        assert producer.flush(30) == 0
+        write_outputs(s, [output(i, [i % 3]) for i in ids])
 
     send(range(0, 20))
     time.sleep(0.05)  # the reader's start time must come after the old outputs' timestamps
@@ -485,11 +466,8 @@ def test_a_followed_topic_in_another_slot_gets_its_own_weight(settings: Settings
     """After hygiene, topic 31 lives in slot 3 (the mixture's index) and slot 31 does not exist: the subscriber
     reads 31's weight from ``top_topics``, so ``min_weight`` keeps its articles and drops those where it is weak."""
     s = settings
-    producer = Producer({"bootstrap.servers": s.kafka_bootstrap})
-    for i in range(6):  # o0, o2, o4: 31 alone (weight 1); o1, o3, o5: 31 beside 12 (0.5 each)
-        value, headers = output(i, [31] if i % 2 == 0 else [31, 12], slots={31: 3, 12: 1})
-        producer.produce(s.output_topic, value=value, headers=headers)
-    assert producer.flush(30) == 0
+    # o0, o2, o4: 31 alone (weight 1); o1, o3, o5: 31 beside 12 (0.5 each)
+    write_outputs(s, [output(i, [31] if i % 2 == 0 else [31, 12], slots={31: 3, 12: 1}) for i in range(6)])
     reader = OutputReader(s, s.output_topic, from_beginning=True)
     choice = TopicChoice(SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix), fixed=frozenset({31}))
     got: list[tuple[str, int, float]] = []
