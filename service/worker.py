@@ -386,10 +386,10 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
         batch.release()  # learned and published: only its acknowledgements are awaited now
         self.between_batches(batch)
 
-    def flush(self, timeout: float | None = None) -> None:
-        """Drain, wait for every acknowledgement, commit."""
+    def flush(self) -> None:
+        """Drain, wait for every acknowledgement (as long as it takes: :meth:`_settle` waits a bounded time), commit."""
         self.drain()
-        flush_all(self.producer, timeout)
+        flush_all(self.producer)
         self._commit_acknowledged(wait=True)
 
     def _settle(self, seconds: float) -> None:
