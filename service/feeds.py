@@ -41,11 +41,26 @@ from .backoff import Backoff
 from .entries import entry_article
 from .seen import SeenIds
 
-__all__ = ["FeedError", "FeedMetrics", "FeedPoller", "FeedState", "Fetched", "fetch", "read_feed_list"]
+__all__ = [
+    "FEED_ERROR_KINDS",
+    "FEED_RESULTS",
+    "FeedError",
+    "FeedMetrics",
+    "FeedPoller",
+    "FeedState",
+    "Fetched",
+    "fetch",
+    "read_feed_list",
+]
 
 log = logging.getLogger(__name__)
 
 MAX_FEED_BYTES = 20 * 1024 * 1024
+#: The ``kind`` of ``topicstream_feed_errors_total``: a failed fetch's :attr:`FeedError.kind`, or ``not_sent`` (an
+#: entry the producer refused).
+FEED_ERROR_KINDS = ("timeout", "connection", "http", "too_large", "not_a_feed", "not_sent")
+#: The ``result`` of ``topicstream_feed_requests_total`` (another 2xx status counts under its own code).
+FEED_RESULTS = ("200", "304", "error")
 USER_AGENT = "topicstream-feeds/0.1 (+https://github.com/topicstream)"
 
 
@@ -182,7 +197,8 @@ def _sendable(event: dict[str, Any]) -> bool:
 
 
 class FeedMetrics:
-    """The poller's Prometheus series (its own registry), each labelled by feed URL."""
+    """The poller's Prometheus series (its own registry), each labelled by feed URL; :meth:`watch` starts a
+    feed's at 0."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = r = registry if registry is not None else CollectorRegistry()
@@ -192,8 +208,8 @@ class FeedMetrics:
         )
         self.errors = counter(
             "topicstream_feed_errors_total",
-            "Failed feed fetches by kind (timeout, connection, http, too_large, not_a_feed), and entries the producer "
-            "refused (not_sent: e.g. larger than the broker takes; tried again at the next poll)",
+            f"Failed feed fetches by kind ({', '.join(FEED_ERROR_KINDS[:-1])}), and entries the producer refused "
+            "(not_sent: e.g. larger than the broker takes; tried again at the next poll)",
             ["feed", "kind"],
         )
         self.seen = counter("topicstream_feed_entries_seen_total", "Entries read from a feed", ["feed"])
@@ -213,6 +229,22 @@ class FeedMetrics:
         self.last_success = Gauge(
             "topicstream_feed_last_success_timestamp_seconds", "Unix time of the last good fetch", ["feed"], registry=r
         )
+        self.interval = Gauge(
+            "topicstream_feed_interval_seconds",
+            "Seconds between two fetches of one feed (--interval); a failing feed waits longer (backoff)",
+            registry=r,
+        )
+
+    def watch(self, url: str) -> None:
+        """Create feed ``url``'s counters at 0. A counter that first appears at 1 shows no increase to Prometheus's
+        ``rate()`` and ``increase()``, so the first refused entry would raise no alert; and the alert rules find
+        the series they select before anything went wrong."""
+        for result in FEED_RESULTS:
+            self.requests.labels(feed=url, result=result)
+        for kind in FEED_ERROR_KINDS:
+            self.errors.labels(feed=url, kind=kind)
+        for counter in (self.seen, self.produced, self.duplicates, self.skipped):
+            counter.labels(feed=url)
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         if port:
@@ -273,6 +305,9 @@ class FeedPoller:
         self.feeds = [FeedState(u, Backoff(base_s=self.interval_s, cap_s=self.backoff_max_s, jitter=0.1)) for u in urls]
         if not self.feeds:
             raise ValueError("no feeds to poll")
+        self.metrics.interval.set(self.interval_s)
+        for feed in self.feeds:
+            self.metrics.watch(feed.url)
         self._pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(self.feeds))), thread_name_prefix="feed")
 
     def poll_once(self, now: float | None = None) -> int:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from service.feeds import FeedMetrics
 from service.metrics import ERROR_KINDS, Metrics
 from service.settings import Settings
 from service.tables import TRUNCATION_LIMITS, TRUNCATION_USED
@@ -39,10 +40,12 @@ _NOT_ON_DASHBOARD = {"topicstream_snapshot_timestamp_seconds", "topicstream_mode
 
 
 def _exposed() -> dict[str, set[str]]:
-    """Every series name a :class:`Metrics` can expose (with suffixes) -> its label names."""
+    """Every series name a :class:`Metrics` (or ``topicstream feeds``'s :class:`FeedMetrics`) can expose (with
+    suffixes) -> its label names."""
     m = Metrics(role="learner")
     m.describe_model("scvb0", 10, 100)
-    for wrapper in vars(m).values():
+    feeds = FeedMetrics()
+    for wrapper in [*vars(m).values(), *vars(feeds).values()]:
         labelnames = getattr(wrapper, "_labelnames", ())
         if labelnames and hasattr(wrapper, "labels"):
             child = wrapper.labels(**{name: "x" for name in labelnames})
@@ -51,7 +54,7 @@ def _exposed() -> dict[str, set[str]]:
             elif hasattr(child, "inc"):
                 child.inc()
     names: dict[str, set[str]] = {}
-    for family in m.registry.collect():
+    for family in [*m.registry.collect(), *feeds.registry.collect()]:
         for sample in family.samples:
             names.setdefault(sample.name, set()).update(k for k in sample.labels if k != "le")
             if sample.name.endswith("_bucket"):
@@ -94,7 +97,7 @@ def _check_promql_names(exprs: list[str], exposed: dict[str, set[str]], where: s
     used: set[str] = set()
     for expr in exprs:
         for name in _NAME.findall(expr):
-            assert name in exposed, f"{where}: {name!r} is not a series of service.metrics.Metrics ({expr})"
+            assert name in exposed, f"{where}: {name!r} is not a series of Metrics or FeedMetrics ({expr})"
             used.add(name)
         for name, matchers in _SELECTOR.findall(expr):
             for label in _MATCHER.findall(matchers):
@@ -236,10 +239,10 @@ def test_readme_lists_every_alert() -> None:
     assert set(re.findall(r"`(Topicstream\w+)`", row)) == {r["alert"] for r in _alert_rules()}
 
 
-def test_prometheus_scrapes_learner_and_replicas() -> None:
+def test_prometheus_scrapes_learner_replicas_and_feeds() -> None:
     cfg = yaml.safe_load(PROMETHEUS.read_text())
     jobs = {j["job_name"]: j for j in cfg["scrape_configs"]}
-    for job in ("learner", "replica"):
+    for job in ("learner", "replica", "feeds"):
         sd = jobs[job]["dns_sd_configs"][0]
         assert sd["names"] == [job] and sd["port"] == 9100
     assert [Path(f).name for f in cfg["rule_files"]] == ["alerts.yml"]
@@ -305,6 +308,14 @@ def _normal_operation(replicas: int, minutes: int = 90) -> list[dict[str, str]]:
     add("topicstream_model_info", "learner", "learner:9100", f"1x{n}", algorithm="ohdp", role="learner", topics="100")
     add("topicstream_tokens_total", "learner", "learner:9100", f"0+120000x{n}")
     add("topicstream_vocabulary_recycled_total", "learner", "learner:9100", f"0+20x{n}")
+    # The feed poller: one feed fetched every 5 minutes (a 304 between two 200s), one that fails now and then.
+    add("up", "feeds", "feeds:9100", f"1x{n}")
+    add("topicstream_feed_interval_seconds", "feeds", "feeds:9100", f"300x{n}")
+    for feed, errors in (("https://a/rss", f"0x{n}"), ("https://b/rss", f"0x20 1x{n - 20}")):
+        add("topicstream_feed_requests_total", "feeds", "feeds:9100", errors, feed=feed, result="error")
+        add("topicstream_feed_requests_total", "feeds", "feeds:9100", f"0+0.2x{n}", feed=feed, result="200")
+        add("topicstream_feed_last_success_timestamp_seconds", "feeds", "feeds:9100", f"0+60x{n}", feed=feed)
+        add("topicstream_feed_errors_total", "feeds", "feeds:9100", f"0x{n}", feed=feed, kind="not_sent")
     return series
 
 
@@ -360,8 +371,11 @@ def test_compose_defines_the_services_and_start_order() -> None:
     services = compose["services"]
     for name in ("kafka", "kafka-init", "redis", "learner", "replica", "producer", "prometheus", "grafana"):
         assert name in services, name
-    for name in ("kafka", "redis", "learner", "replica", "prometheus", "grafana"):
+    for name in ("kafka", "redis", "learner", "replica", "feeds", "prometheus", "grafana"):
         assert "test" in services[name]["healthcheck"], f"{name} has a healthcheck"
+    # The feed poller runs when asked for (--profile feeds), with the shell's feed list; Prometheus's job finds it.
+    assert services["feeds"]["profiles"] == ["feeds"] and services["feeds"]["command"] == ["feeds"]
+    assert services["feeds"]["environment"]["TOPICSTREAM_FEEDS"] == "${TOPICSTREAM_FEEDS:-}"
     assert services["learner"]["depends_on"] == {
         "kafka-init": {"condition": "service_completed_successfully"},
         "redis": {"condition": "service_healthy"},
@@ -403,7 +417,7 @@ def test_compose_kafka_is_single_node_kraft_with_the_topics() -> None:
 def test_compose_and_k8s_configure_only_known_settings() -> None:
     known = _settings_vars()
     services = yaml.safe_load(COMPOSE.read_text())["services"]
-    for name in ("learner", "replica", "producer"):
+    for name in ("learner", "replica", "producer", "feeds"):
         env = services[name]["environment"]
         unknown = {k for k in env if k.startswith("TOPICSTREAM_")} - known
         assert not unknown, f"{name}: {unknown}"

@@ -5,6 +5,7 @@ The poller against a real broker, Redis and HTTP server is in tests/integration/
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -13,9 +14,10 @@ import pytest
 import redis
 from confluent_kafka import Producer
 
+from service import feeds
 from service.dev.localstack import free_port
 from service.entries import entry_article, entry_id, html_to_text, normalise_url
-from service.feeds import _SURROGATE_REF, FeedError, FeedPoller, parse, read_feed_list
+from service.feeds import _SURROGATE_REF, FEED_ERROR_KINDS, FEED_RESULTS, FeedError, FeedPoller, parse, read_feed_list
 from service.schemas import Article, decode_article
 from service.seen import SeenIds
 from tests.integration.helpers import sample
@@ -141,5 +143,26 @@ def test_failing_feed_backs_off_exponentially_up_to_the_cap() -> None:
         for (most, least), full in zip(waits, [10, 20, 35, 35], strict=True):  # interval·2^(n-1), capped, ≤ 10 %
             assert 0.9 * full <= most and least <= full, waits  # jitter off: scheduled between before and after
         assert sample(poller.metrics, "topicstream_feed_errors_total", feed=dead, kind="connection") == 4
+    finally:
+        poller.close()
+
+
+def test_a_feeds_series_start_at_zero_so_its_first_failure_is_an_increase() -> None:
+    """Prometheus sees no increase in a counter that first appears at 1: the alerts on feed errors would miss the
+    first one. Every series of every feed exists at 0 from the start, for every kind a fetch can fail with."""
+    raised = set(re.findall(r'FeedError\(\s*"(\w+)"', Path(feeds.__file__).read_text(encoding="utf-8")))
+    assert raised == set(FEED_ERROR_KINDS) - {"not_sent"}
+    urls = [f"http://127.0.0.1:{free_port()}/{name}.xml" for name in ("a", "b")]
+    seen = SeenIds(redis.Redis(port=free_port()), "unit")
+    poller = FeedPoller(urls, Producer({"bootstrap.servers": "127.0.0.1:1"}), "t", seen, interval_s=10)
+    try:
+        assert sample(poller.metrics, "topicstream_feed_interval_seconds") == 10
+        for url in urls:
+            for kind in FEED_ERROR_KINDS:
+                assert sample(poller.metrics, "topicstream_feed_errors_total", feed=url, kind=kind) == 0, kind
+            for result in FEED_RESULTS:
+                assert sample(poller.metrics, "topicstream_feed_requests_total", feed=url, result=result) == 0
+            for name in ("seen", "produced", "duplicate", "skipped"):
+                assert sample(poller.metrics, f"topicstream_feed_entries_{name}_total", feed=url) == 0, name
     finally:
         poller.close()

@@ -1,9 +1,11 @@
-"""The Grafana dashboard and the alert rules, evaluated by a real Prometheus scraping a real learner and replica.
+"""The Grafana dashboard and the alert rules, evaluated by a real Prometheus scraping a real learner, replica and
+feed poller.
 
-A learner and a replica run in this process against the test broker and Redis, each serving its own ``/metrics``
-on a free port, while a producer feeds articles (and a few malformed messages) at a steady rate. Prometheus
-(``apt-get install prometheus``: ``/usr/bin/prometheus``) scrapes both every second with the real
-``deploy/prometheus/alerts.yml`` loaded. Then, through Prometheus's HTTP API:
+A learner, a replica and a feed poller (``topicstream feeds`` polling a local HTTP feed every second) run in this
+process against the test broker and Redis, each serving its own ``/metrics`` on a free port, while a producer
+feeds articles (and a few malformed messages) at a steady rate. Prometheus (``apt-get install prometheus``:
+``/usr/bin/prometheus``) scrapes them every second with the real ``deploy/prometheus/alerts.yml`` loaded. Then,
+through Prometheus's HTTP API:
 
 - every query of every panel of ``deploy/grafana/dashboards/topicstream.json`` must return at least one finite
   value (Grafana's ``$job`` is its "All" value ``.*``, ``$__rate_interval`` is 10s), except the queries listed in
@@ -33,16 +35,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from confluent_kafka import Producer
 from prometheus_client import start_http_server
 
 from service.dev.generator import generate_articles
 from service.dev.localstack import free_port, wait_for_port
-from service.kafka import ensure_topics
+from service.feeds import FeedPoller
+from service.kafka import ensure_topics, make_producer
 from service.learner import Learner
 from service.metrics import Metrics
 from service.replica import Replica
+from service.seen import SeenIds
 from service.settings import Settings
+
+from .feed_server import FeedServer, rss
 
 pytestmark = pytest.mark.integration
 
@@ -163,7 +170,8 @@ def prometheus_binary() -> str:
     return path
 
 
-def _serve(metrics: Metrics) -> tuple[int, Any]:
+def _serve(metrics: Any) -> tuple[int, Any]:
+    """Serve ``metrics.registry`` (a :class:`Metrics` or a :class:`FeedMetrics`) on a free port."""
     port = free_port()
     server, _thread = start_http_server(port, addr="127.0.0.1", registry=metrics.registry)
     return port, server
@@ -171,7 +179,8 @@ def _serve(metrics: Metrics) -> tuple[int, Any]:
 
 @pytest.fixture
 def running(settings: Settings, prometheus_binary: str, tmp_path: Path) -> Iterator[tuple[Prometheus, Any]]:
-    """Learner, replica, a steady producer and Prometheus, all running; yields (Prometheus, replica's server)."""
+    """Learner, replica, feed poller, a steady producer and Prometheus, all running; yields (Prometheus, replica's
+    server)."""
     # The deployed topology: replicas publish, the learner does not (deploy/README.md, "Who publishes").
     s = settings.model_copy(
         update={
@@ -188,6 +197,17 @@ def running(settings: Settings, prometheus_binary: str, tmp_path: Path) -> Itera
     threads: list[threading.Thread] = []
     servers: list[Any] = []
     proc: subprocess.Popen[bytes] | None = None
+    feeds = FeedServer()
+    feeds.feeds["/wire.xml"] = rss([("w1", "https://wire.example/1", "Oil prices rise")])
+    feeds.start()
+    poller = FeedPoller(
+        [feeds.url("/wire.xml")],
+        make_producer(s),
+        s.input_topic,
+        SeenIds(redis.Redis.from_url(s.redis_url), s.redis_prefix),
+        interval_s=1.0,
+        timeout_s=2.0,
+    )
 
     def produce() -> None:
         producer = Producer({"bootstrap.servers": s.kafka_bootstrap, "linger.ms": 5})
@@ -209,7 +229,9 @@ def running(settings: Settings, prometheus_binary: str, tmp_path: Path) -> Itera
         servers.append(server)
         replica_port, replica_server = _serve(replica.metrics)
         servers.append(replica_server)
-        for target in (produce, lambda: learner.run(stop), lambda: replica.run(stop)):
+        feeds_port, server = _serve(poller.metrics)
+        servers.append(server)
+        for target in (produce, lambda: learner.run(stop), lambda: replica.run(stop), lambda: poller.run(stop)):
             threads.append(threading.Thread(target=target, daemon=True))
             threads[-1].start()
 
@@ -220,6 +242,7 @@ def running(settings: Settings, prometheus_binary: str, tmp_path: Path) -> Itera
             "scrape_configs": [
                 {"job_name": "learner", "static_configs": [{"targets": [f"127.0.0.1:{learner_port}"]}]},
                 {"job_name": "replica", "static_configs": [{"targets": [f"127.0.0.1:{replica_port}"]}]},
+                {"job_name": "feeds", "static_configs": [{"targets": [f"127.0.0.1:{feeds_port}"]}]},
             ],
         }
         (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
@@ -239,11 +262,11 @@ def running(settings: Settings, prometheus_binary: str, tmp_path: Path) -> Itera
         wait_for_port(port, timeout=30, proc=proc)
         prom = Prometheus(f"http://127.0.0.1:{port}")
         prom.wait_ready(proc)
-        # Both targets up, the replica serving a snapshot, and enough scrapes for 10 s rate windows.
+        # Every target up, the replica serving a snapshot, and enough scrapes for 10 s rate windows.
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             up = {r["metric"]["job"]: float(r["value"][1]) for r in prom.query("up")}
-            if up == {"learner": 1.0, "replica": 1.0} and replica.version > 0:
+            if up == {"learner": 1.0, "replica": 1.0, "feeds": 1.0} and replica.version > 0:
                 break
             time.sleep(0.5)
         else:
@@ -260,6 +283,8 @@ def running(settings: Settings, prometheus_binary: str, tmp_path: Path) -> Itera
         for server in servers:
             server.shutdown()
             server.server_close()
+        poller.close()
+        feeds.stop()
     assert not any(t.is_alive() for t in threads), "a thread did not stop"
 
 
