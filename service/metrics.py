@@ -16,6 +16,7 @@ from functools import partial
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from . import health
+from .schemas import REJECTION_REASONS
 
 __all__ = ["Metrics"]
 
@@ -197,9 +198,13 @@ class Metrics:
             "Errors met and survived, by kind (consume, commit, redis, fenced, watermarks, ...)",
             ["kind"],
         )
-        # Known kinds start at 0, so dashboards and alerts see a series (rate 0) before the first error.
+        # Known kinds and reasons start at 0, so dashboards and alerts see a series (rate 0) before the first
+        # error, and the first one is an increase (a counter that appears at 1 is none to rate() and increase()).
         for kind in ERROR_KINDS:
             self.errors.labels(kind=kind)
+        for reason in REJECTION_REASONS:
+            self.dead_lettered.labels(reason=reason)
+            self.rejected.labels(reason=reason)
 
     def snapshot_seen(self, version: int, created_at: float, size_bytes: int | None = None) -> None:
         """The newest snapshot written (learner), restored (learner) or loaded (replica): its version, time and,

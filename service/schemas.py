@@ -90,9 +90,12 @@ class TopicEvent(BaseModel):
 class Rejection:
     """Why a message went to the dead-letter topic."""
 
-    reason: str  # not_utf8 | not_json | not_object | invalid | oversize
+    reason: str  # one of REJECTION_REASONS
     detail: str
 
+
+#: Every ``Rejection.reason`` :func:`decode_article` returns (the metrics start each at 0; README, "Events").
+REJECTION_REASONS = ("invalid", "oversize", "not_utf8", "not_json", "not_object")
 
 BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark, ignored at the start of a value
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import time
 
-from service.metrics import Metrics
+from service.doctables import dead_letter_reasons
+from service.metrics import ERROR_KINDS, Metrics
+from service.schemas import REJECTION_REASONS
 
 
 def sample(m: Metrics, name: str) -> float | None:
@@ -25,6 +27,19 @@ def test_snapshot_gauges_and_age_follow_the_newest_snapshot_seen() -> None:
     assert sample(m, "topicstream_snapshot_version") == 8
     assert sample(m, "topicstream_snapshot_size_bytes") == 1234
     assert (sample(m, "topicstream_snapshot_age_seconds") or 0.0) < 5.0
+
+
+def test_every_error_kind_and_rejection_reason_starts_at_zero() -> None:
+    """A counter that first appears at 1 is no increase to Prometheus's rate() and increase(): the first burst of
+    a new dead-letter reason would not count towards TopicstreamDeadLetterSpike. Every reason decode_article can
+    return (read from its code) and every error kind has its series at 0 from the start."""
+    assert set(dead_letter_reasons()) == set(REJECTION_REASONS)
+    m = Metrics("learner")
+    for reason in REJECTION_REASONS:
+        for name in ("topicstream_articles_dead_lettered_total", "topicstream_articles_rejected_total"):
+            assert m.registry.get_sample_value(name, {"reason": reason}) == 0.0, (name, reason)
+    for kind in ERROR_KINDS:
+        assert m.registry.get_sample_value("topicstream_errors_total", {"kind": kind}) == 0.0, kind
 
 
 def test_the_topic_slots_are_those_of_the_model_described() -> None:
