@@ -219,9 +219,9 @@ def _stick_batch(docs: CSR, ex: Expect, step: DocStep, T: int, out: Stats) -> tu
     ``docs.ids`` are the entries' slots: their rows of ``ex.elog`` / ``out.stat`` (the minibatch's distinct
     words). ``stat[u, k] += Σ_t φ_tk ζ_nt c_n`` (Eq. 22) and ``stat_c[k] += Σ_t φ_tk`` (Eqs. 23–24; the tail
     sums of Eq. 24 are taken later). ``theta[d, k] = Σ_t E[π_t] φ_tk`` (the document's mixture over corpus
-    topics, T = the document truncation); an empty document gets φ ∝ exp(E log β). Returns the total number of
-    coordinate-ascent iterations and −Σ_j Σ_t E[log(1 − π'_jt)] over the non-empty documents (the rate term of
-    q(α0), Eq. C3 of :mod:`kernels._concentration`).
+    topics, T = the document truncation); an empty document's row is left to the caller (it gets E[β]). Returns
+    the total number of coordinate-ascent iterations and −Σ_j Σ_t E[log(1 − π'_jt)] over the non-empty documents
+    (the rate term of q(α0), Eq. C3 of :mod:`kernels._concentration`).
     """
     indptr, slots, counts = docs
     elog_local, elogbeta = ex
@@ -239,14 +239,7 @@ def _stick_batch(docs: CSR, ex: Expect, step: DocStep, T: int, out: Stats) -> tu
         hi = indptr[d + 1]
         U = hi - lo
         if U == 0:
-            mx = elogbeta.max()
-            tot = 0.0
-            for k in range(K):
-                theta[d, k] = np.exp(elogbeta[k] - mx)
-                tot += theta[d, k]
-            for k in range(K):
-                theta[d, k] /= tot
-            continue
+            continue  # no tokens: the caller gives the document the prior mean E[β]
         elog = np.empty((U, K))
         for n in range(U):
             elog[n, :] = elog_local[slots[lo + n]]
@@ -350,6 +343,7 @@ class StickBreakingHDP(OnlineHDPBase):
         step = DocStep(self._alpha(), float(self.tol), int(self.max_iter))
         docs = CSR(mb.docs.indptr, mb.slots, mb.docs.counts)
         iters, rest = _stick_batch(docs, ex, step, int(self.doc_topics), Stats(mb.stat, stat_c, mb.theta))
+        mb.theta[np.diff(mb.docs.indptr) == 0] = self._beta()
         n_docs = int(np.count_nonzero(np.diff(mb.docs.indptr)))
         return iters, stat_c, (float(n_docs * (int(self.doc_topics) - 1)), rest)  # (C3)
 

@@ -359,6 +359,18 @@ def test_reset_words_and_empty_batches() -> None:
     np.testing.assert_allclose(m.transform([(np.zeros(0, dtype=np.int64), np.zeros(0))]).sum(), 1.0)
 
 
+@pytest.mark.parametrize("cls", [OnlineHDP, StickBreakingHDP])
+def test_a_document_without_tokens_gets_the_prior_mean(cls: type[OnlineHDPBase]) -> None:
+    """As ``TopicModel.transform`` promises: E[β], the corpus-level weights (the stick-breaking kernel gave
+    softmax(E[log β]) before, which puts more weight on the large topics)."""
+    m = cls(6, 30, seed=0, batch_size=10, window=50)
+    m.partial_fit([(np.array([1, 2, 3]), np.array([3.0, 1.0, 1.0])), (np.array([7, 8]), np.array([2.0, 2.0]))] * 10)
+    empty = (np.zeros(0, dtype=np.int64), np.zeros(0))
+    theta = m.transform([empty, (np.array([1, 2]), np.array([1.0, 1.0])), empty])
+    np.testing.assert_allclose(theta[[0, 2]], [m.topic_weights()] * 2, rtol=1e-12)
+    assert not np.allclose(theta[1], m.topic_weights())
+
+
 # ------------------------------------------------------------------------------------------------ settling
 def _fit_blocks(docs: list, **settings: object) -> tuple[OnlineHDP, list[float]]:
     model = OnlineHDP(30, 240, seed=0, window=len(docs), batch_size=100, eta=0.1, **settings)  # type: ignore[arg-type]
