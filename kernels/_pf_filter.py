@@ -68,16 +68,21 @@ def proposal(
 def reservoir_position(i: int, fill: int, R: int, rng: NDArray[np.uint64]) -> int:
     """Vitter's Algorithm R for token number ``i`` (counted from 1): the slot it goes to, or -1.
 
-    While slots are free (i ≤ R, or after :func:`kernels.particle_filter.ParticleFilterLDA.reset_words`
-    emptied some) the token is appended; otherwise u is uniform on 1..i and the token overwrites slot u if u ≤
-    R, so each of the i tokens seen so far is in the reservoir with probability R/i.
+    The first R tokens are appended; after them u is uniform on 1..i and the token takes slot u if u ≤ R, so each
+    of the i tokens seen so far is in the reservoir with probability R/i. Slots that
+    :func:`kernels.particle_filter.ParticleFilterLDA.reset_words` emptied (``fill`` < R after the first R tokens)
+    stand for the forgotten tokens that held them: a token drawn into one of them is appended, so each remaining
+    token keeps its probability R/i (appending every token while slots were free would fill the reservoir with
+    the tokens that follow a reset).
     """
     if R == 0:
         return -1
-    if fill < R:
+    if i <= R:
         return fill
     u = rng_below(rng, i)  # 0..i-1
-    return u if u < R else -1
+    if u >= R:
+        return -1
+    return u if u < fill else fill
 
 
 @njit(cache=True, nogil=True)

@@ -223,6 +223,7 @@ class ParticleFilterLDA(TopicModel):
         self.gibbs_docs_ = 0  # documents in the last Gibbs run (their tokens' topics are in buf_z_)
         self.gibbs_at_ = int(self.init_docs)  # buffered documents at which Gibbs runs next; 0: never again
         self.initialized_ = self.init_docs == 0
+        self.evidence_tokens_ = 0  # tokens the filter scored (log_evidence_'s), not the Gibbs sample's
 
     def _allocate(self, prng: NDArray[np.uint64]) -> None:
         """Empty bundles (:func:`kernels._pf_state.allocate`) driven by the generator state ``prng``."""
@@ -273,6 +274,7 @@ class ParticleFilterLDA(TopicModel):
         rc = filter_docs(CSR(batch.indptr, batch.word_ids, counts), tok, self._config(), self._bundles(), out)
         if rc != 0:  # pragma: no cover - excluded by the validated pool size
             raise RuntimeError("particle filter: count-row pool exhausted")
+        self.evidence_tokens_ += int(counts.sum())
         return out
 
     def _keep(self, batch: Batch, counts: NDArray[np.int64], lo: int, hi: int) -> tuple[int, bool]:
@@ -433,7 +435,6 @@ class ParticleFilterLDA(TopicModel):
     def diagnostics(self) -> dict[str, float]:
         C, R, _ = self._sizes()
         ctr, fst = self.particles_.ctr, self.particles_.fst
-        toks = max(int(ctr[st.TOKENS]), 1)
         return {
             "ess": float(fst[st.LAST_ESS]),
             "ess_fraction": float(fst[st.LAST_ESS]) / self.n_particles,
@@ -446,7 +447,7 @@ class ParticleFilterLDA(TopicModel):
             "collapses": float(ctr[st.COLLAPSES]),
             "resample_copied_mb": float(ctr[st.COPIED]) * 4 / 1e6,
             "cow_rows": float(ctr[st.COW_ROWS]),
-            "log_evidence_per_token": float(fst[st.LOG_EVIDENCE]) / toks,
+            "log_evidence_per_token": float(fst[st.LOG_EVIDENCE]) / max(self.evidence_tokens_, 1),
             "initialized": float(self.initialized_),
             "buffered_docs": float(self.buf_docs_),
             "next_gibbs_at_docs": float(self.gibbs_at_),
@@ -455,7 +456,9 @@ class ParticleFilterLDA(TopicModel):
 
     @property
     def log_evidence_(self) -> float:
-        """The filter's estimate of log P(w_1..w_i) over the tokens it filtered (not the Gibbs sample)."""
+        """The filter's estimate of log P(w_1..w_i) over the tokens it filtered (not the Gibbs sample), the sum of
+        each token's one-step-ahead predictive log-probability; after a Gibbs refinement restarted the particles,
+        the terms after it condition on the new sample (a prequential score rather than one marginal's)."""
         return float(self.particles_.fst[st.LOG_EVIDENCE])
 
     # ------------------------------------------------------------------ persistence
@@ -467,6 +470,7 @@ class ParticleFilterLDA(TopicModel):
         state["gibbs_docs"] = int(self.gibbs_docs_)
         state["gibbs_at"] = int(self.gibbs_at_)
         state["initialized"] = bool(self.initialized_)
+        state["evidence_tokens"] = int(self.evidence_tokens_)
         return state
 
     def _set_state(self, state: Mapping[str, Any]) -> None:
@@ -481,6 +485,8 @@ class ParticleFilterLDA(TopicModel):
         self.initialized_ = bool(state["initialized"])
         self.gibbs_docs_ = int(state.get("gibbs_docs", 0))
         self.gibbs_at_ = int(state.get("gibbs_at", 0 if self.initialized_ else self.init_docs))
+        # Older snapshots did not count them: the tokens seen is the nearest count they hold.
+        self.evidence_tokens_ = int(state.get("evidence_tokens", self.particles_.ctr[st.TOKENS]))
 
     @classmethod
     def _unit_test_params(cls) -> dict[str, Any]:

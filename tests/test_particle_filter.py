@@ -121,6 +121,25 @@ def test_weight_estimate_matches_exact_marginal() -> None:
     assert m.log_evidence_ == pytest.approx(exact, abs=0.01)
 
 
+def test_log_evidence_per_token_divides_by_the_tokens_filtered() -> None:
+    """The evidence sums the predictive log-probabilities of the tokens the filter scored, not of the Gibbs
+    sample's (nor of a refinement's new sample): the per-token diagnostic divides by those, also after a
+    snapshot's round trip. (Divided by every token seen, it read a third of the true value here.)"""
+    init, refine, n, length = 20, 80, 200, 5
+    m = ParticleFilterLDA(3, 40, 0, n_particles=8, init_docs=init, refine_docs=refine)
+    m.partial_fit(random_stream(n, length, 40, 0))
+    filtered = (n - init) * length  # from the first document after the initial sample, refinements included
+    assert m.diagnostics()["log_evidence_per_token"] == pytest.approx(m.log_evidence_ / filtered, rel=1e-12)
+    assert m.log_evidence_ / filtered < -math.log(40) / 2  # a sensible value: near log(1/W), far below 0
+    r = ParticleFilterLDA.from_state(m.state_dict())
+    more = random_stream(10, length, 40, 1)
+    m.partial_fit(more)
+    r.partial_fit(more)
+    for model in (m, r):
+        expected = model.log_evidence_ / (filtered + 10 * length)
+        assert model.diagnostics()["log_evidence_per_token"] == pytest.approx(expected, rel=1e-12)
+
+
 # ------------------------------------------------------------------------------------------ reservoir
 def _chi2_uniform(hits: np.ndarray, expected: float) -> float:
     return float(stats.chisquare(hits, np.full(hits.size, expected)).pvalue)
@@ -152,6 +171,31 @@ def test_reservoir_keeps_every_token_with_probability_R_over_i() -> None:
     # number of times is rejected by the same check.
     biased = naive.reservoir_inclusion(n, R, runs, seed=2, recency=1.5)
     assert _chi2_uniform(biased, runs * R / n) < 1e-3
+
+
+def test_reservoir_stays_uniform_after_reset_words() -> None:
+    """``reset_words`` empties the slots of the words it forgets; the tokens that follow must not take them all:
+    each remaining token is still in the reservoir with probability R/i (i counts every token seen)."""
+    n1, n, R, runs = 100, 300, 30, 400
+    forgotten = np.arange(50)  # one word a token: these 50 tokens leave the reservoir
+    hits = np.zeros(n, dtype=np.int64)
+    emptied = 0
+    first, rest = single_token_docs(0, n1), single_token_docs(n1, n - n1)
+    for seed in range(runs):
+        m = ParticleFilterLDA(2, n, seed, n_particles=1, n_rejuvenate=0, reservoir_size=R, init_docs=0, pool_factor=1.0)
+        m.partial_fit(first)
+        m.reset_words(forgotten)
+        emptied += R - int(m.particles_.ctr[st.FILL])
+        m.partial_fit(rest)
+        kept = m.reservoir_.res_w[: m.particles_.ctr[st.FILL]]
+        assert not np.isin(kept, forgotten).any()
+        hits[kept] += 1
+    assert emptied > runs * R // 3  # half the first 100 tokens were forgotten: about half the slots emptied
+    # Every remaining token equally likely, R/i each (the slots still empty stand for forgotten tokens; filling
+    # them with whatever came next would give the remaining tokens 30/250 = 48 runs each, and the first ones more).
+    remaining = hits[50:]
+    assert _chi2_uniform(remaining, remaining.mean()) > 1e-3
+    assert abs(remaining.mean() - runs * R / n) < 2.0
 
 
 def _array_bytes(value: object) -> int:
