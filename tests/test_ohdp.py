@@ -156,6 +156,33 @@ def test_collapsed_batch_tables_match_naive() -> None:
 
 
 # ----------------------------------------------------------------------------------------- corpus level
+def test_collapsed_minibatch_and_corpus_step_match_the_equations_by_hand() -> None:
+    """OnlineHDP's whole step against :func:`tests.naive.ohdp.collapsed_minibatch` (its own E[β] from the tables
+    and Chao's vocabulary estimate, no kernel code): each document's θ, then N^Φ and the expected tables moved by
+    ρ towards (D/|B|)× the minibatch's, with ρ = 1 − (1 − ρ_t)^(|B|/S) for a minibatch of |B| < S documents."""
+    rng = np.random.default_rng(0)
+    K, W, D, S, sweeps = 6, 25, 300, 8, 4
+    m = OnlineHDP(K, W, seed=2, window=D, batch_size=S, tol=0.0, max_iter=sweeps, eta=0.05, gamma=1.3, alpha=0.9)
+
+    def docs(n: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [(np.sort(rng.choice(W, 5, replace=False)), rng.integers(1, 4, 5).astype(float)) for _ in range(n)]
+
+    m.partial_fit(docs(8))
+    m.partial_fit(docs(3))
+    G0, T0, tokens0, t0 = m.topic_stat_ * m.scale_, m.tables_.copy(), m.word_tokens_.copy(), m.n_updates_
+    rank = m.topic_rank_.copy()
+    batch = docs(5)
+    theta = m.partial_fit_transform(batch)
+    stat, tables, ref_theta = naive.collapsed_minibatch(
+        (G0, T0, tokens0), rank, batch, (m.alpha, m.gamma, m.eta, sweeps)
+    )
+    np.testing.assert_allclose(theta, np.array(ref_theta), rtol=1e-12)
+    rho = 1.0 - (1.0 - max((m.tau0 + t0) ** -m.kappa, m.rho_floor)) ** (5 / S)
+    np.testing.assert_allclose(m.topic_stat_ * m.scale_, (1 - rho) * G0 + rho * (D / 5) * stat, rtol=1e-12)
+    np.testing.assert_allclose(m.tables_, (1 - rho) * T0 + rho * (D / 5) * tables, rtol=1e-12)
+    np.testing.assert_allclose(m.topic_weights(), naive.beta_from_tables(m.tables_, rank, m.gamma), rtol=1e-12)
+
+
 @pytest.mark.parametrize("batch_size", [4, 16])
 def test_corpus_update_matches_naive_eq22_27(batch_size: int) -> None:
     """One corpus step against Eqs. 22-27 by hand. With S = 4 the 4-document minibatch is a whole step of

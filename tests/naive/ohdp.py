@@ -140,6 +140,62 @@ def expected_tables(
     return p_pos * prior * (digamma(prior + nj / p_pos) - digamma(prior))
 
 
+def beta_from_tables(m: NDArray[np.float64], rank: NDArray[np.int64], gamma: float) -> NDArray[np.float64]:
+    """E[β] from expected table counts, one stick at a time: topics in decreasing m_k (ties in the order
+    ``rank``), break i the posterior mean of Beta(1 + m_(i), γ + Σ_{l>i} m_(l)), the last break 1 (Sato et al.
+    2012's tables in place of the seed's Eqs. 19–20 document atoms)."""
+    order = sorted(range(len(m)), key=lambda k: (-m[k], rank[k]))
+    beta = np.zeros(len(m))
+    rest = 1.0
+    for i, k in enumerate(order):
+        later = sum(m[order[j]] for j in range(i + 1, len(order)))
+        share = 1.0 if i == len(order) - 1 else (1.0 + m[k]) / (1.0 + gamma + m[k] + later)
+        beta[k] = rest * share
+        rest *= 1.0 - share
+    return beta
+
+
+def chao1(tokens: NDArray[np.float64]) -> int:
+    """Chao's (1984) estimate of the number of distinct words: seen + f1²/(2 f2) (f1(f1 − 1)/2 without
+    doubletons), f1 and f2 the words of count in (0, 1] and (1, 2]; between 1 and the capacity ``len(tokens)``."""
+    counts = [float(t) for t in tokens]
+    seen = sum(1 for t in counts if t > 0)
+    f1 = sum(1 for t in counts if 0 < t <= 1)
+    f2 = sum(1 for t in counts if 1 < t <= 2)
+    unseen = f1 * f1 / (2 * f2) if f2 else f1 * (f1 - 1) / 2
+    return max(1, min(len(counts), round(seen + unseen)))
+
+
+def collapsed_minibatch(
+    before: tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]],
+    rank: NDArray[np.int64],
+    docs: list[tuple[NDArray[np.int64], NDArray[np.float64]]],
+    hyper: tuple[float, float, float, int],
+) -> tuple[NDArray[np.float64], NDArray[np.float64], list[NDArray[np.float64]]]:
+    """The collapsed online HDP's minibatch, document after document: ``before`` = (N^Φ (W×K), expected tables
+    (K), each word's tokens so far (W)); ``hyper`` = (α0, γ, η, sweeps). Each document sees the words and tables
+    of the documents before it in the minibatch: φ̂ = (N^Φ + its counts + η) / (N^Z + its totals + Vη) with V
+    the Chao estimate over the tokens including the minibatch's, prior α0·E[β] of the tables so far.
+    Returns the minibatch's word-topic counts, its expected tables and each document's θ."""
+    G0, T0, tokens0 = before
+    alpha, gamma, eta, sweeps = hyper
+    tokens = tokens0.copy()
+    for ids, c in docs:
+        tokens[ids] += c
+    V = chao1(tokens)
+    stat = np.zeros_like(G0)
+    tables = np.zeros_like(T0)
+    thetas = []
+    for ids, c in docs:
+        prior = np.maximum(alpha * beta_from_tables(T0 + tables, rank, gamma), 1e-100)
+        phat = (G0[ids] + stat[ids] + eta) / (G0.sum(axis=0) + stat.sum(axis=0) + V * eta)
+        gam, nj = cvb0_doc_step(c, phat, prior, sweeps)
+        stat[ids] += c[:, None] * gam
+        tables += expected_tables(c, gam, prior)
+        thetas.append((nj + prior) / (nj + prior).sum())
+    return stat, tables, thetas
+
+
 # ------------------------------------------------------------- learned concentrations (kernels._concentration)
 def expect_log_rest(u: float, v: float) -> float:
     """E[log(1 − x)] for x ~ Beta(u, v), by numerical integration of the density (no digamma identity)."""
