@@ -161,11 +161,11 @@ def test_collapsed_minibatch_and_corpus_step_match_the_equations_by_hand() -> No
     and Chao's vocabulary estimate, no kernel code): each document's θ, then N^Φ and the expected tables moved by
     ρ towards (D/|B|)× the minibatch's, with ρ = 1 − (1 − ρ_t)^(|B|/S) for a minibatch of |B| < S documents."""
     rng = np.random.default_rng(0)
-    K, W, D, S, sweeps = 6, 25, 300, 8, 4
+    K, W, D, S, sweeps = 6, 200, 300, 8, 4
     m = OnlineHDP(K, W, seed=2, window=D, batch_size=S, tol=0.0, max_iter=sweeps, eta=0.05, gamma=1.3, alpha=0.9)
 
-    def docs(n: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        return [(np.sort(rng.choice(W, 5, replace=False)), rng.integers(1, 4, 5).astype(float)) for _ in range(n)]
+    def docs(n: int) -> list[tuple[np.ndarray, np.ndarray]]:  # 30 of the 200 words: V is well under W
+        return [(np.sort(rng.choice(30, 5, replace=False)), rng.integers(1, 4, 5).astype(float)) for _ in range(n)]
 
     m.partial_fit(docs(8))
     m.partial_fit(docs(3))
