@@ -230,8 +230,15 @@ def load_settings(**overrides: Any) -> Settings:
 
     Raises :class:`SettingsError` listing every bad value as ``TOPICSTREAM_NAME: problem``.
     """
+    import pydantic_settings
+
     try:
         return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    except pydantic_settings.SettingsError as e:  # a complex value (JSON) that does not parse, before validation
+        field = re.search(r'field "(\w+)"', str(e))
+        name = "TOPICSTREAM_" + field[1].upper() if field else "settings"
+        why = f"{e.__cause__}" if e.__cause__ is not None else str(e)  # the value is not shown: it may hold secrets
+        raise SettingsError(f"invalid settings:\n  {name}: not valid JSON: {why}") from None
     except ValidationError as e:
         from .redact import redact_config, redact_url  # secrets never reach a message
 

@@ -47,6 +47,27 @@ def test_every_bad_value_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "scvb0" in msg  # the message lists the valid algorithms
 
 
+@pytest.mark.parametrize(
+    ("name", "value", "why"),
+    [
+        ("TOPICSTREAM_KAFKA_CONFIG", '{"sasl.password": "hunter2",', "Expecting property name"),
+        ("TOPICSTREAM_KERNEL_PARAMS", "{bad", "Expecting property name"),
+        ("TOPICSTREAM_KAFKA_CONFIG", "notjson", "Expecting value"),
+    ],
+)
+def test_json_that_does_not_parse_is_named_without_its_value(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, why: str
+) -> None:
+    """The README asks for hand-written JSON in these two: a typo is a one-line refusal naming the variable (it
+    was a 150-line traceback), and the value, which may hold a password, is not echoed."""
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError) as e:
+        load_settings()
+    assert str(e.value).startswith(f"invalid settings:\n  {name}: not valid JSON: ")
+    assert str(e.value).count("\n") == 1
+    assert why in str(e.value) and "hunter2" not in str(e.value) and value not in str(e.value)
+
+
 def test_topics_must_differ() -> None:
     with pytest.raises(SettingsError, match="must differ"):
         load_settings(output_topic="articles")
