@@ -30,9 +30,10 @@ def serve_metrics(metrics: Any, settings: Settings) -> None:
 
 @contextlib.contextmanager
 def unreachable_is_fatal(settings: Settings) -> Iterator[None]:
-    """Turn "cannot reach Kafka/Redis" into one clear line and exit code 3 instead of a traceback."""
+    """Turn "cannot reach Kafka/Redis" into one clear line and exit code 3 instead of a traceback (a Kafka client
+    configuration librdkafka refuses, e.g. an unknown property in TOPICSTREAM_KAFKA_CONFIG: exit 2)."""
     import redis
-    from confluent_kafka import KafkaException
+    from confluent_kafka import KafkaError, KafkaException
 
     from .redact import redact_url, scrub
 
@@ -47,6 +48,10 @@ def unreachable_is_fatal(settings: Settings) -> Iterator[None]:
         err.print(f"[red]cannot reach Redis at {url}: {why}[/red] (TOPICSTREAM_REDIS_URL)")
         raise typer.Exit(3) from None
     except KafkaException as e:
+        error = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
+        if error is not None and error.code() == KafkaError._INVALID_ARG:  # the client's configuration, not the broker
+            err.print(f"[red]Kafka client configuration: {error.str()}[/red] (TOPICSTREAM_KAFKA_CONFIG)")
+            raise typer.Exit(2) from None
         err.print(f"[red]Kafka at {settings.kafka_bootstrap}: {e}[/red] (TOPICSTREAM_KAFKA_BOOTSTRAP)")
         raise typer.Exit(3) from None
 

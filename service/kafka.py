@@ -41,6 +41,11 @@ def _base(settings: Settings) -> dict[str, str | int | bool]:
 
 def make_consumer(settings: Settings, group_id: str, **overrides: Any) -> _Consumer:
     """A consumer that never commits by itself and never stores offsets behind our back."""
+    # The session must not outlast max.poll.interval.ms (librdkafka refuses it), also when TOPICSTREAM_KAFKA_CONFIG
+    # sets only the latter (a common tip for brokers whose group joins wait on it).
+    poll = str(settings.kafka_config.get("max.poll.interval.ms", ""))
+    max_poll = int(poll) if poll.isdigit() else settings.max_poll_interval_ms
+    session = min(settings.session_timeout_ms, max_poll)
     conf: dict[str, Any] = {
         **_base(settings),
         "group.id": group_id,
@@ -49,10 +54,10 @@ def make_consumer(settings: Settings, group_id: str, **overrides: Any) -> _Consu
         "auto.offset.reset": "earliest",
         "partition.assignment.strategy": "cooperative-sticky",
         "max.poll.interval.ms": settings.max_poll_interval_ms,
-        "session.timeout.ms": min(settings.session_timeout_ms, settings.max_poll_interval_ms),
+        "session.timeout.ms": session,
         # A third of the session timeout, as Kafka advises: librdkafka's fixed 3 s default lets any short session
         # (tests use 3 s) expire on one late heartbeat, and every expiry is a rebalance.
-        "heartbeat.interval.ms": max(100, min(settings.session_timeout_ms, settings.max_poll_interval_ms) // 3),
+        "heartbeat.interval.ms": max(100, session // 3),
         # Prefetch a few batches, not librdkafka's default 64 MB of queued messages: memory stays flat and small.
         "queued.max.messages.kbytes": 16384,
         # How long a broker may hold a fetch that finds no new data. Kafka answers as soon as data arrives, so
