@@ -85,7 +85,7 @@ def run(
     create_topics: Annotated[bool, typer.Option(help="Create missing topics first")] = True,
 ) -> None:
     """The learner: consume articles, learn topics, publish mixtures, snapshot to Redis."""
-    from .kafka import ensure_topics
+    from .kafka import check_reachable, ensure_topics
     from .learner import Learner, LeaseLost, StateMismatch
     from .metrics import Metrics
 
@@ -97,6 +97,8 @@ def run(
     with unreachable_is_fatal(s):
         if create_topics:
             ensure_topics(s, {s.input_topic: 1, s.output_topic: 1, s.dlq_topic: 1, s.lineage_topic_name(): 1})
+        else:
+            check_reachable(s)
         try:
             learner = Learner(s, metrics=metrics, stop=stop)
         except StateMismatch as e:
@@ -120,11 +122,13 @@ def replica(
     metrics_port: MetricsPort = None,
 ) -> None:
     """A read replica: serve mixtures from the learner's newest snapshot (inference only)."""
+    from .kafka import check_reachable
     from .replica import Replica
 
     s = _settings(ctx, kernel=True)
     tune_for_service()
     with unreachable_is_fatal(s):
+        check_reachable(s)
         rep = Replica(s)
     serve_metrics(rep.metrics, s)
     with outputs_refused_is_fatal():

@@ -1,11 +1,14 @@
 """A thin, typed layer over confluent-kafka: client configuration, topic creation, delivery tracking.
 
 Every client gets ``TOPICSTREAM_KAFKA_CONFIG`` (JSON of librdkafka settings, e.g. SASL/TLS) on top of ours.
+Consumers and producers log through Python's logging (logger ``librdkafka``), one line of a kind a minute: a
+broker that is down makes librdkafka repeat its connection failure hundreds of times a minute.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterable
@@ -21,6 +24,8 @@ from .settings import Settings
 __all__ = [
     "DeliveryError",
     "DeliveryTracker",
+    "OncePerWindow",
+    "check_reachable",
     "ensure_topics",
     "flush_all",
     "make_consumer",
@@ -29,6 +34,38 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
+class OncePerWindow(logging.Filter):
+    """Lets through the first of each kind of line (its text with the numbers taken out) per ``window_s``
+    seconds; the next one through says how many were held back. Remembers at most ``kinds`` kinds (then forgets
+    them all: a flood of distinct lines is not repeats)."""
+
+    def __init__(self, window_s: float = 60.0, kinds: int = 1000) -> None:
+        super().__init__()
+        self.window_s, self.kinds = window_s, kinds
+        self._last: dict[str, tuple[float, int]] = {}  # kind -> (when one went through, held back since)
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kind = re.sub(r"\d+", "#", record.getMessage())
+        now = time.monotonic()
+        with self._lock:
+            if len(self._last) >= self.kinds:
+                self._last.clear()
+            when, held = self._last.get(kind, (-float("inf"), 0))
+            if now - when < self.window_s:
+                self._last[kind] = (when, held + 1)
+                return False
+            self._last[kind] = (now, 0)
+        if held:
+            record.msg, record.args = f"{record.getMessage()} ({held} more like it in the last minute)", None
+        return True
+
+
+#: librdkafka's own log lines (consumers and producers), repeats held back (:class:`OncePerWindow`).
+RDKAFKA_LOG = logging.getLogger("librdkafka")
+RDKAFKA_LOG.addFilter(OncePerWindow())
 
 
 class DeliveryError(RuntimeError):
@@ -48,6 +85,7 @@ def make_consumer(settings: Settings, group_id: str, **overrides: Any) -> _Consu
     session = min(settings.session_timeout_ms, max_poll)
     conf: dict[str, Any] = {
         **_base(settings),
+        "logger": RDKAFKA_LOG,  # served by poll(), which the loops call all the time
         "group.id": group_id,
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
@@ -77,8 +115,9 @@ def make_producer(settings: Settings, **overrides: str | int | bool) -> Producer
     error may land after a later one, or twice. Delivery is at least once either way, and outputs and dead
     letters are keyed by article id; ``TOPICSTREAM_KAFKA_CONFIG='{"enable.idempotence": "true"}'`` keeps the order
     where the brokers support it."""
-    conf: dict[str, str | int | bool] = {
+    conf: dict[str, Any] = {
         **_base(settings),
+        "logger": RDKAFKA_LOG,  # served by poll() and flush()
         "acks": "all",
         "linger.ms": 5,
         "batch.num.messages": 10_000,
@@ -93,9 +132,25 @@ def make_producer(settings: Settings, **overrides: str | int | bool) -> Producer
     return Producer(conf)
 
 
-def ensure_topics(settings: Settings, topics: dict[str, int], timeout: float = 30.0) -> None:
+def _admin(settings: Settings) -> AdminClient:
+    # No logger: an admin client's lines would wait for a poll() that nobody calls (they go to stderr).
+    return AdminClient({**_base(settings), **settings.kafka_config})
+
+
+#: How long a command waits for a broker to answer at its start before it says it cannot reach one (exit 3).
+CONNECT_TIMEOUT_S = 30.0
+
+
+def check_reachable(settings: Settings, timeout: float | None = None) -> None:
+    """Raise KafkaException when no broker answers a metadata request within ``timeout`` seconds (so a process
+    that needs Kafka says so at its start instead of retrying quietly for ever)."""
+    _admin(settings).list_topics(timeout=CONNECT_TIMEOUT_S if timeout is None else timeout)
+
+
+def ensure_topics(settings: Settings, topics: dict[str, int], timeout: float | None = None) -> None:
     """Create the topics that do not exist yet (name → partitions); existing ones are left alone."""
-    admin = AdminClient({**_base(settings), **settings.kafka_config})
+    timeout = CONNECT_TIMEOUT_S if timeout is None else timeout
+    admin = _admin(settings)
     existing = set(admin.list_topics(timeout=timeout).topics)
     new = [
         NewTopic(name, num_partitions=n, replication_factor=-1) for name, n in topics.items() if name not in existing
