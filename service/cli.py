@@ -290,7 +290,7 @@ def subscribe(
         str | None, typer.Option("--words", "-w", help="Follow the topics these words mean (re-resolved per snapshot)")
     ] = None,
     max_topics: Annotated[int, typer.Option(help="Most topics followed for --words")] = 3,
-    min_weight: Annotated[float, typer.Option(help="Least weight of the topic in the article")] = 0.0,
+    min_weight: Annotated[float, typer.Option(min=0.0, max=1.0, help="Least weight of the topic in the article")] = 0.0,
     from_beginning: Annotated[bool, typer.Option(help="Start from the oldest output")] = False,
     since: Annotated[
         str | None, typer.Option(help="Start with the outputs of this long ago (90s, 15m, 24h, 7d); default: now")
@@ -354,12 +354,15 @@ def subscribe(
         store = SnapshotStore(client, prefix=s.redis_prefix)
         lineage = LineageStore(client, s.redis_prefix) if topic is not None else None
         if topic is not None and lineage is not None:
-            fate = topic_fate(topic, store.summary(), lineage.recent())
+            summary = store.summary()
+            fate = topic_fate(topic, summary, lineage.recent())
             if fate.now is None and not (fate.ended and (from_beginning or start_ms is not None or resume)):
                 err.print(f"[red]{fate.why}: nothing to follow[/red]")
                 raise typer.Exit(2)
             if fate.empty:
                 err.print(fate.empty)
+            if summary is None:  # any id is taken: the first snapshot holds ids 0…K−1
+                err.print(f"no snapshot under Redis prefix {s.redis_prefix!r} yet; waiting for the learner")
         choice = TopicChoice(
             store,
             TopicNames(client, s.redis_prefix),
@@ -373,6 +376,12 @@ def subscribe(
         if words is not None and not choice.update() and choice.version is None:
             err.print(f"no snapshot under Redis prefix {s.redis_prefix!r} yet; waiting for the learner")
         reader = OutputReader(s, s.output_topic, from_beginning, start_ms=start_ms, after=resume)
+        try:
+            if notice := reader.check():
+                err.print(notice)
+        except ValueError as e:
+            reader.close()
+            raise typer.BadParameter(str(e), param_hint="--after") from None
         seen = 0
         try:
             for line in matching_articles(reader, choice, min_weight, stop):
@@ -416,7 +425,11 @@ def label(
         if clear == (name is not None):
             err.print('[red]give a name, e.g. topicstream label 3 "Oil prices", or --clear[/red]')
             raise typer.Exit(2)
-        fate = topic_fate(topic, store.summary(), LineageStore(store.r, s.redis_prefix).recent())
+        summary = store.summary()
+        if summary is None:  # a mistyped prefix, or a learner that has not written a snapshot yet
+            err.print(f"[red]no snapshot under Redis prefix {s.redis_prefix!r} yet: no topic to name[/red]")
+            raise typer.Exit(1)
+        fate = topic_fate(topic, summary, LineageStore(store.r, s.redis_prefix).recent())
         if fate.why:  # not a topic of the newest snapshot (a merged one: its successor's name is the one shown)
             err.print(f"[red]{fate.why}{f': name topic {fate.now}' if fate.now is not None else ''}[/red]")
             raise typer.Exit(2)

@@ -112,6 +112,19 @@ class OutputReader:
             return set()
         return set(meta.partitions)
 
+    def check(self) -> str:
+        """What a person subscribing should be told at the start: that the topic does not exist yet (the learner
+        creates it; the reader waits for it), or nothing. Raises ValueError for a resumed partition the topic
+        does not have (it would wait for ever)."""
+        partitions = self._partitions()
+        if not partitions:
+            return f"topic {self.topic!r} does not exist yet (the learner creates it); waiting for it"
+        unknown = sorted(set(self.after) - partitions)
+        if unknown:
+            have = f"0–{max(partitions)}" if len(partitions) > 1 else "only partition 0"
+            raise ValueError(f"{self.topic!r} has no partition {unknown[0]} ({have})")
+        return ""
+
     def _refresh(self) -> None:
         # Until the topic exists (the learner creates it), look again every 2 s rather than every refresh_s.
         self._next_refresh = time.monotonic() + (self.refresh_s if self.assigned else min(2.0, self.refresh_s))

@@ -7,6 +7,9 @@ a few word queries, how many of the delivered articles are of the planted topic 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -303,6 +306,37 @@ def test_subscribe_after_resumes_a_partition_exactly_after_the_line_given(settin
     for bad in ("0", "0:x", "-1:3", "0:1"):
         wrong = CliRunner().invoke(app, ["subscribe", "1", "--after", bad, "--after", "0:2"], env=env_for(s))
         assert wrong.exit_code == 2 and "--after" in wrong.output, (bad, wrong.output)
+
+
+def test_subscribe_and_label_say_when_nothing_exists_yet(settings: Settings) -> None:
+    """A mistyped prefix or output topic left ``subscribe`` silent for ever and ``label`` named any id; a resumed
+    partition the topic does not have waited for ever too."""
+    s = settings
+    named = CliRunner().invoke(app, ["label", "12", "Oil"], env=env_for(s))
+    assert named.exit_code == 1 and f"no snapshot under Redis prefix {s.redis_prefix!r} yet" in named.output
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOPICSTREAM_")}
+    missing = f"{s.output_topic}-mistyped"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service", "subscribe", "12"],
+        env={**env, **env_for(s), "TOPICSTREAM_OUTPUT_TOPIC": missing, "COLUMNS": "200"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    told: list[str] = []
+    threading.Thread(target=lambda: told.extend(proc.stderr or []), daemon=True).start()
+    try:
+        deadline = time.monotonic() + 60
+        while len(told) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert any(f"no snapshot under Redis prefix {s.redis_prefix!r} yet" in line for line in told), told
+    assert any(f"topic {missing!r} does not exist yet" in line for line in told), told
+    write_outputs(s, [output(0, [1])], partition=0)  # the topic exists now, with one partition
+    wrong = CliRunner().invoke(app, ["subscribe", "1", "--after", "5:10"], env=env_for(s))
+    assert wrong.exit_code == 2 and "has no partition 5" in wrong.output, wrong.output
 
 
 def test_an_output_of_a_newer_snapshot_updates_the_followed_ids_at_once(settings: Settings) -> None:
