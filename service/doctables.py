@@ -55,7 +55,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: What each header of :mod:`service.pipeline` means: constant name → (where it appears, meaning).
 HEADER_DOCS: dict[str, tuple[str, str]] = {
-    "H_TOPIC": ("output", "the dominant topic's stable id (its slot until topic hygiene moves a topic)"),
+    "H_TOPIC": (
+        "output",
+        "the dominant topic's stable id (its slot until topic hygiene moves a topic); empty for an article without a "
+        "word in the vocabulary",
+    ),
     "H_TOPICS": ("output", "comma-separated stable ids of the topics in `top_topics` (empty when none qualifies)"),
     "H_VERSION": ("output", "version of the snapshot (model) that computed the mixture"),
     "H_ALGORITHM": ("output", "`scvb0`, `ohdp` or `pf`"),

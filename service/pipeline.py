@@ -216,7 +216,8 @@ class Publisher:
         for j, (msg, article) in enumerate(good):
             row = theta[j]
             top = []
-            for k in order[j].tolist():
+            known = tokens[j] > 0  # no word in the vocabulary: the mixture is the prior's, about nothing
+            for k in order[j].tolist() if known else []:
                 if row[k] < s.top_topics_threshold:
                     continue
                 entry: dict[str, object] = {"topic": ids[k], "weight": round(float(row[k]), 6), "label": labels[k]}
@@ -237,7 +238,7 @@ class Publisher:
                 "tokens": int(tokens[j]),
             }
             headers: Headers = [
-                (H_TOPIC, str(ids[int(order[j, 0])]).encode()),
+                (H_TOPIC, str(ids[int(order[j, 0])]).encode() if known else b""),
                 (H_TOPICS, ",".join(str(t["topic"]) for t in top).encode()),
                 (H_VERSION, version_b),
                 (H_ALGORITHM, algorithm_b),
