@@ -38,7 +38,7 @@ def test_good_bad_outputs_dead_letters_offsets_snapshot(settings: Settings, algo
     s = settings.model_copy(update={"algorithm": algorithm, "max_article_bytes": 4096})
     # An article whose every word is a stop word or a number: valid, but about nothing (tokens 0).
     empty = json.dumps({"id": "nothing-known", "title": "The", "text": "and of the, 1234 !! -- a"}).encode()
-    good = good_articles(120) + [empty]
+    good = [*good_articles(120), empty]
     bad = list(BAD)
     values = good[:60] + bad + good[60:]
     last = produce(s, values)
