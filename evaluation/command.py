@@ -27,6 +27,35 @@ from .scores import (
 )
 
 
+#: Every key of the ``topicstream eval --json`` object, in order, and what it holds (docs/architecture.md's table
+#: is made from this, and ``tests/test_eval.py`` checks it against what ``evaluate`` returns). The first twelve are
+#: the contract other tools rely on; the rest extend it. How each is measured: :mod:`evaluation`.
+OUTPUT_FIELDS: dict[str, str] = {
+    "algorithm": "the kernel: `scvb0`, `ohdp` or `pf`",
+    "topics": "K, the topic slots (the online HDP's truncation)",
+    "train_docs": "training documents (after `--max-docs` and the test part)",
+    "train_tokens": "their in-vocabulary tokens",
+    "train_seconds": "wall time inside `partial_fit` only (one pass)",
+    "tokens_per_second": "`train_tokens` / `train_seconds` (null for no time)",
+    "heldout_loglik_per_word": "document completion on the test part, nats per held-out token",
+    "nmi": "NMI of the dominant topic against the articles' `label` (null without labels)",
+    "npmi_coherence": "mean NPMI of the used topics' 10 top words, over the test documents (null without any)",
+    "topics_used": "topics with at least 1 % of the model's own prevalence (`topic_weights`)",
+    "peak_rss_mb": "the process's peak resident memory, MiB",
+    "top_words": "the used topics' 10 top words each, most prevalent topic first",
+    "topic_ids": "those topics' slots, in the same order",
+    "topics_used_heldout": "topics with at least 1 % of the mean θ over the test documents (the benchmarks' count)",
+    "test_docs": "test documents",
+    "heldout_docs": "test documents scored (at least 2 in-vocabulary tokens)",
+    "heldout_tokens": "the held-out tokens scored",
+    "vocab_size": "W: the training words with document frequency ≥ 2, at most `--vocab-size`",
+    "batch_size": "documents per `partial_fit`",
+    "seed": "the seed of the split, the shuffle and the kernel",
+    "tokenize_seconds": "time to read and tokenise both parts",
+    "params": "the kernel's settings (`get_params()`), defaults included",
+}
+
+
 # ============================================================================================ evaluation
 def evaluate(
     train_articles: Sequence[dict[str, Any]],

@@ -18,6 +18,7 @@ What each table is generated from:
   :data:`REASON_DOCS`, or generation fails);
 * ``commands``: the typer app of :mod:`service.cli` (names, arguments, options and the first paragraph of each
   help);
+* ``eval-output``: the keys of ``topicstream eval --json`` (:data:`evaluation.command.OUTPUT_FIELDS`);
 * ``packages``: every Python package's docstring (first paragraph), plus :data:`DIRECTORY_DOCS` for the
   directories that are not packages;
 * ``service-benchmark``: the runs saved by ``python -m benchmarks.bench_service --save LABEL`` in
@@ -218,6 +219,15 @@ def dead_letter_reasons() -> list[str]:
     return found
 
 
+def eval_output_table() -> str:
+    """The keys of ``topicstream eval --json`` (:data:`evaluation.command.OUTPUT_FIELDS`)."""
+    from evaluation.command import OUTPUT_FIELDS
+
+    rows = ["| key | value |\n", "|---|---|\n"]
+    rows += [f"| `{key}` | {meaning} |\n" for key, meaning in OUTPUT_FIELDS.items()]
+    return "".join(rows)
+
+
 def reasons_table() -> str:
     reasons = dead_letter_reasons()
     _check_described("REASON_DOCS", REASON_DOCS, reasons)
@@ -376,6 +386,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "dead-letter-headers": lambda: headers_table("dead letter"),
     "dead-letter-reasons": reasons_table,
     "commands": commands_table,
+    "eval-output": eval_output_table,
     "packages": packages_table,
     "service-benchmark": service_benchmark_table,
 }

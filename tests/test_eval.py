@@ -25,6 +25,7 @@ from evaluation import (
     split_articles,
     top_word_ids,
 )
+from evaluation.command import OUTPUT_FIELDS
 from kernels import Batch
 from service.cli import app
 
@@ -129,6 +130,8 @@ def test_eval_json_has_no_nan_when_a_score_has_no_value(tmp_path: Path) -> None:
     out = json.loads(result.stdout, parse_constant=refuse)
     assert out["heldout_loglik_per_word"] is None
     assert set(out) >= CONTRACT_KEYS
+    # docs/architecture.md's table of the keys is made from OUTPUT_FIELDS: it names every key, in order
+    assert list(out) == list(OUTPUT_FIELDS) and set(list(OUTPUT_FIELDS)[: len(CONTRACT_KEYS)]) == CONTRACT_KEYS
 
 
 # ------------------------------------------------------------------------------------------- scorers
