@@ -26,7 +26,6 @@ from .scores import (
     score_model,
 )
 
-
 #: Every key of the ``topicstream eval --json`` object, in order, and what it holds (docs/architecture.md's table
 #: is made from this, and ``tests/test_eval.py`` checks it against what ``evaluate`` returns). The first twelve are
 #: the contract other tools rely on; the rest extend it. How each is measured: :mod:`evaluation`.
