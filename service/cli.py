@@ -143,7 +143,7 @@ def produce(
         typer.Argument(help="JSONL(.gz) file of articles, or - for standard input; none = generate"),
     ] = None,
     rate: Annotated[float, typer.Option(min=0.0, help="Articles per second (0 = as fast as possible)")] = 0.0,
-    limit: Annotated[int | None, typer.Option(help="Stop after this many articles")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="Stop after this many articles")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the generated articles")] = 0,
     bootstrap: Bootstrap = None,
 ) -> None:
@@ -248,7 +248,7 @@ def feeds(
 def show_topics(
     ctx: typer.Context,
     redis_url: RedisUrl = None,
-    limit: Annotated[int | None, typer.Option(help="Show only the N most prevalent topics")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="Show only the N most prevalent topics")] = None,
     show_empty: Annotated[
         bool, typer.Option("--all", help="Also show the empty topic slots (unused, or freed by topic hygiene)")
     ] = False,

@@ -161,6 +161,10 @@ SHARED_SETTINGS = (
     "TOPICSTREAM_INPUT_TOPIC",
     "TOPICSTREAM_OUTPUT_TOPIC",
     "TOPICSTREAM_DLQ_TOPIC",
+    # A `topicstream replica` started from the second terminal joins a group on the local broker, which waits on
+    # these (with the defaults, five minutes).
+    "TOPICSTREAM_MAX_POLL_INTERVAL_MS",
+    "TOPICSTREAM_SESSION_TIMEOUT_MS",
 )
 
 
