@@ -77,7 +77,8 @@ HEADER_DOCS: dict[str, tuple[str, str]] = {
     "H_ORIGINAL_SHA256": ("dead letter", "sha256 of the whole original value, when it was cut"),
     "H_HEADERS_DROPPED": (
         "dead letter",
-        "how many original headers were dropped because together they exceeded 16 KiB",
+        "how many original headers were dropped because together they exceeded 16 KiB, or `unreadable` when a "
+        "header key was not UTF-8 (the client reads none of them then)",
     ),
 }
 

@@ -75,8 +75,11 @@ def _clip(text: str | None, n: int) -> str | None:
 def dead_letter_record(msg: Message, rejection: Rejection, max_bytes: int) -> tuple[bytes, Headers]:
     """The value and headers of ``msg``'s dead letter, bounded in size (see the module docstring)."""
     value = msg.value() or b""
-    original = msg.headers() or []
-    kept: Headers = list(original.items() if isinstance(original, dict) else original)
+    try:
+        original = msg.headers() or []
+    except (UnicodeDecodeError, SystemError):  # a header key that is not UTF-8: confluent-kafka reads none of them
+        original = None
+    kept: Headers = list(original.items() if isinstance(original, dict) else original or [])
     size = sum(len(k) + len(v or b"") for k, v in kept)
     ours: Headers = [
         (H_REASON, rejection.reason.encode()),
@@ -86,7 +89,9 @@ def dead_letter_record(msg: Message, rejection: Rejection, max_bytes: int) -> tu
         (H_SRC_OFFSET, str(msg.offset()).encode()),
         (H_ORIGINAL_BYTES, str(len(value)).encode()),
     ]
-    if size > MAX_DLQ_ORIGINAL_HEADER_BYTES:
+    if original is None:
+        ours.append((H_HEADERS_DROPPED, b"unreadable"))
+    elif size > MAX_DLQ_ORIGINAL_HEADER_BYTES:
         ours.append((H_HEADERS_DROPPED, str(len(kept)).encode()))
         kept = []
     if len(value) > max_bytes:

@@ -361,6 +361,31 @@ def test_a_batch_loses_nothing_and_every_dead_letter_says_where_and_why(
             assert kept == headers
 
 
+class _UnreadableHeaders(Message):
+    """A consumed message with a header key that is not UTF-8, as confluent-kafka hands it over: ``headers()``
+    raises (a message built in Python keeps its keys as given, so the C client's failure is reproduced here; the
+    real one takes a producer that sends raw header bytes, e.g. kafka-python)."""
+
+    def headers(self) -> Any:
+        try:
+            b"\xff".decode()
+        except UnicodeDecodeError as e:
+            raise SystemError(
+                "<method 'headers' of 'cimpl.Message' objects> returned a result with an exception set"
+            ) from e
+
+
+def test_a_message_whose_headers_cannot_be_read_is_dead_lettered_without_them() -> None:
+    """Kafka header keys are bytes on the wire; one that is not UTF-8 made reading the headers raise, and the learner
+    crashed on its dead letter at every restart (a crash loop: no later message answered)."""
+    msg = _UnreadableHeaders(topic="articles", partition=0, offset=7, value=b"not json")
+    ((_, rejection),) = decode_batch([msg], max_bytes=1000).bad
+    value, out = dead_letter_record(msg, rejection, 1000)
+    got = dict(out)
+    assert value == b"not json" and got[H_REASON] == b"not_json" and got[H_HEADERS_DROPPED] == b"unreadable"
+    assert all(k.startswith("topicstream-") for k, _ in out)
+
+
 # ---------------------------------------------------------------------------------------------- the producer's key
 
 
