@@ -19,6 +19,7 @@ for ``topicstream topics``. The :class:`Lineage` mapping itself belongs in the s
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
@@ -50,6 +51,8 @@ H_INTO = "topicstream-into"
 DEFAULT_KEEP = 1000
 #: Merged-away ids whose successor is remembered (the oldest are forgotten: memory stays bounded for ever).
 MAX_MERGED = 10_000
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -278,9 +281,16 @@ class LineageStore:
         pipe.execute()
 
     def recent(self, n: int | None = None) -> list[LineageEvent]:
-        """The newest ``n`` events (all kept if ``None``), newest first."""
+        """The newest ``n`` events (all kept if ``None``), newest first. An entry that is no event (corrupt bytes
+        in Redis) is skipped with a warning: one bad entry must not stop every learner's restore, nor the tools."""
         raw = self.client.lrange(self.key, 0, -1 if n is None else max(n, 1) - 1)
-        return [LineageEvent.from_json(r) for r in raw]
+        events = []
+        for r in raw:
+            try:
+                events.append(LineageEvent.from_json(r))
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
+                log.warning("%s: skipped an entry that is no lineage event (%s: %s)", self.key, type(e).__name__, e)
+        return events
 
     def counts(self) -> dict[str, int]:
         """Events ever pushed, by kind (not trimmed)."""

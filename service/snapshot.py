@@ -388,7 +388,7 @@ class SnapshotStore:
         if latest is None:
             return []
         members: list[bytes] = self.r.zrange(self._key("snapshot", "kept"), 0, -1)  # type: ignore[assignment]
-        kept = {int(v) for v in members}
+        kept = {int(v) for v in members if v.isdigit()}  # a member that is no version (corrupt bytes) is no candidate
         if not kept:
             kept = set(self.versions())
         return sorted({v for v in kept if v <= latest} | {latest}, reverse=True)

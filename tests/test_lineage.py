@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 import redis
@@ -85,6 +86,18 @@ def test_a_split_keeps_the_parent_id_and_gives_the_new_half_a_fresh_one(redis_cl
     # an event stored before splits existed (no "parent") still reads
     old = '{"kind":"birth","topic":9,"slot":1,"into":null,"score":0.1,"version":3,"time":5.0}'
     assert LineageEvent.from_json(old).parent is None
+
+
+def test_an_entry_that_is_no_event_is_skipped_not_fatal(redis_client):
+    """Corrupt bytes pushed into ``P:lineage`` made every later restore (and ``topicstream topics``) fail with a
+    traceback: the learner could never start again."""
+    store = LineageStore(redis_client, prefix="t-corrupt")
+    good = LineageEvent("merge", 3, 3, 5, 0.1, 2, 0.0)
+    store.push([good])
+    for junk in (b"garbage{", b'{"kind": "merge"}', b"[]", b"\xff"):
+        redis_client.lpush(store.key, junk)
+    store.push([replace(good, topic=4, version=3)])
+    assert [(e.topic, e.version) for e in store.recent()] == [(4, 3), (3, 2)]
 
 
 def test_events_of_a_stream_with_a_merge_and_a_birth_reach_redis_bounded(redis_client):

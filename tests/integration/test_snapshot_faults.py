@@ -176,6 +176,17 @@ def test_only_the_newest_keep_versions_stay_and_uncommitted_writes_are_not_fallb
     assert store.latest_version() == 6 and store.kept_versions()[0] == 6
 
 
+def test_a_member_of_the_kept_index_that_is_no_version_is_passed_over(store: SnapshotStore) -> None:
+    """Corrupt bytes in ``P:snapshot:kept`` stopped every learner's restore with a traceback and left new replicas
+    waiting for ever, though readable snapshots existed."""
+    for i in range(1, 4):
+        store.save(payload(i), meta_for(i))
+    store.r.zadd(f"{store.prefix}:snapshot:kept", {b"junk": 99, b"\xff": 98})
+    assert store.kept_versions() == [3, 2, 1]
+    found = store.load_newest_readable()
+    assert found is not None and found.version == 3
+
+
 def test_an_uncommitted_write_is_no_fallback_when_latest_is_garbage(store: SnapshotStore) -> None:
     """A writer died after writing version 4 whole but before its commit; then ``latest`` was overwritten. The
     readers fall back to what was committed (3), not to the write nobody committed."""
