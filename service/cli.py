@@ -353,16 +353,16 @@ def subscribe(
         client = redis.Redis.from_url(s.redis_url, socket_timeout=30, socket_connect_timeout=10)
         store = SnapshotStore(client, prefix=s.redis_prefix)
         lineage = LineageStore(client, s.redis_prefix) if topic is not None else None
+        no_snapshot = False
         if topic is not None and lineage is not None:
             summary = store.summary()
+            no_snapshot = summary is None  # then any id is taken: the first snapshot holds ids 0…K−1
             fate = topic_fate(topic, summary, lineage.recent())
             if fate.now is None and not (fate.ended and (from_beginning or start_ms is not None or resume)):
                 err.print(f"[red]{fate.why}: nothing to follow[/red]")
                 raise typer.Exit(2)
             if fate.empty:
                 err.print(fate.empty)
-            if summary is None:  # any id is taken: the first snapshot holds ids 0…K−1
-                err.print(f"no snapshot under Redis prefix {s.redis_prefix!r} yet; waiting for the learner")
         choice = TopicChoice(
             store,
             TopicNames(client, s.redis_prefix),
@@ -373,7 +373,9 @@ def subscribe(
             lineage=lineage,
             on_moved=moved,
         )
-        if words is not None and not choice.update() and choice.version is None:
+        if words is not None:
+            no_snapshot = not choice.update() and choice.version is None
+        if no_snapshot:
             err.print(f"no snapshot under Redis prefix {s.redis_prefix!r} yet; waiting for the learner")
         reader = OutputReader(s, s.output_topic, from_beginning, start_ms=start_ms, after=resume)
         try:

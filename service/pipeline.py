@@ -76,10 +76,10 @@ def dead_letter_record(msg: Message, rejection: Rejection, max_bytes: int) -> tu
     """The value and headers of ``msg``'s dead letter, bounded in size (see the module docstring)."""
     value = msg.value() or b""
     try:
-        original = msg.headers() or []
+        original, readable = msg.headers() or [], True
     except (UnicodeDecodeError, SystemError):  # a header key that is not UTF-8: confluent-kafka reads none of them
-        original = None
-    kept: Headers = list(original.items() if isinstance(original, dict) else original or [])
+        original, readable = [], False
+    kept: Headers = list(original.items() if isinstance(original, dict) else original)
     size = sum(len(k) + len(v or b"") for k, v in kept)
     ours: Headers = [
         (H_REASON, rejection.reason.encode()),
@@ -89,7 +89,7 @@ def dead_letter_record(msg: Message, rejection: Rejection, max_bytes: int) -> tu
         (H_SRC_OFFSET, str(msg.offset()).encode()),
         (H_ORIGINAL_BYTES, str(len(value)).encode()),
     ]
-    if original is None:
+    if not readable:
         ours.append((H_HEADERS_DROPPED, b"unreadable"))
     elif size > MAX_DLQ_ORIGINAL_HEADER_BYTES:
         ours.append((H_HEADERS_DROPPED, str(len(kept)).encode()))

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsError as SourceError  # a value its source cannot parse (bad JSON)
 
 __all__ = ["Settings", "SettingsError", "load_settings", "settings_table", "write_settings_table"]
 
@@ -230,11 +231,9 @@ def load_settings(**overrides: Any) -> Settings:
 
     Raises :class:`SettingsError` listing every bad value as ``TOPICSTREAM_NAME: problem``.
     """
-    import pydantic_settings
-
     try:
         return Settings(**{k: v for k, v in overrides.items() if v is not None})
-    except pydantic_settings.SettingsError as e:  # a complex value (JSON) that does not parse, before validation
+    except SourceError as e:  # a complex value (JSON) that does not parse, before validation
         field = re.search(r'field "(\w+)"', str(e))
         name = "TOPICSTREAM_" + field[1].upper() if field else "settings"
         why = f"{e.__cause__}" if e.__cause__ is not None else str(e)  # the value is not shown: it may hold secrets
