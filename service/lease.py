@@ -12,7 +12,8 @@ Keys (``P`` = ``TOPICSTREAM_REDIS_PREFIX``, name ``learner`` by default):
 ``P:lease:learner``        hash, with a TTL: ``id`` (uuid of the holding process), ``host``, ``pid``, ``token``,
                            ``acquired_at`` (Unix seconds); absent when nobody holds the lease
 ``P:lease:learner:token``  the newest fencing token handed out (never expires, never decreases while Redis keeps
-                           its data; after Redis lost it, a holder passes its last token as ``min_token``)
+                           its data; after Redis lost it, a holder passes its last token as ``min_token``; lost
+                           or garbled under a holder the lease hash still names, its next commit puts it back)
 ``P:lease:learner:grace``  while the counter is missing: until when a standby leaves the lease to its old holder
 
 Every step that reads and changes a key is one Lua script, so two processes racing see one winner.
@@ -247,10 +248,11 @@ class Lease:
         return h is not None and h.id == self.id and h.token == self.token
 
     def fence(self) -> Fence:
-        """What a snapshot write must carry: our token, checked in Redis at commit, and our identity."""
+        """What a snapshot write must carry: our token, checked in Redis at commit, our identity, and the lease
+        hash that names us (a counter lost or garbled under us is put back rather than fencing us out)."""
         if self.token is None:
             raise RuntimeError("the lease was never acquired: no fencing token")
-        return Fence(self.token_key, self.token, self.identity)
+        return Fence(self.token_key, self.token, self.identity, self.key, self.id)
 
 
 class LeaseKeeper(threading.Thread):

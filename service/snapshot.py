@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import socket
 import time
@@ -53,6 +54,8 @@ from redis.retry import Retry
 
 from .redact import redact_url
 from .snapshot_format import STATISTICS, SnapshotCorrupt, check_payload, pack, unpack
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "STATISTICS",
@@ -125,11 +128,18 @@ def connect(url: str, *, socket_timeout: float = 10.0, connect_timeout: float = 
 # --------------------------------------------------------------------------------------------- the store
 class Fence(NamedTuple):
     """What a fenced write checks: the Redis key of the lease's fencing-token counter and the writer's token
-    (plus the writer's identity, recorded in the meta). A plain ``(key, token)`` tuple works too."""
+    (plus the writer's identity, recorded in the meta). A plain ``(key, token)`` tuple works too.
+
+    With ``lease_key`` and ``holder`` (the lease hash and the writer's lease id, as :meth:`service.lease.Lease.
+    fence` gives them) a counter that is missing, not a number or below the token (deleted, evicted, garbled)
+    does not fence out a writer that the lease hash names as its holder with this very token: nobody took the
+    lease over (a take-over rewrites the hash), so the counter is put back to the token and the write goes on."""
 
     key: str
     token: int
     writer: dict[str, Any] | None = None
+    lease_key: str = ""
+    holder: str = ""
 
 
 @dataclass(frozen=True)
@@ -163,14 +173,25 @@ redis.call('SET', KEYS[1], v)
 return v
 """
 
-# KEYS: latest, data, meta, kept, fence key (or '' when unfenced). ARGV: version, fenced, token, keep,
-# ttl of superseded versions (ms), channel, key prefix of versions ("P:snapshot:").
-# Returns {1, previous latest} moved, {0, latest} stored but latest was already newer (only unfenced writers
-# racing each other get there), {-1, lease's token} fenced out, {-2, 0} the data vanished before the commit.
+# KEYS: latest, data, meta, kept, fence key (or '' when unfenced), lease hash (or ''). ARGV: version, fenced,
+# token, keep, ttl of superseded versions (ms), channel, key prefix of versions ("P:snapshot:"), holder's lease id.
+# Returns {1, previous latest, counter} moved, {0, latest, counter} stored but latest was already newer (only
+# unfenced writers racing each other get there), {-1, lease's token} fenced out, {-2, 0} the data vanished before
+# the commit. ``counter`` is false, or what the fencing-token counter held when it was put back to the token.
 _COMMIT = """
+local repaired = false
 if ARGV[2] == '1' then
   local current = redis.call('GET', KEYS[5])
-  if (not current) or tonumber(current) ~= tonumber(ARGV[3]) then
+  local token = tonumber(ARGV[3])
+  if KEYS[6] ~= '' and ((not current) or (tonumber(current) or 0) < token) then
+    local id, held = unpack(redis.call('HMGET', KEYS[6], 'id', 'token'))
+    if id == ARGV[8] and tonumber(held) == token then
+      redis.call('SET', KEYS[5], token)
+      repaired = current or '(missing)'
+      current = ARGV[3]
+    end
+  end
+  if (not current) or tonumber(current) ~= token then
     local meta = redis.call('GET', KEYS[3])
     if meta and tonumber(cjson.decode(meta)['fencing_token']) == tonumber(ARGV[3]) then
       redis.call('DEL', KEYS[2], KEYS[3])  -- our own write only: never another writer's version
@@ -202,7 +223,7 @@ if n > keep then
   end
   redis.call('ZREMRANGEBYRANK', KEYS[4], 0, n - keep - 1)
 end
-return {moved, latest}
+return {moved, latest, repaired}
 """
 
 
@@ -300,12 +321,19 @@ class SnapshotStore:
             if mine:
                 self.r.delete(*mine)
             raise SnapshotWriteFailed(f"snapshot {version} exists already: another writer has that version")
-        status, detail = self._commit(
+        status, detail, *repaired = self._commit(
             keys=[self._key("snapshot", "latest"), data_key, meta_key, self._key("snapshot", "kept"),
-                  f.key if f is not None else ""],
+                  f.key if f is not None else "", f.lease_key if f is not None else ""],
             args=[version, int(f is not None), f.token if f is not None else 0, self.keep, self.ttl_s * 1000,
-                  self.channel, self._key("snapshot", "")],
+                  self.channel, self._key("snapshot", ""), f.holder if f is not None else ""],
         )  # fmt: skip
+        if f is not None and repaired and repaired[0] is not None:
+            was = repaired[0].decode(errors="replace") if isinstance(repaired[0], bytes) else repaired[0]
+            log.warning(
+                "fencing-token counter %s held %r, not this writer's token %d, but the lease %s names this writer "
+                "as its holder with that token: nobody took over; the counter is put back to %d",
+                f.key, was[:40], f.token, f.lease_key, f.token,
+            )  # fmt: skip
         if status == -1:
             held = detail.decode() if isinstance(detail, bytes) else str(detail)
             raise FencedOut(

@@ -120,6 +120,36 @@ def test_a_fenced_out_writer_cannot_move_latest(server: RedisServer) -> None:
     assert store_b.save(payload(6), meta_for(6), fence=(b.token_key, b.token or 0)).version > taken.version
 
 
+@pytest.mark.parametrize("damage", [None, b"garbage", b"0"], ids=["deleted", "garbage", "lowered"])
+def test_a_holder_whose_token_counter_was_damaged_keeps_writing(
+    server: RedisServer, damage: bytes | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The counter deleted (an operator's DEL, eviction under allkeys-lru), garbled or set back under the only
+    learner: the lease hash still names it with its token, so nobody took over. Before, its next snapshot was
+    fenced out and it stopped with "another learner took over" (exit 1, outputs repeated after the restart)."""
+    store = SnapshotStore.from_url(server.url(), prefix="t")
+    a = lease(server)
+    assert a.try_acquire(min_token=6) and a.token == 7
+    store.save(payload(1), meta_for(1), fence=a.fence())
+    if damage is None:
+        store.r.delete(a.token_key)
+    else:
+        store.r.set(a.token_key, damage)
+    info = store.save(payload(2), meta_for(2), fence=a.fence())
+    assert store.latest_version() == info.version and info.meta["fencing_token"] == 7
+    assert store.r.get(a.token_key) == b"7"  # put back: a later take-over draws 8
+    assert "the counter is put back to 7" in caplog.text
+
+    # The hash is what tells: once another learner holds it, the same damage fences the old writer out.
+    b = lease(server)
+    store.r.delete(a.key)
+    assert b.try_acquire() and b.token == 8
+    store.r.delete(a.token_key)
+    with pytest.raises(FencedOut):
+        store.save(payload(3), meta_for(3), fence=a.fence())
+    assert store.latest_version() == info.version and store.r.get(a.token_key) is None
+
+
 def test_a_writer_handed_a_taken_version_number_overwrites_and_deletes_nothing(server: RedisServer) -> None:
     """A writer that slept through Redis losing its data may get a version number that the new learner has
     committed meanwhile (here: the counters set back by hand). Its write must not replace that snapshot, and its
