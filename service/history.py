@@ -107,19 +107,35 @@ class SummaryHistory:
         pipe.hset(self.records_key, str(v), json.dumps(record, separators=(",", ":")))
         pipe.zadd(self.versions_key, {str(v): v})
         pipe.execute()
-        dropped = victims(self.versions(), self.max_points)
-        if dropped:
+        kept, junk = self._members()
+        dropped = victims(kept, self.max_points)
+        if dropped or junk:
             names = [str(d) for d in dropped]
             pipe = self.r.pipeline(transaction=True)
-            pipe.zrem(self.versions_key, *names)
-            pipe.hdel(self.records_key, *names)
+            pipe.zrem(self.versions_key, *names, *junk)  # junk: only its writer (this one) keeps it clean
+            if names:
+                pipe.hdel(self.records_key, *names)
             pipe.execute()
         return dropped
 
     def versions(self) -> list[int]:
-        """The versions kept, oldest first."""
-        members: list[bytes | str] = self.r.zrange(self.versions_key, 0, -1)  # type: ignore[assignment]
-        return [int(m) for m in members]
+        """The versions kept, oldest first (a member that is no version is logged and passed over)."""
+        return self._members()[0]
+
+    def _members(self) -> tuple[list[int], list[bytes]]:
+        """The members of the sorted set that are versions, oldest first, and those that are not (written by
+        something else: before, one stopped every later append and every ``topicstream report``)."""
+        members: list[bytes] = self.r.zrange(self.versions_key, 0, -1)  # type: ignore[assignment]
+        kept, junk = [], []
+        for m in members:
+            try:
+                kept.append(int(m))
+            except ValueError:
+                junk.append(m)
+        if junk:
+            log.warning("%s holds %d members that are no version (%r...); passed over", self.versions_key,
+                        len(junk), junk[0][:40])  # fmt: skip
+        return sorted(kept), junk
 
     def read(self) -> list[dict[str, Any]]:
         """The records kept, oldest first. A record that cannot be decoded is logged and left out (not deleted)."""

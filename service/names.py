@@ -97,7 +97,7 @@ class TopicNames:
 
     def get(self, topic: int) -> str | None:
         raw = self.r.hget(self.key, str(topic))
-        return raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        return None if raw is None else _text(raw)
 
     def all(self) -> dict[int, str]:
         """Every named topic: id → name (fields that are not topic ids are ignored)."""
@@ -107,7 +107,13 @@ class TopicNames:
     def _parse(raw: Any) -> dict[int, str]:
         out: dict[int, str] = {}
         for k, v in raw.items():
-            key = k.decode() if isinstance(k, bytes) else str(k)
+            key = _text(k)
             if key.isdigit():
-                out[int(key)] = v.decode("utf-8") if isinstance(v, bytes) else str(v)
+                out[int(key)] = _text(v)
         return dict(sorted(out.items()))
+
+
+def _text(raw: bytes | str) -> str:
+    """A field or name as text. Bytes that are not UTF-8 (written around ``label``, which checks what it stores)
+    become U+FFFD rather than failing every reader and every later remap."""
+    return raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)

@@ -123,6 +123,21 @@ def test_names_follow_a_lineage_event(settings: Settings) -> None:
     assert names.all() == {14: "Oil"}
 
 
+def test_a_name_that_is_not_utf8_is_shown_replaced_and_carried_along(settings: Settings) -> None:
+    """Bytes written into ``P:topic-names`` around ``label`` (which checks what it stores). Before, every later
+    summary the learner wrote failed on them, and ``topicstream topics`` crashed."""
+    s = settings
+    store = SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix)
+    names = TopicNames(store.r, s.redis_prefix)
+    store.r.hset(names.key, mapping={"1": b"Oil \xff\xfe", b"\xff": b"x"})
+    assert names.all() == {1: "Oil \ufffd\ufffd"} and names.get(1) == "Oil \ufffd\ufffd"
+    publish(store, summary_of(4, {0: "energy", 1: "tennis"}))
+    table = CliRunner().invoke(app, ["topics"], env=env_for(s))
+    assert table.exit_code == 0 and "Oil \ufffd\ufffd" in table.output, table.output
+    names.follow([LineageEvent("merge", 1, 1, 0, 0.1, 5, 0.0)])
+    assert names.all() == {0: "Oil \ufffd\ufffd"}
+
+
 def test_words_are_re_resolved_when_a_new_summary_appears(settings: Settings) -> None:
     s = settings
     client = redis.Redis.from_url(s.redis_url)

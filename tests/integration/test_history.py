@@ -124,6 +124,21 @@ def test_an_undecodable_record_is_left_out_of_read_but_not_deleted(client: redis
     assert client.hget(h.records_key, "2") == b"\xff not json"
 
 
+def test_a_member_that_is_no_version_is_passed_over_and_cleared_by_the_writer(
+    client: redis.Redis, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Something else wrote into ``P:history:versions``. Before, every later append (the learner logged "summary
+    not written" at each snapshot) and every ``topicstream report`` failed on it."""
+    h = SummaryHistory(client, prefix, max_points=3)
+    h.append(summary(1))
+    client.zadd(h.versions_key, {b"junk": 1e9, b"\xff": 5})
+    assert h.versions() == [1] and [r["version"] for r in h.read()] == [1]
+    assert "no version" in caplog.text
+    for v in (2, 3, 4):
+        h.append(summary(v))
+    assert h.versions() == [1, 3, 4] and client.zcard(h.versions_key) == 3  # thinned, and the junk gone
+
+
 def test_victims_rule() -> None:
     assert victims([1, 2, 3], 3) == []
     # Evenly spaced: the score is 2 / age, so the oldest interior record goes first.
