@@ -31,14 +31,23 @@ def serve_metrics(metrics: Any, settings: Settings) -> None:
 @contextlib.contextmanager
 def unreachable_is_fatal(settings: Settings) -> Iterator[None]:
     """Turn "cannot reach Kafka/Redis" into one clear line and exit code 3 instead of a traceback (a Kafka client
-    configuration librdkafka refuses, e.g. an unknown property in TOPICSTREAM_KAFKA_CONFIG: exit 2)."""
+    configuration librdkafka refuses, e.g. an unknown property in TOPICSTREAM_KAFKA_CONFIG, or a Redis key of
+    another type under the prefix: exit 2)."""
     import redis
     from confluent_kafka import KafkaError, KafkaException
 
+    from .keys import KeyTypeError, wrong_types
     from .redact import redact_url, scrub
+    from .snapshot import connect
 
     try:
         yield
+    except KeyTypeError as e:
+        _wrong_types_are_fatal(e.lines, settings.redis_prefix)
+    except redis.exceptions.ResponseError as e:
+        if "WRONGTYPE" not in str(e):
+            raise
+        _wrong_types_are_fatal(wrong_types(connect(settings.redis_url), settings.redis_prefix), settings.redis_prefix)
     except redis.exceptions.AuthenticationError as e:
         url, why = redact_url(settings.redis_url), scrub(str(e), settings.redis_url)
         err.print(f"[red]Redis at {url} refused the credentials: {why}[/red] (TOPICSTREAM_REDIS_URL)")
@@ -54,6 +63,16 @@ def unreachable_is_fatal(settings: Settings) -> Iterator[None]:
             raise typer.Exit(2) from None
         err.print(f"[red]Kafka at {settings.kafka_bootstrap}: {e}[/red] (TOPICSTREAM_KAFKA_BOOTSTRAP)")
         raise typer.Exit(3) from None
+
+
+def _wrong_types_are_fatal(lines: list[str], prefix: str) -> None:
+    for line in lines or ["a Redis key under the prefix holds a value of another type than topicstream keeps there"]:
+        err.print(f"[red]{line}[/red]")
+    err.print(
+        f"another program writing under TOPICSTREAM_REDIS_PREFIX={prefix!r}? Delete the key (it is not deleted for "
+        "you: it may be that program's) or choose another prefix"
+    )
+    raise typer.Exit(2) from None
 
 
 @contextlib.contextmanager

@@ -19,6 +19,7 @@ What each table is generated from:
 * ``commands``: the typer app of :mod:`service.cli` (names, arguments, options and the first paragraph of each
   help);
 * ``eval-output``: the keys of ``topicstream eval --json`` (:data:`evaluation.command.OUTPUT_FIELDS`);
+* ``redis-keys``: the keys under the Redis prefix and their types (:data:`service.keys.KEYS`);
 * ``packages``: every Python package's docstring (first paragraph), plus :data:`DIRECTORY_DOCS` for the
   directories that are not packages;
 * ``service-benchmark``: the runs saved by ``python -m benchmarks.bench_service --save LABEL`` in
@@ -229,6 +230,12 @@ def eval_output_table() -> str:
     return "".join(rows)
 
 
+def _redis_keys_table() -> str:
+    from .keys import keys_table
+
+    return keys_table()
+
+
 def reasons_table() -> str:
     reasons = dead_letter_reasons()
     _check_described("REASON_DOCS", REASON_DOCS, reasons)
@@ -388,6 +395,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "dead-letter-reasons": reasons_table,
     "commands": commands_table,
     "eval-output": eval_output_table,
+    "redis-keys": _redis_keys_table,
     "packages": packages_table,
     "service-benchmark": service_benchmark_table,
 }

@@ -55,6 +55,7 @@ from .kafka import (
     partition_of,
 )
 from .keepalive import GroupKeepAlive
+from .keys import check_types
 from .metrics import Metrics
 from .pipeline import Publisher, decode_batch, tokenize
 from .schemas import Rejection
@@ -92,6 +93,7 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
         self.settings = settings
         self.metrics = metrics or Metrics(self.role)
         self.store = store or self.open_store()  # before the consumer: an unreachable Redis fails first
+        check_types(self.store.r, settings.redis_prefix)  # and a key another program wrote is named (the lease's too)
         self.tokenizer = Tokenizer()
         group_id = self.consumer_group()
         self.consumer = make_consumer(settings, group_id, on_commit=self._on_commit, **(consumer_overrides or {}))

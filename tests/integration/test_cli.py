@@ -116,6 +116,24 @@ def test_topics_without_a_snapshot_says_so(settings: Settings) -> None:
     assert result.exit_code == 1 and "no snapshot" in result.output
 
 
+def test_a_redis_key_of_another_type_is_named_in_one_line(settings: Settings) -> None:
+    """Another program wrote under the prefix (or an operator SET the wrong key). Before, the learner died with a
+    WRONGTYPE traceback (lease, lineage) or ran writing no summary (topic names), and ``topics`` crashed."""
+    s, r = settings, redis.Redis.from_url(settings.redis_url)
+    env = {**env_for(s), "TOPICSTREAM_METRICS_HOST": "127.0.0.1"}
+    r.set(f"{s.redis_prefix}:topic-names", "x")
+    r.hset(f"{s.redis_prefix}:summary", "a", "b")
+    run = CliRunner().invoke(app, ["run", "--metrics-port", "0"], env=env)
+    assert run.exit_code == 2, run.output
+    lines = run.output.splitlines()
+    assert f"Redis key {s.redis_prefix}:topic-names is a string where topicstream keeps a hash" in lines
+    assert f"Redis key {s.redis_prefix}:summary is a hash where topicstream keeps a string" in lines
+    assert "Traceback" not in run.output and not r.exists(f"{s.redis_prefix}:lease:learner")  # before the lease
+    assert r.type(f"{s.redis_prefix}:topic-names") == b"string"  # not deleted: it may be another program's
+    topics = CliRunner().invoke(app, ["topics"], env=env)  # WRONGTYPE from Redis, named by the check
+    assert topics.exit_code == 2 and "summary is a hash where topicstream keeps a string" in topics.output
+
+
 def test_demo_refuses_half_a_configuration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A real broker but no Redis named (or the reverse): one clear line, exit 2, nothing started."""
     for name in [k for k in os.environ if k.startswith("TOPICSTREAM_")]:
