@@ -7,6 +7,7 @@ broker that is down makes librdkafka repeat its connection failure hundreds of t
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import re
 import threading
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Consumer as _Consumer
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from .settings import Settings
@@ -31,6 +32,7 @@ __all__ = [
     "make_consumer",
     "make_producer",
     "next_offsets",
+    "topic_id",
 ]
 
 log = logging.getLogger(__name__)
@@ -164,6 +166,25 @@ def ensure_topics(settings: Settings, topics: dict[str, int], timeout: float | N
         except KafkaException as e:
             if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
+
+
+_NO_ID = "AAAAAAAAAAAAAAAAAAAAAA"  # the zero Uuid: a broker that does not give topic ids
+
+
+def topic_id(settings: Settings, topic: str, timeout: float | None = None) -> str | None:
+    """The brokers' id of ``topic`` (a Kafka topic id, base64; Kafka 2.8+ and Tansu give one), or None when the
+    topic does not exist, the brokers give no id or do not answer within ``timeout`` seconds. A topic deleted and
+    re-created under the same name, or created again by brokers that lost their data, has a new id: the offsets
+    of the old one mean nothing in it."""
+    timeout = CONNECT_TIMEOUT_S if timeout is None else timeout
+    try:
+        admin = _admin(settings)  # held until the answer comes: a client destroyed first fails the request
+        future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout)[topic]
+        found = str(future.result(timeout=timeout).topic_id)
+    except (KafkaException, concurrent.futures.TimeoutError) as e:  # 3.10: not the builtin TimeoutError
+        log.info("no topic id for %s (%s)", topic, e)
+        return None
+    return None if found in ("", "None", _NO_ID) else found
 
 
 #: Failures (and lines skipped) remembered by their reason or line number; beyond that they are only counted.

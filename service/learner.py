@@ -42,6 +42,7 @@ from kernels.hygiene import Event, RecentDocs, SupportsTopicMoves, TopicHygiene
 from .checkpoint import Capture, SnapshotWriter, snapshot_summary
 from .history import SummaryHistory
 from .inflight import InFlight, ModelRef
+from .kafka import topic_id
 from .lease import Lease, LeaseKeeper
 from .lineage import DEFAULT_KEEP, Lineage, LineageEvent, LineageStore, moved_slots, stamp
 from .lineage_feed import LineageFeed, renewals
@@ -96,6 +97,15 @@ class Learner(BatchWorker):
             with contextlib.suppress(Exception):
                 self.lease.release()
             raise
+        #: The input topic's id: a snapshot of another topic of that name (re-created) gives no positions.
+        self.input_topic_id = topic_id(s, s.input_topic) or start.input_topic_id
+        if dropped := start.forget_input_if_recreated(s.input_topic, self.input_topic_id):
+            self.metrics.errors.labels(kind="input_recreated").inc()
+            log.warning(
+                "input topic %r is not the one the snapshot read (topic id %s, now %s: deleted and re-created, or "
+                "the brokers lost their data): its partitions are read from their beginning, not from %s",
+                s.input_topic, start.input_topic_id, self.input_topic_id, dropped,
+            )  # fmt: skip
         self.model, self.vocab, self.positions = start.model, start.vocab, start.positions
         self.lineage: Lineage = start.lineage or Lineage(s.topics)
         #: The ``next_id`` of the last snapshot written: at most ``Lineage.reserve()`` ids are given out beyond it,
@@ -353,6 +363,8 @@ class Learner(BatchWorker):
             # Kept with the moves, so a learner killed before it pushed them to P:lineage pushes them at restart.
             "lineage_events": [e.to_json() for e in self._unwritten_events],
         }
+        if self.input_topic_id is not None:
+            extra["input_topic_id"] = self.input_topic_id
         cap = self.writer.capture(seq, self.model, vocab_state, slot_words, offsets, extra, meta)
         cap.events = self._unwritten_events
         cap.topic_ids = list(self.lineage.slot_ids)

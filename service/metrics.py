@@ -36,6 +36,7 @@ ERROR_KINDS = (
     "summary",
     "dead_letter_refused",
     "lineage",
+    "input_recreated",
 )
 
 

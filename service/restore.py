@@ -49,6 +49,21 @@ class Start:
     unpublished: list[LineageEvent] = field(default_factory=list)
     version: int = 0
     articles_learned: int = 0
+    #: The brokers' id of the input topic the positions are in (:func:`service.kafka.topic_id`), when known.
+    input_topic_id: str | None = None
+
+    def forget_input_if_recreated(self, topic: str, now: str | None) -> dict[tuple[str, int], int]:
+        """Drop the positions in ``topic`` when its id is ``now`` no longer the one they were read in (deleted
+        and re-created, or created again by brokers that lost their data): an offset of the old log points
+        into the middle of the new one, and resuming there would skip the new log's first messages without a
+        word (no OFFSET_OUT_OF_RANGE: the offset is in range). Returns the positions dropped; the topic's
+        partitions are then read from their beginning. Unknown ids (an older snapshot, brokers that give none)
+        drop nothing."""
+        if self.input_topic_id is None or now is None or now == self.input_topic_id:
+            return {}
+        dropped = {tp: o for tp, o in self.positions.items() if tp[0] == topic}
+        self.positions = {tp: o for tp, o in self.positions.items() if tp[0] != topic}
+        return dropped
 
 
 def restore_or_create(s: Settings, store: SnapshotStore, metrics: Metrics, lineage_store: LineageStore) -> Start:
@@ -107,6 +122,7 @@ def restore_or_create(s: Settings, store: SnapshotStore, metrics: Metrics, linea
     # Continue above everything this prefix has seen, even versions whose data is unreadable.
     start.version = newest
     start.articles_learned = int(payload.get("articles_learned", 0))
+    start.input_topic_id = payload.get("input_topic_id")
     metrics.snapshot_seen(start.version, float(meta["created_at"]))
     log.info(
         "restored snapshot %d (%d articles learned); offsets %s",

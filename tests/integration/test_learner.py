@@ -510,6 +510,40 @@ def test_partition_first_seen_after_the_last_snapshot_is_not_lost(settings: Sett
     assert second.model.n_docs_seen_ == 120
 
 
+def test_an_input_topic_created_again_is_read_from_its_beginning(
+    settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The input topic deleted and re-created while the learner is stopped (or brokers back without their data):
+    the snapshot's offsets (30 per partition) lie inside the new log (45 per partition), so no offset is out of
+    range. Before, the learner resumed there and skipped the new log's first 60 articles without a word."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    s = settings.model_copy(update={"batch_size": 20, "snapshot_every_batches": 10**6, "snapshot_every_s": 3600})
+    produce(s, good_articles(60, seed=21))
+    first = Learner(s)
+    first.subscribe()
+    consume_into(first, 60)
+    first.checkpoint()
+    first.abandon()
+    store = SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix)
+    old_id = store.load()[1]["input_topic_id"]
+    assert old_id
+
+    admin = AdminClient({"bootstrap.servers": s.kafka_bootstrap})
+    admin.delete_topics([s.input_topic])[s.input_topic].result(30)
+    assert wait_for(lambda: s.input_topic not in admin.list_topics(timeout=10).topics, 30)
+    admin.create_topics([NewTopic(s.input_topic, 2, 1)])[s.input_topic].result(30)
+    produce(s, good_articles(90, seed=22))
+
+    second = Learner(s, metrics=Metrics())
+    assert second.positions == {} and second.input_topic_id not in (None, old_id)
+    assert "is not the one the snapshot read" in caplog.text
+    assert sample(second.metrics, "topicstream_errors_total", kind="input_recreated") == 1
+    run_until(second, 90)  # every article of the new log
+    assert second.model.n_docs_seen_ == 150
+    assert store.load()[1]["input_topic_id"] == second.input_topic_id
+
+
 def test_snapshots_are_versioned_and_old_ones_expire(settings: Settings) -> None:
     s = settings.model_copy(update={"batch_size": 10, "snapshot_every_batches": 1, "snapshot_keep": 2})
     produce(s, good_articles(50, seed=2))
