@@ -3,7 +3,8 @@
 ``/metrics`` is prometheus_client's exposition of the process's registry. A process whose batch loop
 hangs (a kernel call or a write that never returns) still answers it from the server's own thread, so a probe on
 ``/metrics`` cannot tell it from a healthy one. ``/healthz`` answers 503 once the loop's heartbeat
-(``topicstream_loop_heartbeat_timestamp_seconds``, set at the end of every turn, quiet or not) is older than
+(``topicstream_loop_heartbeat_timestamp_seconds``, set at the end of every turn, quiet or not, and after each
+piece of a batch too large for one kernel call) is older than
 :data:`STALE_S`, the same line as the ``TopicstreamLoopStalled`` alert, and 200 otherwise: also for a standby
 learner (it has no loop until it takes the lease) and for a process without a heartbeat (``feeds``). A
 Kubernetes liveness probe on it restarts a hung process instead of waiting for a person.

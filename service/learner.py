@@ -238,7 +238,7 @@ class Learner(BatchWorker):
             self._recent.append(batch.encoded.batch)
             if self._unseen is not None:
                 self._unseen.append(batch.encoded.batch)
-        return self.model.partial_fit_transform(batch.encoded.batch)
+        return self.in_pieces(batch.encoded.batch, self.model.partial_fit_transform)
 
     def between_batches(self, finished: InFlight | None) -> None:
         if finished is not None:

@@ -96,9 +96,10 @@ class Metrics:
         )
         self.heartbeat = gauge(
             "topicstream_loop_heartbeat_timestamp_seconds",
-            "Unix time the batch loop last finished a turn, with or without messages, or last polled while it holds "
-            "input (awaiting the broker's acknowledgements, or the snapshot of new topic ids): a loop that hangs "
-            "while /metrics still answers stops it (/healthz then fails). Before the first turn: the last step of "
+            "Unix time the batch loop last finished a turn, with or without messages, or a piece of a batch too "
+            "large for one kernel call, or last polled while it holds input (awaiting the broker's "
+            "acknowledgements, or the snapshot of new topic ids): a loop that hangs while /metrics still answers "
+            "stops it (/healthz then fails). Before the first turn: the last step of "
             "the start (a learner's restore or compile, a standby's taking the lease; a replica waiting for the "
             "first snapshot beats every second)",
         )

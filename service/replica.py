@@ -194,7 +194,7 @@ class Replica(BatchWorker):
         if not batch.decoded.good:
             return np.zeros((0, batch.model.n_topics))
         model: TopicModel = batch.context
-        return model.transform(batch.encoded.batch)
+        return self.in_pieces(batch.encoded.batch, model.transform)
 
     def between_batches(self, finished: InFlight | None) -> None:
         with self._pending_lock:

@@ -491,6 +491,33 @@ def test_a_failing_kernel_call_stops_the_learner_and_another_takes_over(settings
     assert ids == {json.loads(v)["id"] for v in values}
 
 
+def test_a_batch_larger_than_one_kernel_call_goes_in_pieces_with_the_heartbeat_between(settings: Settings) -> None:
+    """A batch of more tokens than ``piece_tokens`` is learned in pieces of whole articles, the loop's heartbeat
+    set after each (a slow kernel on a flood of huge articles is busy, not stalled: ``/healthz`` would restart
+    it, and it would meet the same batch after every restart); every article is learned and answered once."""
+    s = settings.model_copy(update={"batch_size": 40, "snapshot_every_batches": 10**6, "snapshot_every_s": 3600})
+    values = good_articles(40, seed=31)
+    produce(s, values)
+    learner = Learner(s)
+    learner.piece_tokens = 300
+    calls: list[tuple[int, float, float]] = []
+    fit = learner.model.partial_fit_transform
+
+    def watched(batch: Any) -> Any:
+        calls.append((batch.n_docs, batch.n_tokens, learner.metrics.heartbeat._value.get()))
+        time.sleep(0.01)  # the heartbeat's clock moves between pieces
+        return fit(batch)
+
+    learner.model.partial_fit_transform = watched  # type: ignore[method-assign]
+    run_until(learner, 40)
+    assert len(calls) > 2 and sum(n for n, _, _ in calls) == 40 and learner.model.n_docs_seen_ == 40
+    assert all(tokens <= 300 or n == 1 for n, tokens, _ in calls)
+    beats = [beat for _, _, beat in calls]
+    assert beats == sorted(beats) and len(set(beats)) > 2  # set after each piece, before the batch ended
+    outputs = [json.loads(m.value()) for m in read_all(s, s.output_topic, 40)]
+    assert sorted(o["id"] for o in outputs) == sorted(json.loads(v)["id"] for v in values)
+
+
 def test_partition_first_seen_after_the_last_snapshot_is_not_lost(settings: Settings) -> None:
     s = settings.model_copy(update={"batch_size": 20, "snapshot_every_batches": 10**6, "snapshot_every_s": 3600})
     produce(s, good_articles(60, seed=8), partition=0)
