@@ -19,6 +19,7 @@ from rich.markup import escape
 from evaluation.command import eval_command
 
 from .cli_errors import err, outputs_refused_is_fatal, serve_metrics, unreachable_is_fatal
+from .keys import check_types
 from .process import stop_on_signals, tune_for_service
 from .settings import Settings, SettingsError, load_settings
 from .tables import matches_table, topics_table
@@ -215,6 +216,7 @@ def feeds(
     with unreachable_is_fatal(s):
         ensure_topics(s, {s.input_topic: 1})
         client = redis.Redis.from_url(s.redis_url, socket_timeout=30, socket_connect_timeout=10)
+        check_types(client, s.redis_prefix)  # else the claim script's WRONGTYPE is retried for ever
         seen = SeenIds(client, s.redis_prefix, max_ids=s.feed_seen_max, max_age_s=s.feed_seen_days * 86400)
         poller = FeedPoller(
             urls,
@@ -351,6 +353,7 @@ def subscribe(
 
     with unreachable_is_fatal(s):
         client = redis.Redis.from_url(s.redis_url, socket_timeout=30, socket_connect_timeout=10)
+        check_types(client, s.redis_prefix)  # else a summary of another type looks like no snapshot, for ever
         store = SnapshotStore(client, prefix=s.redis_prefix)
         lineage = LineageStore(client, s.redis_prefix) if topic is not None else None
         no_snapshot = False

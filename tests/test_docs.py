@@ -15,7 +15,7 @@ from service import doctables
 from service.schemas import Rejection, decode_article
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), ROOT / "deploy" / "README.md"]
 
 
 def _read(path: Path) -> str:
@@ -178,10 +178,11 @@ def _anchors(markdown: str) -> set[str]:
 
 @pytest.mark.parametrize("path", DOCS, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_relative_links_resolve_inside_the_repository(path: Path) -> None:
+    """Links go to files of the repository only (the docs must stay true offline and in a fork)."""
     text = re.sub(r"```.*?```", "", _read(path), flags=re.S)  # code blocks hold no links
+    assert not re.findall(r"<[a-z]+://[^>]*>", text), f"{path.name}: a link outside the repository"
     for target in _LINK.findall(text):
-        if re.match(r"[a-z]+:", target):  # http:, https:, mailto:
-            continue
+        assert not re.match(r"[a-z]+:", target), f"{path.name}: {target} is outside the repository"
         file_part, _, anchor = target.partition("#")
         dest = (path.parent / file_part).resolve() if file_part else path
         assert dest.is_relative_to(ROOT), f"{path.name}: {target} points outside the repository"

@@ -132,6 +132,14 @@ def test_a_redis_key_of_another_type_is_named_in_one_line(settings: Settings) ->
     assert r.type(f"{s.redis_prefix}:topic-names") == b"string"  # not deleted: it may be another program's
     topics = CliRunner().invoke(app, ["topics"], env=env)  # WRONGTYPE from Redis, named by the check
     assert topics.exit_code == 2 and "summary is a hash where topicstream keeps a string" in topics.output
+    # Checked at the start where the error would be caught and retried: a subscriber waiting as if no snapshot
+    # existed, a feed poller retrying its claims for ever.
+    subscribe = CliRunner().invoke(app, ["subscribe", "--words", "oil"], env=env)
+    assert subscribe.exit_code == 2 and "summary is a hash" in subscribe.output, subscribe.output
+    r.delete(f"{s.redis_prefix}:summary", f"{s.redis_prefix}:topic-names")
+    r.set(f"{s.redis_prefix}:feeds:seen", "x")
+    feeds = CliRunner().invoke(app, ["feeds", "--once"], env={**env, "TOPICSTREAM_FEEDS": "http://127.0.0.1:9/feed"})
+    assert feeds.exit_code == 2 and "feeds:seen is a string where topicstream keeps a sorted set" in feeds.output
 
 
 def test_demo_refuses_half_a_configuration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
