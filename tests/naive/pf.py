@@ -123,7 +123,8 @@ class DenseFilter:
     n_kw^(p) as a P×K×W array, n_dk^(p) per document id, the reservoir as a list, every particle copied whole
     on resampling. It draws from the same xoshiro256** stream (``kernels._pf_rng``, started from ``prng``) in
     the same order as the kernel (``docs/particle-filter.md``, steps 1–6), so with no collapse and no
-    initialisation its mixtures and counts must equal the kernel's exactly.
+    initialisation its mixtures and counts must equal the kernel's exactly. The generator and its samplers are
+    checked on their own in ``tests/test_pf_rng.py`` (the reference C code's outputs, chi-square).
     """
 
     def __init__(
