@@ -29,6 +29,7 @@ from numpy.typing import NDArray
 
 from ._batch import Batch
 from ._events import Event, SupportsTopicMoves
+from ._moves import swap_for_merge
 
 __all__ = ["correlated_merges"]
 
@@ -49,6 +50,7 @@ def correlated_merges(
     empty_below: float,
     min_docs: float,
     limit: int,
+    keep: int | None = None,
 ) -> list[Event]:
     """Merge the live topics whose proportions in ``docs`` correlate above ``threshold``, most correlated first.
 
@@ -78,10 +80,10 @@ def correlated_merges(
         if not corr[i, j] > threshold:
             break
         a, b = int(live[i]), int(live[j])
-        if weights[a] < weights[b] or (weights[a] == weights[b] and a > b):
+        if swap_for_merge(a, b, weights, keep):
             i, j, a, b = j, i, b, a
         distance = float(np.sqrt(max(0.0, 1.0 - float(root[i] @ root[j]))))
-        model.merge_topics(a, b)  # b into a: the larger topic keeps its id
+        model.merge_topics(a, b)  # b into a: the larger topic (or the background slot ``keep``) keeps its id
         events.append(Event("merge", (b,), a, distance))
         wa, wb = weights[a], weights[b]
         root[i] = np.sqrt((wa * root[i] ** 2 + wb * root[j] ** 2) / max(wa + wb, 1e-300))

@@ -62,6 +62,7 @@ def heldout_deletes(
     empty_below: float,
     tolerance: float,
     max_tries: int,
+    keep: int | None = None,
 ) -> list[tuple[int, float]]:
     """Delete the live topics with weight < ``candidates_below`` that document completion on ``docs`` does not
     need (see the module docstring); return (topic, weight before) of each deletion, in order."""
@@ -70,7 +71,9 @@ def heldout_deletes(
         return []
     weights = model.topic_weights()
     live = weights >= empty_below
-    cand = [int(k) for k in np.argsort(weights, kind="stable") if live[k] and weights[k] < candidates_below]
+    cand = [
+        int(k) for k in np.argsort(weights, kind="stable") if live[k] and weights[k] < candidates_below and k != keep
+    ]
     base = completion_score(model, observed, held_out)
     done: list[tuple[int, float]] = []
     size = (len(cand) + 1) // 2

@@ -31,6 +31,7 @@ __all__ = [
     "mean_loglik",
     "merge_columns",
     "split_column",
+    "swap_for_merge",
 ]
 
 _BLOCK = 8192  # rows per vectorised block (bounds the temporaries to _BLOCK×K doubles)
@@ -45,6 +46,20 @@ class Columns(NamedTuple):
     total: NDArray[np.float64]
     total_unit: float
     scale: float
+
+
+def swap_for_merge(a: int, b: int, weights: NDArray[np.float64], keep: int | None) -> bool:
+    """Whether a merge of topics ``a`` and ``b`` should go ``a`` into ``b`` rather than ``b`` into ``a``: the
+    larger topic keeps its id (ties: the lower id), except that ``keep`` (a kernel's background slot, whose prior
+    holds the generic words) always does. Merged away, the slot would be empty, its prior would gather the
+    generic words again from scratch, and a birth could put a subject there.
+
+    >>> swap_for_merge(0, 1, np.array([0.1, 0.3]), None), swap_for_merge(0, 1, np.array([0.1, 0.3]), 0)
+    (True, False)
+    """
+    if keep is not None and keep in (a, b):
+        return b == keep
+    return bool(weights[a] < weights[b] or (weights[a] == weights[b] and a > b))
 
 
 def check_topic(k: int, n_topics: int, what: str) -> int:

@@ -94,7 +94,7 @@ from ._birth import birth_proposal
 from ._cooccur import correlated_merges
 from ._delete import heldout_deletes
 from ._events import Event, SupportsTopicMoves
-from ._moves import mean_loglik, token_probs
+from ._moves import mean_loglik, swap_for_merge, token_probs
 from ._replay import replay_moves
 from ._split import SplitProposal, muddled_topics
 
@@ -288,8 +288,9 @@ class TopicHygiene:
         unseen = as_batch(unseen_docs, model.n_words) if unseen_docs is not None else None
         warmup = self.warmup_docs if self.warmup_docs is not None else 40 * int(model.n_topics)
         warm = int(model.n_docs_seen_) >= warmup
+        keep = getattr(model, "background_slot", None)  # no move empties it: its prior holds the generic words
         if warm:
-            events += self._retire(model)
+            events += self._retire(model, keep)
             if unseen is not None and self.delete_tries > 0:
                 events += [
                     Event("retire", (k,), None, w)
@@ -300,12 +301,13 @@ class TopicHygiene:
                         empty_below=self.empty_below,
                         tolerance=self.delete_tolerance,
                         max_tries=self.delete_tries,
+                        keep=keep,
                     )
                 ]
             if unseen is not None and self.merge_background:
                 joined = heldout_background_merge(model, unseen, tolerance=self.delete_tolerance)
                 events += [joined] if joined is not None else []
-            merges = self._merge(model)
+            merges = self._merge(model, keep)
             if docs is not None and self.merge_correlation is not None:
                 merges += correlated_merges(
                     model,
@@ -314,6 +316,7 @@ class TopicHygiene:
                     empty_below=self.empty_below,
                     min_docs=CORRELATION_MIN_DOCS,
                     limit=self._merge_limit(model) - len(merges),
+                    keep=keep,
                 )
             events += merges
         if docs is not None and docs.n_docs >= 4 and (self.max_births > 0 or (warm and self.max_splits > 0)):
@@ -321,9 +324,9 @@ class TopicHygiene:
             build, valid = take_docs(docs, idx[0::2]), take_docs(docs, idx[1::2])
             if warm and self.max_splits > 0:
                 merged = {e.into for e in events if e.kind == "merge"}
-                events += self._splits(model, build, valid, merged)
+                events += self._splits(model, build, valid, merged, keep)
             if self.max_births > 0:
-                events += self._births(model, build, valid)
+                events += self._births(model, build, valid, keep)
         return events
 
     def replay(
@@ -339,7 +342,7 @@ class TopicHygiene:
         return replay_moves(model, events, self.empty_below, forgotten)
 
     # ------------------------------------------------------------------ retire
-    def _retire(self, model: SupportsTopicMoves) -> list[Event]:
+    def _retire(self, model: SupportsTopicMoves, keep: int | None) -> list[Event]:
         if self.retire_below <= 0.0:
             return []
         events: list[Event] = []
@@ -348,8 +351,8 @@ class TopicHygiene:
             w = float(weights[k])
             if w >= self.retire_below:
                 break
-            if w < self.empty_below:
-                continue  # already free
+            if w < self.empty_below or k == keep:
+                continue  # already free, or the background slot
             if np.count_nonzero(weights >= self.empty_below) <= 1:
                 break
             model.delete_topic(int(k))
@@ -362,7 +365,7 @@ class TopicHygiene:
         """Merges per call, by distance and by co-occurrence together (``max_merges``)."""
         return self.max_merges if self.max_merges is not None else max(1, int(model.n_topics) // 4)
 
-    def _merge(self, model: SupportsTopicMoves) -> list[Event]:
+    def _merge(self, model: SupportsTopicMoves, keep: int | None) -> list[Event]:
         weights = model.topic_weights().copy()
         live = np.flatnonzero(weights >= self.empty_below)
         if live.size < 2:
@@ -380,9 +383,9 @@ class TopicHygiene:
             if not d < self.threshold:
                 break
             a, b = int(live[i]), int(live[j])
-            if weights[a] < weights[b] or (weights[a] == weights[b] and a > b):
+            if swap_for_merge(a, b, weights, keep):
                 i, j, a, b = j, i, b, a
-            model.merge_topics(a, b)  # b into a: the larger topic keeps its id
+            model.merge_topics(a, b)  # b into a: the larger topic (or the background slot) keeps its id
             events.append(Event("merge", (b,), a, d))
             wa, wb = weights[a], weights[b]
             merged = (wa * root[i] ** 2 + wb * root[j] ** 2) / max(wa + wb, 1e-300)
@@ -399,14 +402,14 @@ class TopicHygiene:
         return events
 
     # ------------------------------------------------------------------ split
-    def _splits(self, model: SupportsTopicMoves, build: Batch, valid: Batch, merged: set[int | None]) -> list[Event]:
-        """Split muddled topics into free slots; never a topic that a merge of this call has just made (its halves
-        were judged one topic a moment ago: splitting it again would only undo the merge)."""
+    def _splits(
+        self, model: SupportsTopicMoves, build: Batch, valid: Batch, merged: set[int | None], background: int | None
+    ) -> list[Event]:
+        """Split muddled topics into free slots (never the ``background`` slot); never a topic that a merge of this
+        call has just made (its halves were judged one topic a moment ago: splitting it again would only undo the
+        merge)."""
         weights = model.topic_weights()
-        free = [int(j) for j in np.flatnonzero(weights < self.empty_below)]
-        background = getattr(model, "background_slot", None)
-        if background is not None and background in free:
-            free.remove(background)
+        free = [int(j) for j in np.flatnonzero(weights < self.empty_below) if j != background]
         if not free:
             return []
         muddled = [(k, prop) for k, prop in self._muddled(model, build, weights, background) if k not in merged]
@@ -452,12 +455,13 @@ class TopicHygiene:
         )
 
     # ------------------------------------------------------------------ birth
-    def _births(self, model: SupportsTopicMoves, build: Batch, valid: Batch) -> list[Event]:
+    def _births(self, model: SupportsTopicMoves, build: Batch, valid: Batch, keep: int | None) -> list[Event]:
         events: list[Event] = []
         phi = model.topic_word()
         base = mean_loglik(model.transform(valid), phi, valid)
         for _ in range(self.max_births):
             free = np.flatnonzero(model.topic_weights() < self.empty_below)
+            free = free[free != keep] if keep is not None else free
             if free.size == 0:
                 break
             proposal = birth_proposal(model, build, phi, self.birth_quantile, self.em_iterations)

@@ -247,3 +247,28 @@ def test_a_background_slot_that_took_a_desk_is_not_marked(generator_stream: tupl
     to_planted = hellinger_matrix(np.vstack([truth, model.topic_word()[:1]]))[-1, : len(truth)]
     assert int(np.argmin(to_planted)) != len(truth) - 1  # slot 0 is nearest a desk, not the background words
     assert model.background_slot == 0 and model.background_topic() is None
+
+
+def test_no_hygiene_move_empties_the_background_slot(planted: tuple[np.ndarray, Batch]) -> None:
+    """The slot's prior holds the generic words: a merge keeps its id whatever the weights (before, "the larger
+    topic keeps its id" merged a lighter background slot away into a near-duplicate subject), and retirement,
+    the held-out delete and births pass it over (a birth put a subject into it when it was empty)."""
+    _, docs = planted
+    model = trained(docs, 0.1)
+    k = int(np.argmax(model.topic_weights()[1:])) + 1
+    # Slot 0 made a lighter copy of topic k: the two are duplicates (Hellinger 0), topic k the heavier.
+    model.phi_[:, 0] = model.phi_[:, k] * 0.5
+    model.nz_[0] = model.nz_[k] * 0.5
+    assert model.topic_weights()[0] < model.topic_weights()[k]
+    hygiene = TopicHygiene(max_births=0, max_merges=1, warmup_docs=0)
+    events = hygiene.apply(model)
+    assert [(e.kind, e.topics, e.into) for e in events] == [("merge", (k,), 0)]
+    assert model.topic_weights()[k] < hygiene.empty_below <= model.topic_weights()[0]
+
+    # Empty and light: births, retirement and the held-out delete leave it alone.
+    model.phi_[:, 0] = 0.0
+    model.nz_[0] = 0.0
+    assert model.topic_weights()[0] == 0.0
+    hygiene = TopicHygiene(max_births=3, retire_below=0.05, delete_tries=8, warmup_docs=0)
+    for e in hygiene.apply(model, recent_docs=docs.slice(0, 400), unseen_docs=docs.slice(400, 600)):
+        assert 0 not in e.topics, e
