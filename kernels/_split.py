@@ -42,7 +42,8 @@ _MIN_ENTRY = 1e-3  # entries holding less of topic k than this (tokens) are left
 class SplitProposal:
     """Two halves of topic k: their Hellinger distance, the smaller half's share of k's recent tokens, and the
     move (word ids, the fraction of each word's count in k that goes to the new topic, the fraction of every
-    other word)."""
+    other word); and the fit itself: the halves ψ_A, ψ_B over ``word_ids`` and each document's weight π_d of
+    half B (for checks and diagnostics)."""
 
     distance: float
     share: float
@@ -50,6 +51,9 @@ class SplitProposal:
     word_ids: NDArray[np.int64]
     fractions: NDArray[np.float64]
     rest: float
+    psi_a: NDArray[np.float64]
+    psi_b: NDArray[np.float64]
+    pi: NDArray[np.float64]
 
 
 def propose_split(
@@ -94,7 +98,7 @@ def propose_split(
     small, n_s, n_l, psi_l = (psi_b, n_b, n_a, psi_a) if n_b <= n_a else (psi_a, n_a, n_b, psi_b)
     fractions = n_s * small / np.maximum(n_s * small + n_l * psi_l, 1e-300)
     share = n_s / n if n > 0 else 0.0
-    return SplitProposal(distance, share, n, words.astype(np.int64), fractions, share)
+    return SplitProposal(distance, share, n, words.astype(np.int64), fractions, share, psi_a, psi_b, pi)
 
 
 def muddled_topics(

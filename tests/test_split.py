@@ -150,3 +150,51 @@ def test_split_topic_reassigns_tokens_and_undoes_exactly(cls):
         model.split_topic(mixed, mixed, np.arange(3), np.full(3, 0.5), 0.5)
     with pytest.raises(ValueError, match="fractions"):
         model.split_topic(mixed, j, np.arange(3), np.full(3, 1.5), 0.5)
+
+
+def _split_objective(x, doc_of, w_of, prior, prop) -> float:
+    """The MAP objective the split's EM climbs (kernels/_split.py's module docstring): the two-half mixture's
+    log-likelihood of topic k's tokens, plus the Beta(3/2, 3/2) log-prior of each π_d (the ½ on each side) and the
+    Dirichlet(prior + 1) log-prior of each half."""
+    pi = prop.pi
+    lik = x @ np.log(pi[doc_of] * prop.psi_b[w_of] + (1.0 - pi[doc_of]) * prop.psi_a[w_of])
+    return float(lik + 0.5 * np.log(pi * (1.0 - pi)).sum() + prior @ (np.log(prop.psi_a) + np.log(prop.psi_b)))
+
+
+def test_the_split_em_never_lowers_its_objective_and_finds_the_two_topics():
+    """EM from any start raises its objective at every iteration (its M-step maximises exactly), and at
+    convergence every π_d is a stationary point of it: checks of the updates that do not use them, computed from
+    the fit each number of iterations returns (a wrong prior on ψ or on π fails them)."""
+    from kernels._moves import token_probs
+    from kernels._split import _MIN_ENTRY, _PRIOR, propose_split
+
+    truth, model, recent, mixed = muddled(SCVB0)
+    phi = model.topic_word()
+    theta = model.transform(recent)
+    p = token_probs(theta, phi, recent)
+    doc_of_all = np.repeat(np.arange(recent.n_docs), np.diff(recent.indptr))
+    x_all = recent.counts / p * theta[doc_of_all, mixed] * phi[mixed, recent.word_ids]
+    keep = x_all > _MIN_ENTRY
+    x, doc_of = x_all[keep], doc_of_all[keep]
+    words, w_of = np.unique(recent.word_ids[keep], return_inverse=True)
+    prior = phi[mixed, words] / phi[mixed, words].sum() * (_PRIOR * x.sum())
+    values = []
+    for iterations in range(0, 25):
+        prop = propose_split(x_all, doc_of_all, recent, phi[mixed], iterations)
+        assert prop is not None and np.array_equal(prop.word_ids, words)
+        values.append(_split_objective(x, doc_of, w_of, prior, prop))
+    steps = np.diff(values)
+    assert (steps >= -1e-9 * abs(values[-1])).all(), steps
+    assert values[-1] > values[0]
+    # At convergence each π_d is stationary: ∂/∂π_d = Σ x (ψ_B − ψ_A) / mixture + ½/π_d − ½/(1 − π_d) = 0.
+    done = propose_split(x_all, doc_of_all, recent, phi[mixed], 500)
+    assert done is not None
+    mix = done.pi[doc_of] * done.psi_b[w_of] + (1.0 - done.pi[doc_of]) * done.psi_a[w_of]
+    grad = np.bincount(doc_of, weights=x * (done.psi_b[w_of] - done.psi_a[w_of]) / mix, minlength=recent.n_docs)
+    grad += 0.5 / done.pi - 0.5 / (1.0 - done.pi)
+    n_d = np.bincount(doc_of, weights=x, minlength=recent.n_docs)
+    assert np.abs(grad).max() < 1e-3 * max(1.0, n_d.max()), np.abs(grad).max()
+    # ...and the halves it ends at are the two planted topics that were merged.
+    a, b = prop.psi_a, prop.psi_b
+    near = [min(np.sqrt(1 - np.sqrt(h * t[words] / t[words].sum()).sum()) for t in truth) for h in (a, b)]
+    assert max(near) < 0.35, near
