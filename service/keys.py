@@ -4,8 +4,9 @@
 :func:`check_types` tells which of them hold a value of another type — another program writing under the same
 prefix, or an operator's ``SET`` on the wrong key. Redis answers every command on such a key with ``WRONGTYPE``.
 The learner and the replica check as they start (:class:`service.worker.BatchWorker`, the learner before it takes
-the lease), and every command turns a ``WRONGTYPE`` into one line naming the key
-(:func:`service.cli_errors.unreachable_is_fatal`) instead of a traceback, or a learner that writes no summary.
+the lease), and so do ``feeds`` and ``subscribe`` (which would otherwise retry or wait for ever); every command
+turns a ``WRONGTYPE`` into one line naming the key (:func:`service.cli_errors.unreachable_is_fatal`) instead of a
+traceback, or a learner that writes no summary.
 Nothing here deletes a key: it may hold another program's data.
 """
 
