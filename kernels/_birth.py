@@ -10,6 +10,8 @@ p_dw at its own weight π_d, started from the worst document's words weighted by
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -17,15 +19,33 @@ from ._batch import Batch
 from ._events import SupportsTopicMoves
 from ._moves import token_probs
 
-__all__ = ["birth_proposal"]
+__all__ = ["BirthFit", "birth_proposal", "fit_birth"]
 
 
-def birth_proposal(
+@dataclass(frozen=True)
+class BirthFit:
+    """The EM fit behind a birth proposal, on the entries of the worst documents: the words ψ covers
+    (``words``; ``w_of`` maps each entry to one of them), each entry's document ``d_of``, count ``counts`` and
+    current prediction ``pred`` (p_dw), the fitted ``psi`` over ``words`` and each document's weight ``pi`` of it,
+    and ``taken``: c·r per entry at the last E-step (the tokens the new topic took)."""
+
+    words: NDArray[np.int64]
+    w_of: NDArray[np.int64]
+    d_of: NDArray[np.int64]
+    counts: NDArray[np.float64]
+    pred: NDArray[np.float64]
+    psi: NDArray[np.float64]
+    pi: NDArray[np.float64]
+    taken: NDArray[np.float64]
+
+
+def fit_birth(
     model: SupportsTopicMoves, build: Batch, phi: NDArray[np.float64], quantile: float, iterations: int
-) -> tuple[NDArray[np.int64], NDArray[np.float64], float] | None:
-    """``(words, psi, share)``: the words ψ covers, ψ on them, and its share of the build tokens, fitted by
-    ``iterations`` EM steps to the worst ``quantile`` of the ``build`` documents (see the module docstring); None
-    when the fit takes no tokens."""
+) -> BirthFit:
+    """``iterations`` (≥ 1) EM steps of the fit the module docstring describes, on the worst ``quantile`` of the
+    ``build`` documents. It maximises Σ_entries c log(π_d ψ_w + (1 − π_d) p_dw) (π_d kept inside (10⁻⁶, 1 − 10⁻⁶))."""
+    if iterations < 1:
+        raise ValueError(f"iterations must be >= 1, got {iterations}")
     theta = model.transform(build)
     p = token_probs(theta, phi, build)
     doc_of = np.repeat(np.arange(build.n_docs), np.diff(build.indptr))
@@ -48,6 +68,7 @@ def birth_proposal(
     ).astype(np.float64)
     psi = psi / psi.sum() + 1e-12
     pi = np.where(np.arange(build.n_docs) == seed_doc, 0.5, 0.1)
+    cr = np.zeros_like(ce)
     for _ in range(iterations):
         num = pi[d_of] * psi[w_of]
         r = num / (num + (1.0 - pi[d_of]) * pe)
@@ -56,8 +77,18 @@ def birth_proposal(
         pi = np.clip(pi, 1e-6, 1.0 - 1e-6)
         psi = np.bincount(w_of, weights=cr, minlength=words.size).astype(np.float64) + 1e-12
         psi /= psi.sum()
-    share = float(cr.sum() / c.sum())
-    keep = psi > 1e-4 * psi.max()
+    return BirthFit(words.astype(np.int64), w_of.astype(np.int64), d_of, ce, pe, psi, pi, cr)
+
+
+def birth_proposal(
+    model: SupportsTopicMoves, build: Batch, phi: NDArray[np.float64], quantile: float, iterations: int
+) -> tuple[NDArray[np.int64], NDArray[np.float64], float] | None:
+    """``(words, psi, share)``: the words ψ covers, ψ on them, and its share of the build tokens, fitted by
+    ``iterations`` EM steps to the worst ``quantile`` of the ``build`` documents (:func:`fit_birth`); None when
+    the fit takes no tokens."""
+    fit = fit_birth(model, build, phi, quantile, iterations)
+    share = float(fit.taken.sum() / build.counts.sum())
+    keep = fit.psi > 1e-4 * fit.psi.max()
     if not 0.0 < share < 1.0 or not keep.any():
         return None
-    return words[keep], psi[keep], share
+    return fit.words[keep], fit.psi[keep], share
