@@ -29,6 +29,7 @@ __all__ = [
     "check_reachable",
     "ensure_topics",
     "flush_all",
+    "make_admin",
     "make_consumer",
     "make_producer",
     "next_offsets",
@@ -134,7 +135,7 @@ def make_producer(settings: Settings, **overrides: str | int | bool) -> Producer
     return Producer(conf)
 
 
-def _admin(settings: Settings) -> AdminClient:
+def make_admin(settings: Settings) -> AdminClient:
     # No logger: an admin client's lines would wait for a poll() that nobody calls (they go to stderr).
     return AdminClient({**_base(settings), **settings.kafka_config})
 
@@ -146,13 +147,13 @@ CONNECT_TIMEOUT_S = 30.0
 def check_reachable(settings: Settings, timeout: float | None = None) -> None:
     """Raise KafkaException when no broker answers a metadata request within ``timeout`` seconds (so a process
     that needs Kafka says so at its start instead of retrying quietly for ever)."""
-    _admin(settings).list_topics(timeout=CONNECT_TIMEOUT_S if timeout is None else timeout)
+    make_admin(settings).list_topics(timeout=CONNECT_TIMEOUT_S if timeout is None else timeout)
 
 
 def ensure_topics(settings: Settings, topics: dict[str, int], timeout: float | None = None) -> None:
     """Create the topics that do not exist yet (name → partitions); existing ones are left alone."""
     timeout = CONNECT_TIMEOUT_S if timeout is None else timeout
-    admin = _admin(settings)
+    admin = make_admin(settings)
     existing = set(admin.list_topics(timeout=timeout).topics)
     new = [
         NewTopic(name, num_partitions=n, replication_factor=-1) for name, n in topics.items() if name not in existing
@@ -171,14 +172,16 @@ def ensure_topics(settings: Settings, topics: dict[str, int], timeout: float | N
 _NO_ID = "AAAAAAAAAAAAAAAAAAAAAA"  # the zero Uuid: a broker that does not give topic ids
 
 
-def topic_id(settings: Settings, topic: str, timeout: float | None = None) -> str | None:
+def topic_id(
+    settings: Settings, topic: str, timeout: float | None = None, admin: AdminClient | None = None
+) -> str | None:
     """The brokers' id of ``topic`` (a Kafka topic id, base64; Kafka 2.8+ and Tansu give one), or None when the
-    topic does not exist, the brokers give no id or do not answer within ``timeout`` seconds. A topic deleted and
-    re-created under the same name, or created again by brokers that lost their data, has a new id: the offsets
-    of the old one mean nothing in it."""
+    topic does not exist, the brokers give no id or do not answer within ``timeout`` seconds (``admin``: a client
+    to reuse; default a new one). A topic deleted and re-created under the same name, or created again by brokers
+    that lost their data, has a new id: the offsets of the old one mean nothing in it."""
     timeout = CONNECT_TIMEOUT_S if timeout is None else timeout
     try:
-        admin = _admin(settings)  # held until the answer comes: a client destroyed first fails the request
+        admin = admin or make_admin(settings)  # held until the answer comes: one destroyed first fails the request
         future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout)[topic]
         found = str(future.result(timeout=timeout).topic_id)
     except (KafkaException, concurrent.futures.TimeoutError) as e:  # 3.10: not the builtin TimeoutError

@@ -42,7 +42,7 @@ from kernels.hygiene import Event, RecentDocs, SupportsTopicMoves, TopicHygiene
 from .checkpoint import Capture, SnapshotWriter, snapshot_summary
 from .history import SummaryHistory
 from .inflight import InFlight, ModelRef
-from .kafka import topic_id
+from .kafka import make_admin, topic_id
 from .lease import Lease, LeaseKeeper
 from .lineage import DEFAULT_KEEP, Lineage, LineageEvent, LineageStore, moved_slots, stamp
 from .lineage_feed import LineageFeed, renewals
@@ -69,6 +69,8 @@ UNSEEN_MIN_DOCS = 64
 #: takes a second or two (plus the hygiene plan's 1-3 s when the same capture carries one); a Redis that hangs
 #: must not stop the stream.
 MAX_ID_HOLD_S = 30.0
+#: How long a snapshot write (writer thread) waits for the brokers to confirm the input topic's id.
+TOPIC_ID_TIMEOUT_S = 5.0
 
 
 class LeaseLost(RuntimeError):
@@ -97,8 +99,9 @@ class Learner(BatchWorker):
             with contextlib.suppress(Exception):
                 self.lease.release()
             raise
-        #: The input topic's id: a snapshot of another topic of that name (re-created) gives no positions.
-        self.input_topic_id = topic_id(s, s.input_topic) or start.input_topic_id
+        # The input topic's id: a snapshot of another topic of that name (re-created) gives no positions.
+        self._admin = make_admin(s)
+        self.input_topic_id = topic_id(s, s.input_topic, admin=self._admin)
         if dropped := start.forget_input_if_recreated(s.input_topic, self.input_topic_id):
             self.metrics.errors.labels(kind="input_recreated").inc()
             log.warning(
@@ -363,8 +366,6 @@ class Learner(BatchWorker):
             # Kept with the moves, so a learner killed before it pushed them to P:lineage pushes them at restart.
             "lineage_events": [e.to_json() for e in self._unwritten_events],
         }
-        if self.input_topic_id is not None:
-            extra["input_topic_id"] = self.input_topic_id
         cap = self.writer.capture(seq, self.model, vocab_state, slot_words, offsets, extra, meta)
         cap.events = self._unwritten_events
         cap.topic_ids = list(self.lineage.slot_ids)
@@ -403,6 +404,12 @@ class Learner(BatchWorker):
         one (or came before the reclaim) is refused. So renew once; if the lease is still ours, with a token other
         than the refused one, write again with it."""
         fence = self.lease.fence()
+        # The offsets go with the input topic's id as the brokers confirm it now (a topic re-created while this
+        # learner runs moves the consumer into the new log: its offsets belong to the new id); none when they do
+        # not answer, so that a restart never drops offsets over an id it was not told.
+        cap.payload.pop("input_topic_id", None)
+        if (now := topic_id(self.settings, self.settings.input_topic, TOPIC_ID_TIMEOUT_S, self._admin)) is not None:
+            cap.payload["input_topic_id"] = now
 
         def write(fence: Fence) -> SnapshotInfo:
             return self.store.save(cap.payload, cap.meta, min_version=self.version, fence=fence)
