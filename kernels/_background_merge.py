@@ -27,18 +27,24 @@ import numpy as np
 from ._batch import Batch
 from ._delete import completion_halves, completion_score
 from ._events import Event, SupportsTopicMoves
+from ._moves import swap_for_merge
 
 __all__ = ["heldout_background_merge"]
 
 
-def heldout_background_merge(model: SupportsTopicMoves, docs: Batch, *, tolerance: float) -> Event | None:
+def heldout_background_merge(
+    model: SupportsTopicMoves, docs: Batch, *, tolerance: float, keep: int | None = None
+) -> Event | None:
     """Merge the two heaviest topics of ``model`` in place if the module docstring's tests pass; the merge event
-    (score: the pair's Hellinger distance), or None."""
+    (score: the pair's Hellinger distance), or None. The lighter goes into the heavier, into ``keep`` (a background
+    slot) when it is one of them."""
     weights = model.topic_weights()
     observed, held_out = completion_halves(docs)
     if weights.size < 2 or observed.n_docs < 2:
         return None
     into, src = (int(k) for k in np.argsort(-weights, kind="stable")[:2])
+    if swap_for_merge(into, src, weights, keep):
+        into, src = src, into
     trial = copy.deepcopy(model)
     trial.merge_topics(into, src)
     if trial.background_topic() != into:  # the cheap test first: no inference unless the merge makes a background

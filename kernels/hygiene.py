@@ -305,7 +305,7 @@ class TopicHygiene:
                     )
                 ]
             if unseen is not None and self.merge_background:
-                joined = heldout_background_merge(model, unseen, tolerance=self.delete_tolerance)
+                joined = heldout_background_merge(model, unseen, tolerance=self.delete_tolerance, keep=keep)
                 events += [joined] if joined is not None else []
             merges = self._merge(model, keep)
             if docs is not None and self.merge_correlation is not None:

@@ -47,7 +47,11 @@ def unreachable_is_fatal(settings: Settings) -> Iterator[None]:
     except redis.exceptions.ResponseError as e:
         if "WRONGTYPE" not in str(e):
             raise
-        _wrong_types_are_fatal(wrong_types(connect(settings.redis_url), settings.redis_prefix), settings.redis_prefix)
+        try:
+            lines = wrong_types(connect(settings.redis_url), settings.redis_prefix)
+        except redis.exceptions.RedisError:
+            lines = []  # gone meanwhile: the generic line
+        _wrong_types_are_fatal(lines, settings.redis_prefix)
     except redis.exceptions.AuthenticationError as e:
         url, why = redact_url(settings.redis_url), scrub(str(e), settings.redis_url)
         err.print(f"[red]Redis at {url} refused the credentials: {why}[/red] (TOPICSTREAM_REDIS_URL)")

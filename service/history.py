@@ -127,10 +127,10 @@ class SummaryHistory:
         something else: before, one stopped every later append and every ``topicstream report``)."""
         members: list[bytes] = self.r.zrange(self.versions_key, 0, -1)  # type: ignore[assignment]
         kept, junk = [], []
-        for m in members:
-            try:
+        for m in members:  # a version as this module writes it: "7", never "07", " 7" or "+7" (int() takes those)
+            if m.isdigit() and (m == b"0" or not m.startswith(b"0")):
                 kept.append(int(m))
-            except ValueError:
+            else:
                 junk.append(m)
         if junk:
             log.warning("%s holds %d members that are no version (%r...); passed over", self.versions_key,

@@ -108,7 +108,7 @@ class TopicNames:
         out: dict[int, str] = {}
         for k, v in raw.items():
             key = _text(k)
-            if key.isdigit():
+            if key.isascii() and key.isdigit():  # "²".isdigit() is true too, and int() refuses it
                 out[int(key)] = _text(v)
         return dict(sorted(out.items()))
 
