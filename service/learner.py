@@ -69,7 +69,7 @@ UNSEEN_MIN_DOCS = 64
 #: takes a second or two (plus the hygiene plan's 1-3 s when the same capture carries one); a Redis that hangs
 #: must not stop the stream.
 MAX_ID_HOLD_S = 30.0
-#: How long a snapshot write (writer thread) waits for the brokers to confirm the input topic's id.
+#: How long the writer thread, after a snapshot, waits for the brokers to confirm the input topic's id.
 TOPIC_ID_TIMEOUT_S = 5.0
 
 
@@ -366,6 +366,8 @@ class Learner(BatchWorker):
             # Kept with the moves, so a learner killed before it pushed them to P:lineage pushes them at restart.
             "lineage_events": [e.to_json() for e in self._unwritten_events],
         }
+        if self.input_topic_id is not None:
+            extra["input_topic_id"] = self.input_topic_id
         cap = self.writer.capture(seq, self.model, vocab_state, slot_words, offsets, extra, meta)
         cap.events = self._unwritten_events
         cap.topic_ids = list(self.lineage.slot_ids)
@@ -404,12 +406,6 @@ class Learner(BatchWorker):
         one (or came before the reclaim) is refused. So renew once; if the lease is still ours, with a token other
         than the refused one, write again with it."""
         fence = self.lease.fence()
-        # The offsets go with the input topic's id as the brokers confirm it now (a topic re-created while this
-        # learner runs moves the consumer into the new log: its offsets belong to the new id); none when they do
-        # not answer, so that a restart never drops offsets over an id it was not told.
-        cap.payload.pop("input_topic_id", None)
-        if (now := topic_id(self.settings, self.settings.input_topic, TOPIC_ID_TIMEOUT_S, self._admin)) is not None:
-            cap.payload["input_topic_id"] = now
 
         def write(fence: Fence) -> SnapshotInfo:
             return self.store.save(cap.payload, cap.meta, min_version=self.version, fence=fence)
@@ -470,6 +466,12 @@ class Learner(BatchWorker):
             info.size_bytes / 1e6,
             summary["articles_learned"],
         )
+        # Asked again for the next capture: a topic re-created while this learner runs moves the consumer into the
+        # new log, whose offsets belong to the new id. Only an id the brokers confirmed to this process goes into a
+        # snapshot (never one carried over from the restored snapshot); asked here, after the write, so that a
+        # broker that does not answer delays no snapshot.
+        if (now := topic_id(self.settings, self.settings.input_topic, TOPIC_ID_TIMEOUT_S, self._admin)) is not None:
+            self.input_topic_id = now
 
     def _model_gauges(self) -> None:
         m = self.metrics
