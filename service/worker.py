@@ -175,9 +175,9 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
     def in_pieces(self, batch: Batch, call: Callable[[Batch], NDArray[np.float64]]) -> NDArray[np.float64]:
         """``call(batch)`` (a kernel's mixtures), in :func:`pieces` of at most ``piece_tokens`` tokens with the
         loop's heartbeat set after each: a kernel working through a huge batch is busy, not stalled."""
-        ranges = pieces(batch.doc_tokens(), self.piece_tokens)
-        if len(ranges) == 1:
+        if batch.n_tokens <= self.piece_tokens:  # nearly every batch: one sum, no per-document counts
             return call(batch)
+        ranges = pieces(batch.doc_tokens(), self.piece_tokens)
         out = []
         for start, stop in ranges:
             out.append(call(batch.slice(start, stop)))
