@@ -29,7 +29,7 @@ from typing import Any, ClassVar, NamedTuple, TypeVar
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._batch import Batch, Docs, as_batch
+from ._batch import Batch, Docs, as_batch, integer_ids
 
 __all__ = [
     "EXACT_FASTMATH",
@@ -222,8 +222,9 @@ class TopicModel(abc.ABC):
         return list(cls.init_signature().parameters)
 
     def get_params(self) -> dict[str, Any]:
-        """The settings given to ``__init__`` (JSON-serialisable)."""
-        return {name: getattr(self, name) for name in self._param_names()}
+        """The settings given to ``__init__`` (JSON-serialisable: a numpy scalar given is returned as Python's)."""
+        values = {name: getattr(self, name) for name in self._param_names()}
+        return {name: v.item() if isinstance(v, np.generic) else v for name, v in values.items()}
 
     def _validate_base_params(self) -> None:
         check_positive_int("n_topics", self.n_topics)
@@ -265,6 +266,7 @@ class TopicModel(abc.ABC):
         Shape ``(n_docs, n_topics)``, rows sum to 1.
         """
         batch = as_batch(docs, self.n_words)
+        self._check_fit_batch(batch)
         theta = self._partial_fit(batch)
         self.n_batches_seen_ += 1
         self.n_docs_seen_ += batch.n_docs
@@ -277,6 +279,10 @@ class TopicModel(abc.ABC):
         Shape ``(n_docs, n_topics)``, rows sum to 1. A document without tokens gets the prior mean.
         """
         return self._transform(as_batch(docs, self.n_words))
+
+    def _check_fit_batch(self, batch: Batch) -> None:  # noqa: B027 - a hook: most kernels take every batch
+        """Raise ``ValueError`` for a valid batch this kernel cannot learn from (before any state changes); every
+        batch :func:`as_batch` accepts is fine unless a kernel says otherwise."""
 
     @abc.abstractmethod
     def _partial_fit(self, batch: Batch) -> NDArray[np.float64]: ...
@@ -293,13 +299,15 @@ class TopicModel(abc.ABC):
         """Corpus-level prevalence of each topic, shape ``(n_topics,)``, sums to 1."""
 
     def topics_used(self, threshold: float = 0.01) -> int:
-        """Number of topics whose prevalence is at least ``threshold``."""
+        """Number of topics whose prevalence is at least ``threshold`` (in [0, 1])."""
+        check_interval("threshold", threshold, 0.0, 1.0)
         return int(np.count_nonzero(self.topic_weights() >= threshold))
 
     def topics_holding(self, mass: float = 0.95) -> int:
         """The fewest topics whose prevalence adds up to ``mass`` (:func:`mass_topics`). For the online HDP, near
         ``n_topics`` it says that the truncation, not the data, limits the number of topics (docs/ohdp.md, "When
         the truncation limits the count")."""
+        check_interval("mass", mass, 0.0, 1.0, low_open=True)
         return mass_topics(self.topic_weights(), mass)
 
     def background_topic(self, phi: NDArray[np.float64] | None = None) -> int | None:
@@ -323,7 +331,7 @@ class TopicModel(abc.ABC):
         """Forget everything learned about these vocabulary slots (the vocabulary gave them to new words)."""
 
     def _check_word_ids(self, word_ids: ArrayLike) -> NDArray[np.int64]:
-        ids = np.unique(np.asarray(word_ids, dtype=np.int64).ravel())
+        ids = np.unique(integer_ids(np.asarray(word_ids).ravel()))  # 1.5 must not forget word 1
         if ids.size and (ids[0] < 0 or ids[-1] >= self.n_words):
             raise ValueError(f"word ids must lie in [0, {self.n_words})")
         return ids

@@ -43,7 +43,7 @@ from numpy.typing import ArrayLike, NDArray
 from . import _pf_halve
 from . import _pf_state as st
 from ._base import StateValue, TopicModel, check_interval, check_non_negative_int, check_positive_int
-from ._batch import CSR, Batch
+from ._batch import CSR, Batch, Docs, as_batch
 from ._moves import check_merge
 from ._pf_filter import filter_docs
 from ._pf_gibbs import InitPlan, TokenDocs, gibbs_init, gibbs_refine, install_init
@@ -51,6 +51,11 @@ from ._pf_pools import forget_words
 from ._pf_readout import fold_in_mean_field, mean_phi_columns
 
 __all__ = ["BACKGROUND_DOCS", "ParticleFilterLDA"]
+
+#: Most tokens (rounded counts) of one document, and of one batch, the filter learns from: it holds a document's
+#: tokens in memory, and halving keeps int32 counts below 2^31 only while a batch adds less than 2^30 to them.
+MAX_DOC_TOKENS = 2**24
+MAX_BATCH_TOKENS = _pf_halve.COUNT_LIMIT // 2
 
 #: How many times as many documents as the next topic the background topic must be used by
 #: (:meth:`ParticleFilterLDA.background_topic`; the online HDP's ``BACKGROUND_TABLES`` is the same ratio of tables).
@@ -174,6 +179,8 @@ class ParticleFilterLDA(TopicModel):
         check_interval("alpha", self.alpha, 0.0, low_open=True, high_open=True)
         check_interval("beta", self.beta, 0.0, low_open=True, high_open=True)
         check_interval("init_holdout", self.init_holdout, 0.0, 1.0, low_open=True, high_open=True)
+        if self.n_particles == 1 and self.pool_factor != 1.0:  # else "must be in [1.0, 1.0]" leaves one guessing
+            raise ValueError(f"pool_factor must be 1 with n_particles = 1 (no copies to share), got {self.pool_factor}")
         check_interval("pool_factor", self.pool_factor, 1.0, float(max(self.n_particles, 1)))
 
     @classmethod
@@ -235,6 +242,26 @@ class ParticleFilterLDA(TopicModel):
     @staticmethod
     def _int_counts(batch: Batch) -> NDArray[np.int64]:
         return np.maximum(1, np.rint(batch.counts)).astype(np.int64)
+
+    def _check_fit_batch(self, batch: Batch) -> None:
+        """The filter samples a topic per token, so the rounded counts are tokens it holds in memory and adds to
+        int32 counts: a document of more than :data:`MAX_DOC_TOKENS` or a batch of more than
+        :data:`MAX_BATCH_TOKENS` is refused (before, a count of 1e19 wrapped to a negative token total and 1e12
+        asked for 7 TiB)."""
+        tokens = np.maximum(1.0, np.rint(batch.counts))
+        doc_of = np.repeat(np.arange(batch.n_docs), np.diff(batch.indptr))
+        per_doc = np.bincount(doc_of, weights=tokens, minlength=batch.n_docs)
+        if per_doc.size and per_doc.max() > MAX_DOC_TOKENS:
+            d = int(np.argmax(per_doc))
+            raise ValueError(
+                f"document {d} has {per_doc[d]:.4g} tokens (rounded counts); the particle filter samples a topic "
+                f"per token and takes at most {MAX_DOC_TOKENS:,} per document"
+            )
+        if tokens.sum() > MAX_BATCH_TOKENS:
+            raise ValueError(
+                f"the batch has {tokens.sum():.4g} tokens (rounded counts); the particle filter takes at most "
+                f"{MAX_BATCH_TOKENS:,} per partial_fit (split the batch)"
+            )
 
     def _partial_fit(self, batch: Batch) -> NDArray[np.float64]:
         theta = np.full((batch.n_docs, self.n_topics), 1.0 / self.n_topics)
@@ -328,7 +355,7 @@ class ParticleFilterLDA(TopicModel):
             raise RuntimeError("particle filter: count-row pool exhausted during initialisation")
         self.initialized_ = True
 
-    def initialize_from(self, docs: Batch, z: ArrayLike) -> NDArray[np.float64]:
+    def initialize_from(self, docs: Docs, z: ArrayLike) -> NDArray[np.float64]:
         """Start the filter from a given initial model (experiments: "one fixed initial model", best-of-N by
         NMI).
 
@@ -338,6 +365,8 @@ class ParticleFilterLDA(TopicModel):
         """
         if self.n_tokens_seen_ or self.particles_.ctr[st.TOKENS] or self.buf_docs_:
             raise ValueError("initialize_from needs a fresh model")
+        docs = as_batch(docs, self.n_words)
+        self._check_fit_batch(docs)
         counts = self._int_counts(docs)
         words = np.repeat(docs.word_ids, counts).astype(np.int64)
         tok_len = np.array([int(counts[docs.indptr[d] : docs.indptr[d + 1]].sum()) for d in range(docs.n_docs)])

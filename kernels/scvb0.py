@@ -390,7 +390,10 @@ class SCVB0(TopicModel):
             return
         removed = self.phi_[ids].sum(axis=0) * self.scale_
         self.phi_[ids] = 0.0
-        self.nz_ = np.maximum(self.nz_ - removed, 0.0)
+        left = self.nz_ - removed
+        # What is left below 1e-9 of a topic's mass is the subtraction's rounding (~1e-14 after every word went),
+        # not counts: kept, topic_weights() would normalise it into a confident-looking prevalence.
+        self.nz_ = np.where(left > 1e-9 * self.nz_, left, 0.0)
 
     def diagnostics(self) -> dict[str, float]:
         return {

@@ -73,5 +73,5 @@ def hellinger_rows(p: NDArray[np.floating], q: NDArray[np.floating]) -> NDArray[
     H(p, q) = sqrt(½ Σ_w (√p_w − √q_w)²), in [0, 1]."""
     p, q = np.ascontiguousarray(p), np.ascontiguousarray(q)
     if p.shape != q.shape or p.ndim != 2:
-        raise ValueError(f"need two matrices of the same shape, got {p.shape} and {q.shape}")
+        raise ValueError(f"need two 2-d matrices of the same shape, got shapes {p.shape} and {q.shape}")
     return _hellinger_rows(p, q)

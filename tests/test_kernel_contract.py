@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import pickle
 from typing import Any
 
@@ -168,6 +169,37 @@ def test_pairs_and_batch_inputs_agree(cls: type[TopicModel]) -> None:
         np.testing.assert_array_equal(a.partial_fit_transform(pairs), b.partial_fit_transform(Batch.from_docs(docs)))
     assert_same_state(a.state_dict(), b.state_dict())
     np.testing.assert_array_equal(a.transform(PROBE), b.transform(as_batch(PROBE, W)))
+
+
+def test_a_document_given_as_its_tokens_is_the_same_document(cls: type[TopicModel], trained: TopicModel) -> None:
+    """``(token_ids, ones)`` lists a word once per token; the kernels see its counts added up (SCVB0's mixtures
+    differed by up to 0.13 between the two spellings before)."""
+    tokens = [(np.repeat(ids, cnts.astype(np.int64)), np.ones(int(cnts.sum()))) for ids, cnts in PROBE]
+    np.testing.assert_allclose(trained.transform(tokens), trained.transform(PROBE), atol=1e-12)
+    a, b = make(cls), make(cls)
+    for docs in TRAIN[:2]:
+        as_tokens = [(np.repeat(ids, cnts.astype(np.int64)), np.ones(int(cnts.sum()))) for ids, cnts in docs]
+        a.partial_fit(as_tokens)
+        b.partial_fit(docs)
+    np.testing.assert_allclose(a.topic_word(), b.topic_word(), atol=1e-12)
+
+
+def test_word_ids_in_an_object_array_are_read_as_numbers(cls: type[TopicModel], trained: TopicModel) -> None:
+    ids, cnts = PROBE[0]
+    boxed = [(np.array(ids.tolist(), dtype=object), cnts)]
+    np.testing.assert_array_equal(trained.transform(boxed), trained.transform([(ids, cnts)]))
+    with pytest.raises(ValueError, match="must be integers"):
+        trained.transform([(np.array([1, "x"], dtype=object), [1.0, 1.0])])
+
+
+def test_a_document_of_more_than_one_dimension_is_named(trained: TopicModel) -> None:
+    with pytest.raises(ValueError, match=r"document 1: .* must be 1-d"):
+        trained.transform([PROBE[0], (np.array([[1, 2], [3, 4]]), np.ones((2, 2)))])
+
+
+def test_get_params_is_json_even_for_numpy_settings(cls: type[TopicModel]) -> None:
+    model = make(cls, n_topics=np.int64(K), seed=np.int64(3))
+    assert json.loads(json.dumps(model.get_params()))["n_topics"] == K
 
 
 def test_diagnostics_are_finite_floats(cls: type[TopicModel], trained: TopicModel) -> None:
@@ -333,6 +365,19 @@ def test_reset_words_forgets_a_heavy_word(trained: TopicModel) -> None:
     trained.reset_words([])
     with pytest.raises(ValueError, match="word ids"):
         trained.reset_words([W])
+    before_state = copy.deepcopy(trained.state_dict())
+    for bad in ([1.5], ["2"]):  # a cast would forget word 1 or 2
+        with pytest.raises(ValueError, match="must be integers"):
+            trained.reset_words(bad)
+    assert_same_state(trained.state_dict(), before_state)
+
+
+def test_prevalence_thresholds_are_checked(trained: TopicModel) -> None:
+    for bad in (-1.0, 2.0, float("nan")):
+        with pytest.raises(ValueError, match="threshold"):
+            trained.topics_used(bad)
+        with pytest.raises(ValueError, match="mass"):
+            trained.topics_holding(bad)
 
 
 def test_warm_up_compiles_without_touching_other_models(cls: type[TopicModel]) -> None:

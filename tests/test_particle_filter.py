@@ -398,3 +398,36 @@ def test_ess_threshold_must_allow_resampling(P: int) -> None:
     assert m.diagnostics()["resamples"] > 0 and m.diagnostics()["rejuvenations"] > 0
     check_invariants(m)
     ParticleFilterLDA(3, 20, 0, n_particles=1, ess_threshold=0.2, pool_factor=1.0)  # one particle: no resampling
+
+
+def test_counts_the_filter_cannot_hold_as_tokens_are_refused_and_nothing_changes() -> None:
+    """The filter samples a topic per token: a count of 1e19 wrapped to a negative token total (the evidence per
+    token went from −1.2 to −25 for good) and 1e12 asked for 7 TiB. Both are refused before any state changes."""
+    import copy
+
+    from kernels.particle_filter import MAX_BATCH_TOKENS, MAX_DOC_TOKENS
+
+    m = ParticleFilterLDA(n_topics=3, n_words=10, init_docs=0, seed=0)
+    m.partial_fit([([1, 2], [3.0, 1.0])] * 5)
+    before = copy.deepcopy(m.state_dict())
+    for count in (1e19, 1e12, MAX_DOC_TOKENS + 1.0):
+        with pytest.raises(ValueError, match=r"document 1 has .* tokens"):
+            m.partial_fit_transform([([1], [1.0]), ([1, 2], [count, 1.0])])
+    many = [([1], [float(MAX_DOC_TOKENS)])] * (MAX_BATCH_TOKENS // MAX_DOC_TOKENS + 1)
+    with pytest.raises(ValueError, match=r"the batch has .* tokens"):
+        m.partial_fit(many)
+    after = m.state_dict()
+    assert set(after) == set(before)
+    for key, value in before.items():
+        np.testing.assert_equal(after[key], value)
+    assert m.transform([([1, 2], [1e19, 1.0])]).shape == (1, 3)  # transform weighs counts; nothing is sampled
+
+
+def test_initialize_from_checks_its_documents_like_partial_fit() -> None:
+    """Its only way in that skipped the checks: an id of 10^6 in a vocabulary of 10 wrote out of bounds (a
+    segfault, or silently)."""
+    m = ParticleFilterLDA(n_topics=3, n_words=10, seed=0)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        m.initialize_from([([10**6], [1.0])], [0])
+    theta = m.initialize_from([([1, 2], [2.0, 1.0])], [0, 0, 1])  # pairs, as every other method takes
+    np.testing.assert_allclose(theta.sum(axis=1), 1.0)
