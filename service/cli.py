@@ -323,7 +323,8 @@ def subscribe(
         err.print("[red]give a topic id or --words (one of the two)[/red]")
         raise typer.Exit(2)
     try:
-        start_ms = None if since is None else int((time.time() - parse_duration(since)) * 1000)
+        # A duration reaching before 1970 asks for every output (a negative time is no broker's timestamp).
+        start_ms = None if since is None else max(0, int((time.time() - parse_duration(since)) * 1000))
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--since") from None
     if start_ms is not None and from_beginning:

@@ -142,4 +142,4 @@ class GroupKeepAlive:
                 self._commit_acknowledged()
                 self._poll_paused(paused, 0)
                 self.metrics.unacked_batches.set(len(self._unacked))
-                self.metrics.heartbeat.set(time.time())
+                self.metrics.beat()

@@ -148,9 +148,9 @@ class Learner(BatchWorker):
         self.lineage_feed.unpushed = start.unpublished  # the restored snapshot's events that P:lineage lacks
         self._names: dict[int, str] = {}
         log.info("compiling the %s kernel (cached on disk after the first start)", s.algorithm)
-        self.metrics.heartbeat.set(time.time())  # restored: each step of a slow start counts as progress
+        self.metrics.beat()  # restored: each step of a slow start counts as progress
         type(self.model).warm_up(**s.kernel_params)
-        self.metrics.heartbeat.set(time.time())
+        self.metrics.beat()
         self.labels = TopicLabels(self.model.topic_word(), self.vocab.slot_words())
         self.metrics.describe_model(s.algorithm, s.topics, s.vocab_size)
         self.writer = SnapshotWriter(
@@ -185,7 +185,7 @@ class Learner(BatchWorker):
             # After Redis lost its data, leave the lease to its old holder for a while (it reclaims it).
             if not self.lease.acquire(stop=stop, grace_s=2 * self.lease.ttl_s):
                 raise LeaseLost("stopped while waiting as a standby")
-            self.metrics.heartbeat.set(time.time())  # the loop's clock starts now, not when the process did
+            self.metrics.beat()  # the loop's clock starts now, not when the process did
             self.metrics.standby.set(0)  # after the heartbeat: /healthz never sees an active learner's old one
         self.metrics.lease_token.set(self.lease.token or 0)
         log.info(

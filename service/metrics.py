@@ -104,6 +104,7 @@ class Metrics:
             "first snapshot beats every second)",
         )
         self.heartbeat.set(self._started_at)
+        self._beat_at = time.monotonic()  # the same moment on the clock /healthz reads (beat, beat_age)
         self.unacked_batches = gauge(
             "topicstream_batches_awaiting_ack",
             "Published batches whose outputs the broker has not yet acknowledged all of; at max_unacked_batches "
@@ -246,7 +247,18 @@ class Metrics:
         self.topic_slots.set(n_topics)
         self.vocabulary_capacity.set(capacity)
 
+    def beat(self) -> None:
+        """The batch loop turned (or made progress): the heartbeat gauge, Unix time for Prometheus and its alert,
+        and the monotonic time ``/healthz`` measures the age from, so that a step of the wall clock (an NTP
+        correction) neither fails a healthy loop nor hides a hung one for as long as the step."""
+        self._beat_at = time.monotonic()
+        self.heartbeat.set(time.time())
+
+    def beat_age(self) -> float:
+        """Seconds since the last :meth:`beat` (or since this object was made), on the monotonic clock."""
+        return time.monotonic() - self._beat_at
+
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         """Expose ``/metrics`` and ``/healthz`` (:mod:`service.health`) on ``port`` (0 = do not serve)."""
         if port:
-            health.serve(self.registry, port, addr)
+            health.serve(self.registry, port, addr, beat_age=self.beat_age)

@@ -215,7 +215,7 @@ class Replica(BatchWorker):
                 self.between_batches(None)
                 break
             # Alive and waiting, not stalled (TopicstreamLoopStalled): a new install may wait long for a snapshot.
-            self.metrics.heartbeat.set(time.time())
+            self.metrics.beat()
             if time.monotonic() - told >= WAIT_LOG_EVERY_S:
                 told = time.monotonic()
                 log.info("waiting for the learner's first snapshot under prefix %r", self.settings.redis_prefix)

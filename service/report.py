@@ -192,7 +192,9 @@ def _x_values(records: Sequence[Mapping[str, Any]], x: str) -> tuple[list[Any], 
     if x == "articles":
         return [int(r["articles_learned"]) for r in records], "articles learned"
     if x == "time":
-        return [dt.datetime.fromtimestamp(float(r["created_at"])) for r in records], "snapshot time (local)"
+        # UTC, as `topicstream topics` and the lineage show times: a report is read in other zones than it is made in
+        utc = [dt.datetime.fromtimestamp(float(r["created_at"]), dt.timezone.utc) for r in records]
+        return [t.replace(tzinfo=None) for t in utc], "snapshot time (UTC)"
     raise ValueError(f"x must be 'time' or 'articles', got {x!r}")
 
 
@@ -256,7 +258,7 @@ td s{color:#c62828} td b{color:#1a7f37;font-weight:600}
 
 def _when(record: Mapping[str, Any]) -> str:
     t = float(record.get("created_at", 0.0))
-    when = dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M") if t > 0 else "?"
+    when = dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%d %H:%MZ") if t > 0 else "?"
     return f"v{record['version']} ({when}, {int(record['articles_learned']):,} articles)"
 
 

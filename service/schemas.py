@@ -7,8 +7,10 @@ what exactly was wrong.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
@@ -25,6 +27,9 @@ __all__ = [
 
 ArticleId = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 
+#: An RFC 3339 time in a leap second: the minute, second 60 with any fraction, the zone.
+_LEAP_SECOND = re.compile(r"(?P<minute>\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d):60(?:\.\d+)?(?P<zone>[Zz]|[+-]\d\d:\d\d)?$")
+
 
 class Article(BaseModel):
     """An input event on the ``articles`` topic. Unknown fields are ignored."""
@@ -39,6 +44,28 @@ class Article(BaseModel):
     language: str | None = None
     published_at: Annotated[datetime | None, Field(strict=False)] = None
     label: str | None = None  # never used for learning
+
+    @field_validator("published_at", mode="before")
+    @classmethod
+    def _read_time(cls, v: object) -> object:
+        """What a news feed writes for a time, beyond RFC 3339's common form: an empty string is no time, a leap
+        second (``23:59:60``, which RFC 3339 allows and :class:`datetime` cannot hold) is the last microsecond of
+        its minute, and an RFC 2822 date (``Mon, 01 Jan 2024 10:00:00 GMT``, as RSS writes it) is read by the
+        standard library's e-mail date parser. Anything else is pydantic's to read or refuse (a JSON number is
+        Unix time: seconds, or milliseconds above 2e10)."""
+        if not isinstance(v, str):
+            return v
+        text = v.strip()
+        if not text:
+            return None
+        if leap := _LEAP_SECOND.match(text):
+            return f"{leap['minute']}:59.999999{leap['zone'] or ''}"
+        if text[:1].isalpha():
+            try:
+                return parsedate_to_datetime(text)
+            except (TypeError, ValueError):
+                return v  # pydantic names what is wrong
+        return v
 
     @field_validator("published_at")
     @classmethod

@@ -28,7 +28,12 @@ class Settings(BaseSettings):
     """All settings, with their defaults. See the README's settings table."""
 
     model_config = SettingsConfigDict(
-        env_prefix="TOPICSTREAM_", env_file=".env", env_file_encoding="utf-8", extra="ignore", frozen=True
+        env_prefix="TOPICSTREAM_",
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        frozen=True,
+        allow_inf_nan=False,  # "inf" seconds passed the gt=0 checks, then crashed a wait or a socket timeout
     )
 
     # Where things are.

@@ -181,7 +181,7 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
         out = []
         for start, stop in ranges:
             out.append(call(batch.slice(start, stop)))
-            self.metrics.heartbeat.set(time.time())
+            self.metrics.beat()
         return np.vstack(out)
 
     @abc.abstractmethod
@@ -494,7 +494,7 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
     def _turn_done(self) -> None:
         """End of a turn, quiet or not: the lag (a quiet input's gauge would freeze) and the loop's heartbeat."""
         self._update_lag()
-        self.metrics.heartbeat.set(time.time())
+        self.metrics.beat()
 
     def subscribe(self) -> None:
         self._last_consume = time.monotonic()  # the first batch may wait a whole timeout

@@ -98,13 +98,15 @@ RFC3339 = AWARE_DATETIMES.map(datetime.isoformat) | AWARE_DATETIMES.map(
     lambda d: d.astimezone(timezone.utc).replace(tzinfo=None).isoformat() + "Z"
 )
 #: published_at values the contract rejects (numbers are left out: pydantic's lax mode reads them as Unix time).
-NOT_A_TIMESTAMP = st.sampled_from(["", "not a date", "yesterday", "2026-13-45T99:99:99Z", "NaN"]) | st.booleans()
+NOT_A_TIMESTAMP = st.sampled_from(["not a date", "yesterday", "2026-13-45T99:99:99Z", "NaN"]) | st.booleans()
+#: published_at values that mean "no time": an empty or blank string, as feeds write a missing date.
+NO_TIME = st.sampled_from(["", " ", "\t"])
 
 FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "id": st.text(min_size=1, max_size=256) | JSON_VALUE,
     "text": CLEAN_TEXT | JSON_VALUE,
     **{f: st.none() | CLEAN_TEXT | JSON_VALUE for f in OPTIONAL_STRINGS},
-    "published_at": st.none() | RFC3339 | NOT_A_TIMESTAMP | st.lists(st.integers(), max_size=2),
+    "published_at": st.none() | RFC3339 | NO_TIME | NOT_A_TIMESTAMP | st.lists(st.integers(), max_size=2),
 }
 EXTRA_FIELDS = st.dictionaries(HOSTILE_TEXT.filter(lambda k: k not in FIELDS), JSON_VALUE, max_size=3)
 
@@ -200,6 +202,12 @@ def _strings(value: Any) -> Iterator[str]:
             yield from _strings(v)
 
 
+def _time_given(obj: dict[str, Any]) -> bool:
+    """Whether ``published_at`` holds something other than "no time" (absent, null, an empty or blank string)."""
+    value = obj.get("published_at")
+    return value is not None and not (isinstance(value, str) and not value.strip())
+
+
 def _is_rfc3339(value: object) -> bool:
     if not isinstance(value, str):
         return False
@@ -218,7 +226,7 @@ def _field_errors(obj: dict[str, Any]) -> set[str]:
     if not isinstance(obj.get("text"), str):
         errors.add("text")
     errors.update(f for f in OPTIONAL_STRINGS if obj.get(f) is not None and not isinstance(obj[f], str))
-    if obj.get("published_at") is not None and not _is_rfc3339(obj["published_at"]):
+    if _time_given(obj) and not _is_rfc3339(obj["published_at"]):
         errors.add("published_at")
     if not errors and not obj["text"] and not obj.get("title"):
         errors.add("article")
@@ -274,7 +282,7 @@ def test_any_json_value_is_an_article_exactly_when_the_contract_says_so(obj: Any
         assert isinstance(result, Article), result
         assert result.id == obj["id"] and result.text == obj["text"]
         assert all(getattr(result, f) == obj.get(f) for f in OPTIONAL_STRINGS)
-        assert (result.published_at is None) == (obj.get("published_at") is None)
+        assert (result.published_at is None) == (not _time_given(obj))
     else:
         assert isinstance(result, Rejection), (expected, result)
         assert result.reason == expected, result

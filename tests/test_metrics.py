@@ -94,10 +94,26 @@ def test_healthz_fails_once_the_loop_stalls_and_metrics_are_served_beside_it() -
             return e.code, e.read().decode()
 
     assert get("/healthz")[0] == 200
-    m.heartbeat.set(time.time() - STALE_S - 60)
+    m._beat_at = time.monotonic() - STALE_S - 60  # the last turn, 6 minutes ago
     status, why = get("/healthz")
     assert status == 503 and "has not turned for 36" in why
     m.standby.set(1)  # a standby learner has no loop yet
     assert get("/healthz")[0] == 200
     status, text = get("/metrics")
     assert status == 200 and "topicstream_loop_heartbeat_timestamp_seconds" in text
+
+
+def test_healthz_times_the_loop_on_the_monotonic_clock_not_the_wall_clock() -> None:
+    """An NTP step moves the heartbeat gauge's age (Unix time) but not the loop's: a step forward must not fail a
+    loop that just turned, and a loop that hangs after a step back must fail after STALE_S, not STALE_S plus the
+    step (the gauge stands for both steps here: it is what a wall-clock age would be read from)."""
+    from service.health import STALE_S, health
+
+    m = Metrics("learner")
+    m.beat()
+    m.heartbeat.set(time.time() - 400)  # as if the wall clock had stepped 400 s forward since the beat
+    assert health(m.registry, m.beat_age()) == (True, "the batch loop turned 0 s ago")
+    m.heartbeat.set(time.time() + 3600)  # stepped an hour back since the beat ...
+    m._beat_at = time.monotonic() - STALE_S - 1  # ... and the loop has hung since
+    ok, why = health(m.registry, m.beat_age())
+    assert not ok and "has not turned for 301 s" in why

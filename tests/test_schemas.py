@@ -72,11 +72,29 @@ def test_byte_order_mark_duplicate_keys_and_escaped_controls_are_accepted() -> N
         ("2024-01-01", "2024-01-01T00:00:00+00:00"),
         ("2024-01-01T10:00:00+02:00", "2024-01-01T10:00:00+02:00"),  # a zone is kept
         ("2024-01-01T08:00:00Z", "2024-01-01T08:00:00+00:00"),
+        ("2016-12-31T23:59:60Z", "2016-12-31T23:59:59.999999+00:00"),  # a leap second: RFC 3339 allows it
+        ("2016-12-31T23:59:60.25-05:00", "2016-12-31T23:59:59.999999-05:00"),
+        ("Mon, 01 Jan 2024 10:00:00 GMT", "2024-01-01T10:00:00+00:00"),  # RFC 2822, as RSS writes dates
+        ("Mon, 01 Jan 2024 10:00:00 +0200", "2024-01-01T10:00:00+02:00"),
+        (1_700_000_000, "2023-11-14T22:13:20+00:00"),  # a JSON number: Unix seconds
+        (1_700_000_000_000, "2023-11-14T22:13:20+00:00"),  # ... or milliseconds
     ],
 )
-def test_published_at_always_has_a_zone_so_outputs_copy_an_rfc_3339_time(given: str, read: str) -> None:
+def test_published_at_always_has_a_zone_so_outputs_copy_an_rfc_3339_time(given: str | int, read: str) -> None:
     a = decode_article(json.dumps({"id": "a", "text": "x", "published_at": given}).encode(), 10_000)
     assert isinstance(a, Article) and a.published_at is not None and a.published_at.isoformat() == read
+
+
+@pytest.mark.parametrize("given", ["", "  "])
+def test_an_empty_published_at_is_no_time(given: str) -> None:
+    a = decode_article(json.dumps({"id": "a", "text": "x", "published_at": given}).encode(), 10_000)
+    assert isinstance(a, Article) and a.published_at is None
+
+
+@pytest.mark.parametrize("given", ["Mon, 99 Foo 2024", "2024-01-01T10Z", "yesterday", "2016-12-31T23:59:61Z"])
+def test_a_published_at_that_is_no_time_is_refused_with_the_field_named(given: str) -> None:
+    r = decode_article(json.dumps({"id": "a", "text": "x", "published_at": given}).encode(), 10_000)
+    assert isinstance(r, Rejection) and r.reason == "invalid" and r.detail.startswith("published_at:")
 
 
 def test_good_article_keeps_its_fields_and_ignores_unknown_ones() -> None:

@@ -47,6 +47,16 @@ def test_every_bad_value_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "scvb0" in msg  # the message lists the valid algorithms
 
 
+@pytest.mark.parametrize("value", ["inf", "nan", "-inf"])
+def test_a_time_that_is_not_finite_is_a_bad_setting(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    """ "inf" passed ``gt=0`` and crashed ``feeds`` later (a socket timeout, a wait); it is refused at the start."""
+    monkeypatch.setenv("TOPICSTREAM_FEED_TIMEOUT_S", value)
+    monkeypatch.setenv("TOPICSTREAM_FEED_INTERVAL_S", value)
+    with pytest.raises(SettingsError) as e:
+        load_settings()
+    assert "TOPICSTREAM_FEED_TIMEOUT_S" in str(e.value) and "TOPICSTREAM_FEED_INTERVAL_S" in str(e.value)
+
+
 @pytest.mark.parametrize(
     ("name", "value", "why"),
     [
