@@ -300,6 +300,10 @@ def test_subscribe_since_resumes_with_the_outputs_of_that_long_ago(settings: Set
     assert [json.loads(x)["id"] for x in result.stdout.splitlines() if x.startswith("{")] == ["o1", "o2", "o3"]
     both = CliRunner().invoke(app, ["subscribe", "1", "--since", "1h", "--from-beginning"], env=env_for(s))
     assert both.exit_code == 2 and "not both" in both.output
+    # Reaching before 1970 is every output (a negative start time made the broker drop the connection: exit 3).
+    ever = CliRunner().invoke(app, ["subscribe", "1", "--since", "30000d", "--limit", "4"], env=env_for(s))
+    assert ever.exit_code == 0, ever.output
+    assert [json.loads(x)["id"] for x in ever.stdout.splitlines() if x.startswith("{")] == ["o0", "o1", "o2", "o3"]
 
 
 @pytest.mark.timeout(120)  # a reader that skipped the outputs would wait for them for ever
