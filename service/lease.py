@@ -255,6 +255,16 @@ class Lease:
         return Fence(self.token_key, self.token, self.identity, self.key, self.id)
 
 
+_BOOTTIME: int | None = getattr(time, "CLOCK_BOOTTIME", None)
+
+
+def _awake_clock() -> float:
+    """Seconds on a clock that also runs while the machine is suspended (Linux's CLOCK_BOOTTIME; elsewhere the
+    monotonic clock): after a suspend longer than the TTL the lease has expired in Redis, and a keeper timing
+    itself on CLOCK_MONOTONIC, which stops meanwhile, would believe in it for up to ttl/3 more."""
+    return time.clock_gettime(_BOOTTIME) if _BOOTTIME is not None else time.monotonic()
+
+
 class LeaseKeeper(threading.Thread):
     """Renews a held lease every ``interval_s`` (default ttl/3) in the background.
 
@@ -274,7 +284,7 @@ class LeaseKeeper(threading.Thread):
         self.unreachable = threading.Event()
         self._halt = threading.Event()
         self._stepping = threading.Lock()
-        self._attempted_at = time.monotonic()  # when the last finished renewal was started (answered or not)
+        self._attempted_at = _awake_clock()  # when the last finished renewal was started (answered or not)
 
     def stop(self) -> None:
         """End the thread (it does not release the lease: call ``lease.release()`` after the last write)."""
@@ -283,7 +293,7 @@ class LeaseKeeper(threading.Thread):
     def step(self) -> None:
         """One renewal (what the thread does every interval)."""
         with self._stepping:
-            started = time.monotonic()
+            started = _awake_clock()
             try:
                 self._step()
             finally:  # only once it is answered: a caller of still_held meanwhile waits for the answer
@@ -294,7 +304,7 @@ class LeaseKeeper(threading.Thread):
         process was frozen: SIGSTOP, a paused VM, heavy swapping), the lease may have expired and been taken over
         meanwhile: renew now, on the caller's thread (after the renewal in progress, if any: the keeper's own
         thread wakes up with the process), before the caller acts on it (e.g. publishes)."""
-        if not self.lost.is_set() and time.monotonic() - self._attempted_at > self.lease.ttl_s:
+        if not self.lost.is_set() and _awake_clock() - self._attempted_at > self.lease.ttl_s:
             self.step()
         return not self.lost.is_set()
 
