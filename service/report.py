@@ -111,12 +111,18 @@ def parse_duration(text: str) -> float:
 
 
 def baseline_index(records: Sequence[Mapping[str, Any]], since_s: float | None = None) -> int:
-    """Index of the baseline record: the oldest one, or the oldest created within ``since_s`` seconds of the
-    newest (the newest itself when none is)."""
+    """Index of the baseline record: the oldest one, or the oldest of the newest records (in version order) created
+    within ``since_s`` seconds of the newest, in order (the newest itself when none is). Counted back from the
+    newest and stopped where the times run backwards: a record stamped later than its successor was written by a
+    learner whose clock ran fast, and its time says nothing of how long ago it was."""
     if since_s is None or not records:
         return 0
-    start = float(records[-1]["created_at"]) - since_s
-    return next((i for i, r in enumerate(records) if float(r["created_at"]) >= start), len(records) - 1)
+    created = [float(r["created_at"]) for r in records]
+    start = created[-1] - since_s
+    i = len(records) - 1
+    while i > 0 and start <= created[i - 1] <= created[i]:
+        i -= 1
+    return i
 
 
 def _by_topic(record: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:

@@ -80,6 +80,10 @@ def test_baseline_and_durations() -> None:
     assert baseline_index(recs) == 0
     assert baseline_index(recs, since_s=150) == len(recs) - 3  # records are 60 s apart
     assert baseline_index(recs, since_s=1e9) == 0
+    # Versions 0-5 by a learner whose clock ran 10 minutes fast, then its successor's, 60 s apart in truth: the
+    # last 5 minutes are the successor's last 6 records, not a fast record 9 minutes old.
+    skewed = [{"created_at": 1000.0 + 60 * v + (600 if v < 6 else 0)} for v in range(12)]
+    assert baseline_index(skewed, since_s=300) == 6
     assert parse_duration("90") == 90 and parse_duration("15m") == 900 and parse_duration("2d") == 172800
     for bad in ("", "h", "-5m", "soon", "inf"):
         with pytest.raises(ValueError, match="duration"):
