@@ -42,6 +42,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import socket
 import time
 from collections.abc import Callable, Collection, Iterator
@@ -456,10 +457,12 @@ class SnapshotStore:
     def versions(self) -> list[int]:
         """Versions whose meta is still stored (committed or not), oldest first."""
         found = set()
-        for key in self.r.scan_iter(match=self._key("snapshot", "*", "meta"), count=100):
-            k = key.decode() if isinstance(key, bytes) else key
-            part = k[len(self.prefix) + len(":snapshot:") : -len(":meta")]
-            if part.isdigit():
+        head = self._key("snapshot", "")
+        pattern = re.sub(r"([*?\[\]\\])", r"\\\1", head) + "*:meta"  # the prefix as it is: "ts[eu]" is no glob
+        for key in self.r.scan_iter(match=pattern, count=100):
+            k = key.decode(errors="replace") if isinstance(key, bytes) else key
+            part = k[len(head) : -len(":meta")]
+            if k.startswith(head) and part.isdigit():
                 found.add(int(part))
         return sorted(found)
 

@@ -47,6 +47,15 @@ def test_every_bad_value_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "scvb0" in msg  # the message lists the valid algorithms
 
 
+def test_a_value_librdkafka_or_a_stop_cannot_take_is_named_as_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """librdkafka's range error blamed TOPICSTREAM_KAFKA_CONFIG; a batch wait of an hour held SIGTERM for it."""
+    monkeypatch.setenv("TOPICSTREAM_MAX_POLL_INTERVAL_MS", "100000000")
+    monkeypatch.setenv("TOPICSTREAM_BATCH_TIMEOUT_S", "3600")
+    with pytest.raises(SettingsError) as e:
+        load_settings()
+    assert "TOPICSTREAM_MAX_POLL_INTERVAL_MS" in str(e.value) and "TOPICSTREAM_BATCH_TIMEOUT_S" in str(e.value)
+
+
 @pytest.mark.parametrize("value", ["inf", "nan", "-inf"])
 def test_a_time_that_is_not_finite_is_a_bad_setting(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     """ "inf" passed ``gt=0`` and crashed ``feeds`` later (a socket timeout, a wait); it is refused at the start."""
@@ -78,9 +87,17 @@ def test_json_that_does_not_parse_is_named_without_its_value(
     assert why in str(e.value) and "hunter2" not in str(e.value) and value not in str(e.value)
 
 
-def test_topics_must_differ() -> None:
-    with pytest.raises(SettingsError, match="must differ"):
-        load_settings(output_topic="articles")
+def test_topics_must_differ_and_the_message_names_them_without_the_other_settings() -> None:
+    """A check of several settings once printed every setting as its input, passwords included."""
+    with pytest.raises(SettingsError, match="must differ") as e:
+        load_settings(
+            output_topic="articles.dlq",
+            redis_url="redis://:hunter2@cache:6379/0",
+            kafka_config={"sasl.password": "s3cret"},
+        )
+    msg = str(e.value)
+    assert "TOPICSTREAM_OUTPUT_TOPIC and TOPICSTREAM_DLQ_TOPIC both name 'articles.dlq'" in msg
+    assert "hunter2" not in msg and "s3cret" not in msg
 
 
 def test_cli_exits_2_with_the_message(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -215,4 +232,5 @@ def test_consumer_groups_follow_the_prefix_unless_named() -> None:
     other = Settings(redis_prefix="desk-b")
     assert other.learner_group() == "desk-b-learner" and other.replica_group() == "desk-b-replicas"
     named = Settings(redis_prefix="desk-b", group_id="mine")
-    assert named.learner_group() == named.replica_group() == "mine"
+    # One setting read by both roles (a shared .env): the replicas must not join the learner's group.
+    assert named.learner_group() == "mine" and named.replica_group() == "mine-replicas"

@@ -206,7 +206,6 @@ class FaultStack:
             {
                 "TOPICSTREAM_METRICS_PORT": str(port),
                 "TOPICSTREAM_METRICS_HOST": "127.0.0.1",
-                "TOPICSTREAM_GROUP_ID": f"{s.redis_prefix}-{'learner' if command == 'run' else 'replicas'}",
                 "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
                 "NUMBA_NUM_THREADS": os.environ.get("NUMBA_NUM_THREADS", "1"),
             }

@@ -191,7 +191,7 @@ def running(settings: Settings, prometheus_binary: str, tmp_path: Path) -> Itera
             "topic_hygiene_every_s": 1.0,  # plans often enough for the hygiene-plan histogram's panel query
         }
     )
-    rs = s.model_copy(update={"output_topic": s.output_topic + "-replica", "group_id": s.group_id + "-replicas"})
+    rs = s.model_copy(update={"output_topic": s.output_topic + "-replica"})
     ensure_topics(rs, {rs.output_topic: 1})
     stop = threading.Event()
     threads: list[threading.Thread] = []

@@ -32,7 +32,7 @@ def test_replica_serves_the_snapshot_and_reloads(settings: Settings) -> None:
     v1 = learner.version
     assert v1 >= 1
 
-    rs = s.model_copy(update={"output_topic": s.output_topic + "-replica", "group_id": s.group_id + "-replicas"})
+    rs = s.model_copy(update={"output_topic": s.output_topic + "-replica"})
     ensure_topics(rs, {rs.output_topic: 1})
     replica = Replica(rs)
     assert replica.reload()
@@ -81,7 +81,7 @@ def test_a_snapshot_that_does_not_make_a_model_is_skipped_and_versions_that_go_b
     _, original = store.load(good)
     payload = {**original, "vocabulary": {**original["vocabulary"], "candidates": ["not", "two", "arrays"]}}
     bad = store.save(payload, min_version=good).version
-    replica = Replica(s.model_copy(update={"group_id": s.group_id + "-replicas"}))
+    replica = Replica(s)
     assert replica.reload()
     replica.between_batches(None)
     assert replica.version == good < bad
@@ -135,9 +135,7 @@ def test_a_replica_joining_and_leaving_during_a_long_kernel_call_loses_and_repea
     s = settings
     produce(s, good_articles(60, seed=11))
     run_until(Learner(s), 60)  # a snapshot to serve
-    rs = s.model_copy(
-        update={"output_topic": s.output_topic + "-replica", "group_id": s.group_id + "-replicas", "batch_size": 150}
-    )
+    rs = s.model_copy(update={"output_topic": s.output_topic + "-replica", "batch_size": 150})
     ensure_topics(rs, {rs.output_topic: 1})
     before = [good_articles(600, seed=12), good_articles(20, seed=13)]
     for p, values in enumerate(before):
@@ -233,7 +231,7 @@ def test_a_revocation_lets_the_partitions_go_while_the_outputs_wait_for_the_brok
         assert replica._unacked  # the batch is still unacknowledged, so nothing of it is committed
         # ... nor later, once acknowledged: the partitions may be another member's, further on.
         assert all(not batch.next_offsets for batch in replica._unacked)
-        probe = Consumer({"bootstrap.servers": rs.kafka_bootstrap, "group.id": rs.group_id})
+        probe = Consumer({"bootstrap.servers": rs.kafka_bootstrap, "group.id": rs.replica_group()})
         try:
             parts = probe.list_topics(rs.input_topic, timeout=10).topics[rs.input_topic].partitions
             committed = probe.committed([TopicPartition(rs.input_topic, p) for p in parts], timeout=10)

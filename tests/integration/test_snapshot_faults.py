@@ -176,6 +176,16 @@ def test_only_the_newest_keep_versions_stay_and_uncommitted_writes_are_not_fallb
     assert store.latest_version() == 6 and store.kept_versions()[0] == 6
 
 
+def test_stored_versions_are_found_under_a_prefix_with_glob_characters(server: Any) -> None:
+    """The fallback search scans for ``P:snapshot:*:meta``: a prefix such as ``ts[eu]`` matched nothing of its own,
+    and ``t*`` would take another prefix's versions for its own."""
+    odd, star, other = (SnapshotStore.from_url(server.url(), prefix=p, keep=3) for p in ("ts[eu]", "t*", "tx"))
+    for v in (1, 2):
+        odd.save(payload(v), meta_for(v))
+    other.save(payload(1), meta_for(1))
+    assert odd.versions() == [1, 2] and star.versions() == [] and other.versions() == [1]
+
+
 def test_a_member_of_the_kept_index_that_is_no_version_is_passed_over(store: SnapshotStore) -> None:
     """Corrupt bytes in ``P:snapshot:kept`` stopped every learner's restore with a traceback and left new replicas
     waiting for ever, though readable snapshots existed."""
