@@ -1,5 +1,5 @@
 # topicstream: one image for every process (learner, replicas, producer, CLI tools).
-#   docker build -t topicstream .
+#   docker build -t topicstream:latest -t topicstream:0.1.0 .   (compose runs :latest; deploy/k8s pulls :0.1.0)
 #   docker run --rm -e TOPICSTREAM_KAFKA_BOOTSTRAP=kafka:9092 -e TOPICSTREAM_REDIS_URL=redis://redis:6379/0 topicstream run
 # Configuration is by TOPICSTREAM_* environment variables (see service/settings.py); /metrics is on port 9100.
 

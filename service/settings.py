@@ -34,6 +34,7 @@ class Settings(BaseSettings):
         extra="ignore",
         frozen=True,
         allow_inf_nan=False,  # "inf" seconds passed the gt=0 checks, then crashed a wait or a socket timeout
+        env_ignore_empty=True,  # VAR= (compose passes a variable unset in the shell so) means the default
     )
 
     # Where things are.

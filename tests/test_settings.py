@@ -47,6 +47,21 @@ def test_every_bad_value_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "scvb0" in msg  # the message lists the valid algorithms
 
 
+def test_an_empty_variable_means_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docker-compose passes ``TOPICSTREAM_KERNEL_PARAMS`` through; set but empty in the shell, it stopped every
+    process ("not valid JSON") in a restart loop."""
+    for name in (
+        "TOPICSTREAM_KERNEL_PARAMS",
+        "TOPICSTREAM_KAFKA_CONFIG",
+        "TOPICSTREAM_TOPICS",
+        "TOPICSTREAM_LINEAGE_TOPIC",
+    ):
+        monkeypatch.setenv(name, "")
+    s = load_settings()
+    assert s.kernel_params == {} and s.kafka_config == {} and s.topics == Settings().topics
+    assert s.lineage_topic_name() == f"{s.output_topic}.lineage"
+
+
 def test_a_value_librdkafka_or_a_stop_cannot_take_is_named_as_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     """librdkafka's range error blamed TOPICSTREAM_KAFKA_CONFIG; a batch wait of an hour held SIGTERM for it."""
     monkeypatch.setenv("TOPICSTREAM_MAX_POLL_INTERVAL_MS", "100000000")
