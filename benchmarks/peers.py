@@ -41,6 +41,7 @@ from evaluation import (
     score_model,
 )
 from kernels import Batch
+from kernels.registry import kernel_class
 
 from .methods import (
     ALPHA,
@@ -91,8 +92,9 @@ def make_method(spec: dict[str, Any], corpus: PreparedCorpus, batches: list[Batc
     if name == FLOOR:
         return Unigram(W)
     params = dict(spec.get("params") or {})
-    if name == "ohdp":  # D = the corpus size, as the seed sets it and as gensim's HdpModel gets it (m_D)
-        params.setdefault("window", n_train)
+    size_param = kernel_class(name).corpus_size_param
+    if size_param is not None:  # D = the corpus size, as the seed sets it and as gensim's HdpModel gets it (m_D)
+        params.setdefault(size_param, n_train)
     return KernelMethod(name, K, W, seed, params, batches[0])
 
 

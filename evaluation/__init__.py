@@ -25,15 +25,17 @@ Held-out log-likelihood per word (document completion; docs/benchmarks.md states
 NMI
     scikit-learn's ``normalized_mutual_info_score`` (arithmetic mean normalisation) between the label and
     the dominant topic ``argmax θ`` inferred from the *whole* test document. Documents without a label are
-    skipped; for multi-label corpora (Reuters: ``"grain;wheat"``) the first label is used. ``None`` when no
-    test document has a label.
+    skipped; for multi-label corpora (Reuters: ``"grain;wheat"``) the first label is used. ``None`` unless the
+    labelled test documents hold two different labels (with one, NMI is 1 or 0 whatever the model does).
 
 NPMI coherence
     For each topic, its 10 most probable words; for every pair, NPMI = log(p_ij / (p_i p_j)) / −log p_ij with
     p = document frequencies over the *test* documents (a word "occurs" in a document when its count is > 0).
     No additive smoothing: a pair that never co-occurs gets the limit value −1, a pair that occurs in every
     document gets 1. A topic's coherence is the mean over its 45 pairs, the model's the mean over its used
-    topics, so the value always lies in [−1, 1].
+    topics, so the value always lies in [−1, 1]; ``None`` when no test document holds an in-vocabulary word.
+    ``npmi_coherence`` averages over ``topics_used``, ``npmi_coherence_heldout`` over ``topics_used_heldout``
+    (the benchmarks' NPMI).
 
 Topics used
     ``topics_used``: topics whose prevalence in the model (``model.topic_weights()``) is ≥ 1 %;
@@ -43,7 +45,8 @@ Topics used
 Speed and memory
     ``train_seconds`` is the wall time spent inside ``partial_fit`` only (tokenising is
     ``tokenize_seconds``; numba's compilation, or loading it from the cache, happens on a throw-away model before
-    the clock starts, as in the benchmarks); ``tokens_per_second`` = training tokens / ``train_seconds``;
+    the clock starts, as in the benchmarks; ``flush`` at the end of the pass, e.g. the particle filter's initial
+    sample on a corpus shorter than it, is inside it); ``tokens_per_second`` = training tokens / ``train_seconds``;
     ``peak_rss_mb`` is the process's peak resident set size (``VmHWM`` on Linux, else ``getrusage``), data
     loading included.
 

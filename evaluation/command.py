@@ -34,16 +34,18 @@ OUTPUT_FIELDS: dict[str, str] = {
     "topics": "K, the topic slots (the online HDP's truncation)",
     "train_docs": "training documents (after `--max-docs` and the test part)",
     "train_tokens": "their in-vocabulary tokens",
-    "train_seconds": "wall time inside `partial_fit` only (one pass)",
+    "train_seconds": "wall time inside `partial_fit` (and the closing `flush`) only, one pass",
     "tokens_per_second": "`train_tokens` / `train_seconds` (null for no time)",
-    "heldout_loglik_per_word": "document completion on the test part, nats per held-out token",
-    "nmi": "NMI of the dominant topic against the articles' `label` (null without labels)",
+    "heldout_loglik_per_word": "document completion on the test part, nats per held-out token (null without a "
+    "test document of two in-vocabulary tokens)",
+    "nmi": "NMI of the dominant topic against the articles' `label` (null without two different labels)",
     "npmi_coherence": "mean NPMI of the used topics' 10 top words, over the test documents (null without any)",
     "topics_used": "topics with at least 1 % of the model's own prevalence (`topic_weights`)",
     "peak_rss_mb": "the process's peak resident memory, MiB",
     "top_words": "the used topics' 10 top words each, most prevalent topic first",
     "topic_ids": "those topics' slots, in the same order",
     "topics_used_heldout": "topics with at least 1 % of the mean θ over the test documents (the benchmarks' count)",
+    "npmi_coherence_heldout": "mean NPMI over those topics (the benchmarks' NPMI: docs/benchmarks.md)",
     "test_docs": "test documents",
     "heldout_docs": "test documents scored (at least 2 in-vocabulary tokens)",
     "heldout_tokens": "the held-out tokens scored",
@@ -81,9 +83,12 @@ def evaluate(
     corpus = prepare_corpus(train_articles, test_articles, vocab_size=vocab_size, seed=seed, shuffle=shuffle)
     params = dict(params or {})
     kernel_cls: Any = kernel_class(algorithm)
+    if kernel_cls.corpus_size_param is not None:  # the corpus size D, as the benchmarks tell it
+        params.setdefault(kernel_cls.corpus_size_param, corpus.train.n_docs)
     batches = iter_batches(corpus.train, batch_size)
     first = next(batches, None)
     if first is not None:  # compile (or load from numba's cache) before the clock starts, as the benchmarks do
+        kernel_cls.warm_up(**params)  # every path, the particle filter's Gibbs runs included
         warm = kernel_cls(n_topics=topics, n_words=corpus.n_words, seed=seed, **params)
         warm.partial_fit(first)
         warm.transform(first.slice(0, min(4, first.n_docs)))
@@ -98,6 +103,9 @@ def evaluate(
         done += batch.n_docs
         if on_batch is not None:
             on_batch(done, corpus.train.n_docs)
+    t0 = time.perf_counter()
+    model.flush()  # a corpus shorter than what a kernel holds back (the particle filter's initial sample)
+    train_seconds += time.perf_counter() - t0
     scores = score_model(model.topic_word(), model.transform, corpus, topic_weights=model.topic_weights())
     train_tokens = corpus.train.n_tokens
     return {
@@ -116,6 +124,7 @@ def evaluate(
         # extensions
         "topic_ids": scores["topic_ids"],
         "topics_used_heldout": scores["topics_used_heldout"],
+        "npmi_coherence_heldout": scores["npmi_coherence_heldout"],
         "test_docs": corpus.test.n_docs,
         "heldout_docs": scores["heldout_docs"],
         "heldout_tokens": int(scores["heldout_tokens"]),
@@ -213,14 +222,20 @@ def eval_command(
         Path | None,
         typer.Option(help="Test articles; without it a --test-fraction of --train is held out", dir_okay=False),
     ] = None,
-    test_fraction: Annotated[float, typer.Option(help="Share of --train held out when --test is absent")] = 0.2,
+    test_fraction: Annotated[
+        float, typer.Option(help="Share of --train held out when --test is absent (ignored with --test)")
+    ] = 0.2,
     topics: Annotated[int, typer.Option(help="Number of topics K (the truncation for ohdp)", min=1)] = 100,
     batch_size: Annotated[int, typer.Option(help="Documents per partial_fit call", min=1)] = 100,
     seed: Annotated[int, typer.Option(help="Seed of the kernel, the shuffle and the splits", min=0)] = 0,
     vocab_size: Annotated[int, typer.Option(help="Words kept (most frequent with doc. freq. >= 2)", min=1)] = 10_000,
     max_docs: Annotated[int | None, typer.Option(help="A seeded sample of N articles per file", min=1)] = None,
     param: Annotated[
-        list[str] | None, typer.Option(help="Kernel hyperparameter key=value (JSON value), repeatable")
+        list[str] | None,
+        typer.Option(
+            help="Kernel hyperparameter key=value (JSON value), repeatable; the online HDP's window (its corpus "
+            "size D) is the training documents unless given, as in the benchmarks"
+        ),
     ] = None,
     shuffle: Annotated[bool, typer.Option(help="Shuffle the training articles (seeded) before the pass")] = True,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout")] = False,
@@ -244,6 +259,8 @@ def eval_command(
         typer.echo("invalid settings:\n  " + "\n  ".join(problems), err=True)
         raise typer.Exit(2)
     articles = _load(train, max_docs, seed, "--train")
+    if not articles:
+        raise typer.BadParameter(f"{train} holds no article (no line but blank ones)", param_hint="--train")
     if test is None:
         try:
             train_articles, test_articles = split_articles(articles, test_fraction, seed)
@@ -251,6 +268,8 @@ def eval_command(
             raise typer.BadParameter(str(e), param_hint="--test-fraction") from e
     else:
         train_articles, test_articles = articles, _load(test, max_docs, seed, "--test")
+        if not test_articles:
+            raise typer.BadParameter(f"{test} holds no article (no line but blank ones)", param_hint="--test")
 
     err = Console(stderr=True)
     with Progress(

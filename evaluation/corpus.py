@@ -22,20 +22,26 @@ from service.text import Tokenizer
 
 # ============================================================================================ data loading
 def load_articles(path: str | Path, max_docs: int | None = None, seed: int = 0) -> list[dict[str, Any]]:
-    """Articles from a JSON Lines file (``.gz`` is decompressed); blank lines are skipped.
+    """Articles from a JSON Lines file (gzip-compressed or not); blank lines and a leading byte-order mark are
+    skipped.
 
     With ``max_docs``, a seeded random sample of that many, in file order (reservoir sampling: memory for
     ``max_docs`` articles only). Not the first so many: corpus files are often sorted by label or date, and their
     first lines would be one class. Raises ``ValueError`` naming the line of anything that is not a JSON object.
     """
     p = Path(path)
-    opener = gzip.open if p.suffix == ".gz" else open
+    with open(p, "rb") as probe:  # gzip by its magic bytes, whatever the file is called
+        opener = gzip.open if probe.read(2) == b"\x1f\x8b" else open
     rows: list[dict[str, Any]] = []
     lines: list[int] = []  # each kept row's position among the articles
     rng = np.random.default_rng(seed)
     seen = 0
-    with opener(p, "rt", encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+    with opener(p, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:  # a leading byte-order mark is not part of the text (RFC 8259 lets a parser ignore it)
+                line = raw.removeprefix(b"\xef\xbb\xbf").decode("utf-8") if lineno == 1 else raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{p}:{lineno}: not UTF-8 ({e.reason} at byte {e.start})") from None
             if not line.strip():
                 continue
             try:

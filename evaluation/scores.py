@@ -89,17 +89,21 @@ def _npmi(p_i: float, p_j: float, p_ij: float) -> float:
 
 
 def npmi_coherence(top_ids: Sequence[Sequence[int]], reference: Batch, n_words: int) -> float:
-    """Mean NPMI coherence of the topics (see :func:`npmi_per_topic`)."""
+    """Mean NPMI coherence of the topics (see :func:`npmi_per_topic`); NaN when no reference document holds a
+    word (every pair would count −1 for want of documents, not of coherence)."""
+    if not reference.n_tokens > 0:
+        return float("nan")
     vals = [v for v in npmi_per_topic(top_ids, reference, n_words) if not math.isnan(v)]
     return float(np.mean(vals)) if vals else float("nan")
 
 
 def nmi(labels: Sequence[str | None], theta: NDArray[np.floating]) -> float | None:
-    """NMI between labels and ``argmax θ`` over the labelled documents; ``None`` without labels."""
+    """NMI between labels and ``argmax θ`` over the labelled documents; ``None`` without two labelled documents of
+    different labels (with one label, NMI is 1 or 0 whatever the model does)."""
     from sklearn.metrics import normalized_mutual_info_score
 
     rows = [i for i, lab in enumerate(labels) if lab is not None]
-    if not rows:
+    if len({labels[i] for i in rows}) < 2:
         return None
     pred = np.argmax(np.asarray(theta)[rows], axis=1)
     return float(normalized_mutual_info_score([labels[i] for i in rows], pred))
@@ -171,7 +175,9 @@ def score_model(
     weights = heldout_weights if topic_weights is None else np.asarray(topic_weights, dtype=np.float64)
     used = np.flatnonzero(weights >= threshold)
     used = used[np.argsort(-weights[used], kind="stable")]
-    tops = top_word_ids(phi, n_top)[used]
+    top_ids = top_word_ids(phi, n_top)
+    tops = top_ids[used]
+    used_heldout = np.flatnonzero(heldout_weights >= threshold)
     return {
         "heldout_loglik_per_word": ll,
         "heldout_docs": corpus.held_out.n_docs,
@@ -179,7 +185,8 @@ def score_model(
         "nmi": nmi(corpus.test_labels, theta_full),
         "npmi_coherence": npmi_coherence(tops.tolist(), corpus.test, corpus.n_words),
         "topics_used": len(used),
-        "topics_used_heldout": int(np.count_nonzero(heldout_weights >= threshold)),
+        "topics_used_heldout": len(used_heldout),
+        "npmi_coherence_heldout": npmi_coherence(top_ids[used_heldout].tolist(), corpus.test, corpus.n_words),
         "topic_ids": used.tolist(),
         "top_words": [[corpus.vocab[i] for i in row] for row in tops.tolist()],
     }

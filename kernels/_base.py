@@ -155,6 +155,10 @@ class TopicModel(abc.ABC):
     #: and hygiene should run by default (the service's ``TOPICSTREAM_TOPIC_HYGIENE`` unset); ``None``: off by
     #: default.
     hygiene_defaults: ClassVar[Mapping[str, Any] | None] = None
+    #: The setting that tells this kernel the size D of its corpus, where it has one (the online HDP's ``window``):
+    #: ``topicstream eval`` and the benchmarks set it to the training documents unless it is given; a stream has
+    #: no size, and the service leaves it at its default.
+    corpus_size_param: ClassVar[str | None] = None
 
     def __post_init__(self) -> None:
         self._setup()
@@ -272,6 +276,11 @@ class TopicModel(abc.ABC):
         self.n_docs_seen_ += batch.n_docs
         self.n_tokens_seen_ += batch.n_tokens
         return theta
+
+    def flush(self) -> None:  # noqa: B027 - a hook: most kernels hold nothing back
+        """Learn from what this kernel holds back for later, now: at the end of a finite corpus shorter than that
+        (the particle filter buffers its first ``init_docs`` documents for its initial Gibbs sample, and a corpus of
+        fewer documents would leave it untrained). A stream never needs it; most kernels hold nothing back."""
 
     def transform(self, docs: Docs) -> NDArray[np.float64]:
         """Topic mixtures of ``docs`` with the topics held fixed; the model is not changed.

@@ -151,6 +151,8 @@ class OnlineHDPBase(TopicModel):
     gamma_q_: NDArray[np.float64] = field(init=False)  # (shape, rate) of q(γ)
     alpha_q_: NDArray[np.float64] = field(init=False)  # (shape, rate) of q(α0)
 
+    corpus_size_param: ClassVar[str | None] = "window"  # D (docs/ohdp.md, "Streaming meaning of D")
+
     #: The learned state both estimators' snapshots start with (each adds its own after it). Snapshots written
     #: before the concentrations could be learned lack q(γ), q(α0): they start at the settings, as a new model.
     saved: ClassVar[tuple[Saved, ...]] = (

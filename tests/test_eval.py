@@ -106,10 +106,30 @@ def test_eval_names_the_line_it_cannot_read(tmp_path: Path) -> None:
         result = CliRunner().invoke(app, ["eval", "--train", str(path), "--json"])
         assert result.exit_code == 2, result.output
         assert f"bad{i}.jsonl:2" in result.output and result.stdout == ""
-    fake = tmp_path / "train.jsonl.gz"
-    fake.write_text('{"id": "a", "text": "fine"}\n')
-    result = CliRunner().invoke(app, ["eval", "--train", str(fake), "--json"])
-    assert result.exit_code == 2 and "gzip" in result.output.lower()
+    broken = tmp_path / "broken.jsonl"
+    broken.write_bytes(b'{"id": "a", "text": "fine"}\n{"id": "b", "text": "caf\xe9"}\n')
+    result = CliRunner().invoke(app, ["eval", "--train", str(broken), "--json"])
+    assert result.exit_code == 2 and "not UTF-8" in " ".join(result.output.replace("│", " ").split())
+    with pytest.raises(ValueError, match=r"broken\.jsonl:2: not UTF-8"):  # the file and line, as rich may wrap them
+        load_articles(broken)
+    for empty in ("", "\n  \n"):
+        (tmp_path / "empty.jsonl").write_text(empty)
+        result = CliRunner().invoke(app, ["eval", "--train", str(tmp_path / "empty.jsonl"), "--json"])
+        assert result.exit_code == 2 and "holds no article" in result.output
+
+
+def test_eval_reads_gzip_by_its_bytes_and_skips_a_byte_order_mark(tmp_path: Path) -> None:
+    """A gzip file without the .gz suffix was a codec error; a plain one named .gz was "not a gzip file"; a BOM
+    (as some editors write) made line 1 "not JSON"."""
+    import gzip
+
+    rows = [{"id": str(i), "text": f"words of article {i}"} for i in range(5)]
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    (tmp_path / "zipped.jsonl").write_bytes(gzip.compress(text.encode()))
+    (tmp_path / "plain.jsonl.gz").write_text(text)
+    (tmp_path / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + text.encode())
+    for name in ("zipped.jsonl", "plain.jsonl.gz", "bom.jsonl"):
+        assert load_articles(tmp_path / name) == rows
 
 
 def test_eval_json_has_no_nan_when_a_score_has_no_value(tmp_path: Path) -> None:
@@ -158,12 +178,16 @@ def test_npmi_hand_computed() -> None:
     # p_i = 1/4, p_j = 1/2, p_ij = 1/4: log(2) / log(4) = 1/2
     ref2 = _docs({0: 1, 1: 1}, {1: 1}, {2: 1}, {2: 1})
     assert npmi_per_topic([[0, 1]], ref2, 3) == pytest.approx([0.5], abs=1e-12)
+    # no reference document holds a word: no coherence to measure (it was −1)
+    assert math.isnan(npmi_coherence([[0, 1]], _docs({}, {}), 3))
 
 
 def test_nmi_and_labels() -> None:
     theta = np.array([[0.9, 0.1], [0.8, 0.2], [0.1, 0.9], [0.3, 0.7], [0.5, 0.5]])
     assert nmi(["a", "a", "b", "b", None], theta) == pytest.approx(1.0)
     assert nmi([None] * 5, theta) is None
+    assert nmi(["a", "a", "a", None, None], theta) is None  # one label: 1 or 0 whatever the topics, so none
+    assert nmi(["a", None, None, None, None], theta) is None
     assert nmi(["a", "b", "a", "b", None], theta) == pytest.approx(0.0, abs=1e-12)
     assert primary_label("grain;wheat") == "grain"
     assert primary_label(None) is None and primary_label("") is None
@@ -228,3 +252,29 @@ def test_max_docs_is_a_seeded_sample_in_file_order_not_the_first_lines(tmp_path:
     assert 30 <= sum(r["label"] == "b" for r in rows) <= 70
     assert rows == load_articles(path, max_docs=100) != load_articles(path, max_docs=100, seed=1)
     assert len(load_articles(path, max_docs=5000)) == 1000
+
+
+def test_eval_trains_the_particle_filter_on_fewer_documents_than_its_initial_sample(tmp_path: Path) -> None:
+    """180 training documents, init_docs 200: the filter buffered them all and eval scored a uniform model
+    (−log W exactly, every topic the same top words). ``flush`` runs the initial Gibbs sample."""
+    rng = np.random.default_rng(1)
+    desks = [["market", "shares", "stocks", "bank", "rates"], ["goal", "match", "striker", "league", "cup"]]
+    rows = [{"id": str(i), "text": " ".join(rng.choice(desks[i % 2], 20))} for i in range(225)]
+    (tmp_path / "small.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ["eval", "--train", str(tmp_path / "small.jsonl"), "--algorithm", "pf", "--topics", "2", "--json"]
+    out = json.loads(CliRunner().invoke(app, args).stdout)
+    assert out["train_docs"] < 200
+    assert out["heldout_loglik_per_word"] > -math.log(out["vocab_size"]) + 0.3
+    assert {tuple(sorted(w[:5])) for w in out["top_words"]} == {tuple(sorted(d)) for d in desks}
+
+
+def test_eval_tells_the_online_hdp_its_corpus_size_unless_given(tmp_path: Path) -> None:
+    rng = np.random.default_rng(2)
+    words = ["alpha", "beta", "gamma", "delta", "omega", "sigma"]
+    rows = [{"id": str(i), "text": " ".join(rng.choice(words, 10))} for i in range(30)]
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ["eval", "--train", str(tmp_path / "t.jsonl"), "--algorithm", "ohdp", "--topics", "5", "--json"]
+    out = json.loads(CliRunner().invoke(app, args).stdout)
+    assert out["params"]["window"] == out["train_docs"]
+    given = json.loads(CliRunner().invoke(app, [*args, "--param", "window=77"]).stdout)
+    assert given["params"]["window"] == 77

@@ -202,6 +202,23 @@ def test_get_params_is_json_even_for_numpy_settings(cls: type[TopicModel]) -> No
     assert json.loads(json.dumps(model.get_params()))["n_topics"] == K
 
 
+def test_flush_learns_what_was_held_back_and_the_stream_goes_on(cls: type[TopicModel], trained: TopicModel) -> None:
+    """``flush`` at the end of a corpus: idempotent, the model stays valid and keeps learning afterwards; a model
+    that held documents back (the particle filter before its initial sample) has learned from them after it."""
+    model = make(cls)
+    model.partial_fit(TRAIN[0][:2])
+    before = model.topic_word()
+    model.flush()
+    model.flush()
+    held_back = not np.allclose(before, model.topic_word())
+    assert held_back == (cls.__name__ == "ParticleFilterLDA")  # its unit settings buffer 3 documents
+    assert_mixtures(model.partial_fit_transform(TRAIN[1]), len(TRAIN[1]))
+    np.testing.assert_allclose(model.topic_word().sum(axis=1), 1.0, atol=1e-12)
+    state = copy.deepcopy(trained.state_dict())
+    trained.flush()  # nothing held back once trained past its buffer
+    assert_same_state(trained.state_dict(), state)
+
+
 def test_diagnostics_are_finite_floats(cls: type[TopicModel], trained: TopicModel) -> None:
     for model in (make(cls), trained):
         diag = model.diagnostics()
