@@ -93,12 +93,16 @@ class Learner(BatchWorker):
         self.keeper = LeaseKeeper(self.lease)
         self.keeper.start()
         try:
-            start = restore_or_create(s, self.store, self.metrics, self.lineage_store)
+            self._start()
         except BaseException:  # a learner that cannot start gives the lease back at once
-            self.keeper.stop()
-            with contextlib.suppress(Exception):
-                self.lease.release()
+            self._give_back_lease(lost=self.keeper.lost.is_set())
             raise
+
+    def _start(self) -> None:
+        """Everything the learner does once it holds the lease, before its loop: restore (or create) the model and
+        its state, and set up what learns, plans and writes."""
+        s = self.settings
+        start = restore_or_create(s, self.store, self.metrics, self.lineage_store)
         # The input topic's id: a snapshot of another topic of that name (re-created) gives no positions.
         self._admin = make_admin(s)
         self.input_topic_id = topic_id(s, s.input_topic, admin=self._admin)
@@ -171,6 +175,15 @@ class Learner(BatchWorker):
         self._hold_until = 0.0  # when a hold for that gives up (time.monotonic)
 
     # ------------------------------------------------------------------ state
+    def _give_back_lease(self, lost: bool) -> None:
+        """Stop renewing the lease and, unless it was lost, release it, so that a standby takes over at once rather
+        than a TTL later (:meth:`LeaseKeeper.stop` first waits out a renewal in flight, which would otherwise take
+        the released lease back)."""
+        self.keeper.stop()
+        if not lost:
+            with contextlib.suppress(Exception):  # Redis down: the lease simply expires
+                self.lease.release()
+
     def _take_lease(self, stop: threading.Event | None) -> None:
         """Become the one active learner of this prefix, waiting as a standby while another one is."""
         if not self.lease.try_acquire():
@@ -513,10 +526,7 @@ class Learner(BatchWorker):
                 self.checkpoint()
         finally:
             self.writer.close()
-            self.keeper.stop()
-            if not self.lease_lost:
-                with contextlib.suppress(Exception):  # Redis down: the lease simply expires
-                    self.lease.release()
+            self._give_back_lease(lost=self.lease_lost)
             self.lane.shutdown(wait=True)
             self.consumer.close()
 

@@ -287,12 +287,18 @@ class LeaseKeeper(threading.Thread):
         self._attempted_at = _awake_clock()  # when the last finished renewal was started (answered or not)
 
     def stop(self) -> None:
-        """End the thread (it does not release the lease: call ``lease.release()`` after the last write)."""
+        """End the thread, and return once no renewal is in flight or will start (it does not release the lease:
+        call ``lease.release()`` after this; a renewal answered after the release found no lease and reclaimed it,
+        so a standby waited a whole TTL)."""
         self._halt.set()
+        with self._stepping:  # a step in flight ends first; later ones see _halt and do nothing
+            pass
 
     def step(self) -> None:
-        """One renewal (what the thread does every interval)."""
+        """One renewal (what the thread does every interval); nothing once stopped."""
         with self._stepping:
+            if self._halt.is_set():
+                return
             started = _awake_clock()
             try:
                 self._step()

@@ -74,6 +74,12 @@ class Metrics:
         self.oov_tokens = counter(
             "topicstream_oov_tokens_total", "Tokens dropped because their word holds no vocabulary slot"
         )
+        self.wordless = counter(
+            "topicstream_articles_without_words_total",
+            "Valid articles none of whose words holds a vocabulary slot: published with the prior's mixture and no "
+            "topic (text only of stop words or of words too new to have a slot, or in a script written without "
+            "spaces between words, which the tokenizer cannot split: README, Events)",
+        )
         self.batches = counter("topicstream_batches_total", "Batches processed")
 
         # Latency.

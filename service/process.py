@@ -27,9 +27,16 @@ def stop_on_signals(doing: str = "finishing the batch and stopping") -> threadin
             faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     stop = threading.Event()
 
-    def handler(signum: int, _frame: object) -> None:
+    def stop_now(signum: int) -> None:
         logging.getLogger("topicstream").info("%s: %s", signal.Signals(signum).name, doing)
         stop.set()
+
+    def handler(signum: int, _frame: object) -> None:
+        # Not stop.set() here: the handler runs on the main thread between two of its bytecodes, maybe inside
+        # stop.wait() while that holds the event's (non-reentrant) lock, and set() would wait on it for ever (a
+        # standby learner, a replica awaiting its first snapshot, feeds between polls). A thread of its own waits
+        # its turn instead; logging moves there too (a write to stderr may be half done on the main thread).
+        threading.Thread(target=stop_now, args=(signum,), name="stop-signal", daemon=True).start()
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)

@@ -87,7 +87,8 @@ class Replica(BatchWorker):
     def reload(self) -> bool:
         """Load the newest readable snapshot if it is newer than what is served or pending; True when one was
         loaded. Never raises on Redis errors or corrupt snapshots: logs, counts and keeps the current model."""
-        current = max(self.version, self._pending.ref.version if self._pending is not None else 0)
+        with self._pending_lock:  # the loop may be moving pending into served: read the two together
+            current = max(self.version, self._pending.ref.version if self._pending is not None else 0)
         try:
             latest = self.store.latest_version()
             if latest is not None and latest < current:
@@ -197,10 +198,11 @@ class Replica(BatchWorker):
         return self.in_pieces(batch.encoded.batch, model.transform)
 
     def between_batches(self, finished: InFlight | None) -> None:
-        with self._pending_lock:
+        with self._pending_lock:  # served and pending change together (reload reads the two)
             pending, self._pending = self._pending, None
+            if pending is not None:
+                self.served = pending
         if pending is not None:
-            self.served = pending
             # The gauges describe what is served from now on, not what the follower has loaded.
             self.metrics.snapshot_seen(pending.ref.version, pending.created_at, pending.size_bytes)
             self.metrics.describe_model(pending.ref.algorithm, pending.model.n_topics, pending.model.n_words)

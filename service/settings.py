@@ -11,11 +11,14 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from pydantic_settings import SettingsError as SourceError  # a value its source cannot parse (bad JSON)
+
+if TYPE_CHECKING:
+    from .text import Tokenizer
 
 __all__ = ["Settings", "SettingsError", "load_settings", "settings_table", "write_settings_table"]
 
@@ -66,6 +69,11 @@ class Settings(BaseSettings):
         default_factory=dict, description='Extra kernel hyperparameters as JSON, e.g. {"alpha": 0.05}'
     )
     vocab_size: int = Field(65_536, ge=16, le=5_000_000, description="Vocabulary capacity W (bounded)")
+    stop_words_file: Path | None = Field(
+        None,
+        description="A UTF-8 file of more stop words, one or more per line, dropped besides scikit-learn's English "
+        "ones (e.g. der, die, und for German wires); give the learner and the replicas the same file",
+    )
     vocab_admit_count: float = Field(
         2.0, gt=0, description="Articles that must use a new word before it gets a slot (an article counts once)"
     )
@@ -206,6 +214,22 @@ class Settings(BaseSettings):
         if v not in ALGORITHM_NAMES:
             raise ValueError(f"unknown algorithm {v!r}; choose one of {', '.join(sorted(ALGORITHM_NAMES))}")
         return v
+
+    @field_validator("stop_words_file")
+    @classmethod
+    def _readable(cls, v: Path | None) -> Path | None:
+        if v is not None:
+            try:
+                v.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as e:
+                raise ValueError(f"cannot read {v}: {e}") from None
+        return v
+
+    def tokenizer(self) -> Tokenizer:
+        """The tokenizer of the learner and the replicas: English stop words and those of ``stop_words_file``."""
+        from .text import Tokenizer, read_stop_words
+
+        return Tokenizer(extra_stop_words=read_stop_words(self.stop_words_file) if self.stop_words_file else ())
 
     @field_validator("log_level")
     @classmethod

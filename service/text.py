@@ -31,6 +31,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,7 +39,7 @@ from numpy.typing import NDArray
 
 from kernels import Batch
 
-__all__ = ["EncodedBatch", "FlatBags", "Tokenizer", "Vocabulary"]
+__all__ = ["INVISIBLE", "EncodedBatch", "FlatBags", "Tokenizer", "Vocabulary", "read_stop_words"]
 
 # Runs of letters (any script), no digits or underscores: "split on non-letters" as in seed 003.
 _WORD = re.compile(r"[^\W\d_]+")
@@ -54,11 +55,21 @@ def _hash_words(words: Any) -> NDArray[np.uint64]:
     return np.asarray(words.hash(_HASH_SEED).to_numpy(), dtype=np.uint64)
 
 
+#: Characters that are part of no word's spelling: the soft hyphen (German CMS output breaks
+#: "Wirt\u00adschafts\u00adpolitik" with it), zero-width space, (non-)joiners, word joiner, a byte-order mark.
+INVISIBLE = "\u00ad\u200b\u200c\u200d\u2060\ufeff"
+_DROP_INVISIBLE = str.maketrans("", "", INVISIBLE)
+#: What lower-casing makes of "İ" (Turkish capital dotted I): "i" and a combining dot, which "istanbul" lacks.
+_DOTTED_I = "i\u0307"
+
+
 def _words(text: str) -> list[str]:
-    """Lower-cased runs of letters."""
-    text = text.lower()
+    """Lower-cased runs of letters, after NFKC normalisation and without :data:`INVISIBLE` characters, so that one
+    word is one word however it was typed: composed or decomposed "café", full-width "ａｐｐｌｅ", the "ﬁ" ligature,
+    a soft hyphen inside it, "İstanbul" (each was two words, or pieces)."""
     if text.isascii():
-        return text.translate(_ASCII_NON_LETTERS).split()
+        return text.lower().translate(_ASCII_NON_LETTERS).split()
+    text = unicodedata.normalize("NFKC", text).translate(_DROP_INVISIBLE).lower().replace(_DOTTED_I, "i")
     return _unicode_words().findall(text)
 
 
@@ -79,8 +90,15 @@ def _unicode_words() -> re.Pattern[str]:
     return re.compile(f"[{''.join(ranges)}]+")
 
 
+def read_stop_words(path: Path) -> frozenset[str]:
+    """The words of a stop-word file (UTF-8, one or more per line), spelt as the tokenizer spells words: "Über"
+    in the file drops "über" and "über" from articles alike."""
+    return frozenset(chain.from_iterable(_words(line) for line in path.read_text(encoding="utf-8").splitlines()))
+
+
 class Tokenizer:
-    """Lower-cases, splits on non-letters, drops stop words and words outside ``[min_length, max_length]``.
+    """Normalises (NFKC, invisible characters dropped), lower-cases, splits on non-letters, drops stop words and
+    words outside ``[min_length, max_length]``.
 
     This is seed 003's preprocessing (English stop words from scikit-learn).
 
@@ -88,7 +106,13 @@ class Tokenizer:
     ['fed', 'raised', 'rates', 'fed', 'chair', 'spoke']
     """
 
-    def __init__(self, stop_words: Iterable[str] | None = None, min_length: int = 3, max_length: int = 30) -> None:
+    def __init__(
+        self,
+        stop_words: Iterable[str] | None = None,
+        min_length: int = 3,
+        max_length: int = 30,
+        extra_stop_words: Iterable[str] = (),
+    ) -> None:
         if min_length < 1 or max_length < min_length:
             raise ValueError(f"need 1 <= min_length <= max_length, got {min_length}, {max_length}")
         if stop_words is None:
@@ -96,7 +120,7 @@ class Tokenizer:
             from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
             stop_words = ENGLISH_STOP_WORDS
-        self.stop_words = frozenset(stop_words)
+        self.stop_words = frozenset(stop_words) | frozenset(extra_stop_words)
         self._stop_series: Any = None  # the stop words as a polars list literal, made on first use
         self.min_length = min_length
         self.max_length = max_length
@@ -125,7 +149,18 @@ class Tokenizer:
         rows = (
             pl.DataFrame({"doc": np.arange(len(texts), dtype=np.int64), "w": list(texts)})
             .lazy()
-            .with_columns(pl.col("w").str.to_lowercase().str.extract_all(_WORD.pattern))
+            .with_columns(
+                pl.when(pl.col("w").str.len_bytes() > pl.col("w").str.len_chars())  # not ASCII: normalise, as _words
+                .then(
+                    pl.col("w")
+                    .str.normalize("NFKC")
+                    .str.replace_all(f"[{INVISIBLE}]", "")
+                    .str.to_lowercase()
+                    .str.replace_all(_DOTTED_I, "i", literal=True)
+                )
+                .otherwise(pl.col("w").str.to_lowercase())
+                .str.extract_all(_WORD.pattern)
+            )
             .explode("w")
             .drop_nulls()
             .filter(

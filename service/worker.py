@@ -63,7 +63,7 @@ from .pipeline import Publisher, decode_batch, tokenize
 from .schemas import Rejection
 from .settings import Settings
 from .snapshot import SnapshotStore
-from .text import FlatBags, Tokenizer
+from .text import FlatBags
 
 __all__ = ["PIECE_TOKENS", "BatchWorker", "WorkerParts", "pieces"]
 
@@ -123,7 +123,7 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
         self.metrics = metrics or Metrics(self.role)
         self.store = store or self.open_store()  # before the consumer: an unreachable Redis fails first
         check_types(self.store.r, settings.redis_prefix)  # and a key another program wrote is named (the lease's too)
-        self.tokenizer = Tokenizer()
+        self.tokenizer = settings.tokenizer()
         group_id = self.consumer_group()
         self.consumer = make_consumer(settings, group_id, on_commit=self._on_commit, **(consumer_overrides or {}))
         self.producer = make_producer(settings)
@@ -359,6 +359,7 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
         if batch.encoded is not None:
             m.tokens.inc(float(batch.encoded.batch.counts.sum()))
             m.oov_tokens.inc(batch.encoded.oov_tokens)
+            m.wordless.inc(int(np.count_nonzero(np.diff(batch.encoded.batch.indptr) == 0)))
         for stage, dt in batch.timings.items():
             m.batch_duration.labels(stage=stage).observe(dt)
 

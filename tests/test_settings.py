@@ -249,3 +249,13 @@ def test_consumer_groups_follow_the_prefix_unless_named() -> None:
     named = Settings(redis_prefix="desk-b", group_id="mine")
     # One setting read by both roles (a shared .env): the replicas must not join the learner's group.
     assert named.learner_group() == "mine" and named.replica_group() == "mine-replicas"
+
+
+def test_a_stop_word_file_is_read_by_the_service_tokenizer_or_named_when_unreadable(tmp_path: Path) -> None:
+    (tmp_path / "de.txt").write_text("der und\n", encoding="utf-8")
+    tok = load_settings(stop_words_file=str(tmp_path / "de.txt")).tokenizer()
+    assert tok("der Präsident und the Koalition") == ["präsident", "koalition"]
+    (tmp_path / "latin1.txt").write_bytes(b"\xfcber\n")
+    for bad in (tmp_path / "missing.txt", tmp_path / "latin1.txt"):
+        with pytest.raises(SettingsError, match=r"TOPICSTREAM_STOP_WORDS_FILE: .*cannot read"):
+            load_settings(stop_words_file=str(bad))

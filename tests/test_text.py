@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tracemalloc
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -298,3 +299,33 @@ def test_colliding_word_hashes_never_merge_or_confuse_words(monkeypatch: pytest.
         np.testing.assert_array_equal(ea.batch.word_ids, eb.batch.word_ids)
         np.testing.assert_array_equal(ea.recycled, eb.recycled)
     assert a.slot_words() == b.slot_words()
+
+
+@pytest.mark.parametrize(
+    ("spellings", "word"),
+    [
+        (["café", "cafe\u0301"], "café"),  # composed and decomposed (NFC, NFD)
+        (["apple", "ａｐｐｌｅ", "ＡＰＰＬＥ"], "apple"),  # full-width
+        (["finance", "ﬁnance"], "finance"),  # a ligature
+        (["wirtschaftspolitik", "Wirt\u00adschafts\u00adpolitik"], "wirtschaftspolitik"),  # soft hyphens
+        (["inflation", "infla\u200dtion", "infla\u200btion", "\ufeffinflation"], "inflation"),  # zero-width
+        (["istanbul", "İSTANBUL", "İstanbul"], "istanbul"),  # Turkish capital dotted I
+    ],
+)
+def test_one_word_however_it_is_typed_is_one_word(spellings: list[str], word: str) -> None:
+    """Each spelling took a vocabulary slot of its own (or split into pieces: "wirt", "schafts", "politik")."""
+    tok = Tokenizer(stop_words=())
+    text = " ".join(spellings)
+    assert tok(text) == [word] * len(spellings)
+    assert tok.count_many([text]).words.to_list() == [word]
+
+
+def test_a_stop_word_file_adds_to_the_english_list(tmp_path: Path) -> None:
+    from service.text import read_stop_words
+
+    path = tmp_path / "de.txt"
+    path.write_text("der die das\nund\n\nÜber\n", encoding="utf-8")
+    tok = Tokenizer(extra_stop_words=read_stop_words(path))
+    text = "Der Präsident und die Koalition über the Haushalt"
+    assert tok(text) == ["präsident", "koalition", "haushalt"]
+    assert tok.count_many([text]).words.to_list() == ["präsident", "koalition", "haushalt"]

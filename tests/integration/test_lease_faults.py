@@ -85,6 +85,35 @@ def test_expiry_lets_a_standby_take_over_with_a_greater_token(server: RedisServe
     assert b.release() and c.acquire(timeout=5, poll_s=0.05) and c.token == b.token + 1
 
 
+def test_a_release_after_stop_is_not_undone_by_a_renewal_in_flight(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A learner's close stops its keeper and releases the lease; a renewal answered after the release found no
+    lease, reclaimed it, and the standby waited a whole TTL. ``stop`` now waits out the renewal in flight."""
+    a, b = lease(server, ttl_s=30.0), lease(server, ttl_s=30.0)
+    assert a.try_acquire()
+    renew = Lease.renew
+    in_flight = threading.Event()
+
+    def slow_renew(self: Lease) -> bool:
+        in_flight.set()
+        time.sleep(0.3)  # a Redis that answers slowly: the release lands in this window
+        return renew(self)
+
+    monkeypatch.setattr(Lease, "renew", slow_renew)
+    keeper = LeaseKeeper(a, interval_s=0.05)
+    keeper.start()
+    try:
+        assert in_flight.wait(5)
+        keeper.stop()
+        assert a.release()
+    finally:
+        keeper.stop()
+        keeper.join(5)
+    assert a.holder() is None
+    assert b.acquire(timeout=1, poll_s=0.05)  # at once, not a TTL (30 s) later
+
+
 def test_min_token_keeps_tokens_growing(server: RedisServer) -> None:
     a = lease(server)
     assert a.try_acquire(min_token=41) and a.token == 42
