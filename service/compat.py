@@ -35,7 +35,9 @@ __all__ = [
     "available_memory_bytes",
     "kernel_param_problems",
     "learner_peak_bytes",
+    "learner_state_copies",
     "param_problems",
+    "replica_peak_bytes",
     "restore_plan",
     "size_problems",
     "snapshot_bytes",
@@ -47,10 +49,21 @@ REDIS_MAX_BULK_BYTES = 512 * 1024**2
 #: A vocabulary slot in a snapshot: its count (8 bytes), its word in the JSON header (a 3–30 letter word, quoted)
 #: and, the candidate table holding up to half as many entries, half a candidate's word and count. An estimate.
 VOCAB_BYTES_PER_SLOT = 48
-#: Python, numpy, numba, the clients and the batch pipeline's buffers: the learner's measured peak (627 MB in the
-#: backlog of the README's "Performance" table, W = 65,536, K = 100) less the 28 B·W·K + 48 B·W of
-#: :func:`learner_peak_bytes`, rounded up.
-PROCESS_BYTES = 420 * 1024**2
+#: Python, numpy, polars, numba's compiled code, the Kafka clients, the threads and the batch pipeline's buffers:
+#: measured at W = 65,536, K = 100 (scvb0) under a backlog with the input fed at 1,000 articles/s, 10 minutes
+#: (learner VmHWM 750 MiB with topic hygiene, 615 without; a replica 610–623), less the copies of the state that
+#: :func:`learner_peak_bytes` and :func:`replica_peak_bytes` count, rounded up.
+PROCESS_BYTES = 370 * 1024**2
+#: What a kernel's compiled code adds to that, measured by loading it (scvb0's 62 MiB is in PROCESS_BYTES).
+KERNEL_CODE_BYTES = {"scvb0": 0, "ohdp": 51 * 1024**2, "pf": 106 * 1024**2}
+#: Copies of the kernel state S at the learner's peak, while it describes a snapshot: the live model, the
+#: ``state_dict`` copy, the model rebuilt from it for the summary, φ in float64 and the labels' temporary (5·S);
+#: φ in float32 for drift, now and at the last snapshot, and the packed snapshot come after some of those are freed.
+#: Topic hygiene adds the copy it plans on, held between snapshots, and its planner's working arrays (3·S).
+LEARNER_STATE_COPIES, HYGIENE_STATE_COPIES = 5, 3
+#: A replica's peak, while it loads a snapshot: the model served, the snapshot's bytes (twice, briefly, in the Redis
+#: client), the new model, φ for the labels and their temporary.
+REPLICA_STATE_COPIES = 5
 #: The settings that give a kernel its ``n_topics``, ``n_words`` and ``seed``.
 BASE_SETTINGS = {"n_topics": "TOPICSTREAM_TOPICS", "n_words": "TOPICSTREAM_VOCAB_SIZE", "seed": "TOPICSTREAM_SEED"}
 
@@ -128,15 +141,32 @@ def snapshot_bytes(settings: Settings) -> int:
     return state + VOCAB_BYTES_PER_SLOT * s.vocab_size
 
 
-def learner_peak_bytes(settings: Settings) -> int:
-    """The learner's memory while it writes a snapshot, its peak.
+def learner_state_copies(settings: Settings) -> int:
+    """How many copies of the kernel state the learner holds at its peak (:data:`LEARNER_STATE_COPIES`, and
+    :data:`HYGIENE_STATE_COPIES` more with topic hygiene on: by the setting, else the kernel's default)."""
+    hygiene = settings.topic_hygiene
+    on = hygiene if hygiene is not None else kernel_class(settings.algorithm).hygiene_defaults is not None
+    return LEARNER_STATE_COPIES + (HYGIENE_STATE_COPIES if on else 0)
 
-    The model (S = the kernel state), ``state_dict``'s copy of it and the packed snapshot buffer (3·S), the
-    float32 topic–word matrix kept for drift (4·W·K), the vocabulary, and :data:`PROCESS_BYTES` for the process.
-    """
+
+def _runtime_bytes(settings: Settings) -> int:
+    return PROCESS_BYTES + KERNEL_CODE_BYTES.get(settings.algorithm, 0) + VOCAB_BYTES_PER_SLOT * settings.vocab_size
+
+
+def learner_peak_bytes(settings: Settings) -> int:
+    """The learner's memory while it describes and writes a snapshot, its peak: :func:`learner_state_copies` × the
+    kernel state S, the vocabulary (48 B·W) and the runtime (:data:`PROCESS_BYTES`, and the kernel's code)."""
     s = settings
     state = kernel_class(s.algorithm).state_bytes(s.topics, s.vocab_size, **s.kernel_params)
-    return 3 * state + 4 * s.vocab_size * s.topics + VOCAB_BYTES_PER_SLOT * s.vocab_size + PROCESS_BYTES
+    return learner_state_copies(s) * state + _runtime_bytes(s)
+
+
+def replica_peak_bytes(settings: Settings) -> int:
+    """A replica's memory while it loads a new snapshot, its peak: :data:`REPLICA_STATE_COPIES` × S, the
+    vocabulary and the runtime."""
+    s = settings
+    state = kernel_class(s.algorithm).state_bytes(s.topics, s.vocab_size, **s.kernel_params)
+    return REPLICA_STATE_COPIES * state + _runtime_bytes(s)
 
 
 def _cgroup_free_bytes(root: Path = Path("/sys/fs/cgroup")) -> int | None:
@@ -189,11 +219,12 @@ def size_problems(
     need = learner_peak_bytes(s)
     free = available_memory_bytes() if memory_bytes is None else memory_bytes
     if need > free:
-        terms = f"3 × {_mb(state)} + {_mb(4 * s.vocab_size * s.topics)} + {_mb(vocab)} + {_mb(PROCESS_BYTES)}"
+        copies, runtime = learner_state_copies(s), _runtime_bytes(s) - vocab
+        terms = f"{copies} × {_mb(state)} + {_mb(vocab)} + {_mb(runtime)}"
         problems.append(
-            f"TOPICSTREAM_VOCAB_SIZE × TOPICSTREAM_TOPICS: while writing a snapshot the learner needs 3 × state + "
-            f"4 B × W × K + {VOCAB_BYTES_PER_SLOT} B × W + {_mb(PROCESS_BYTES)} = {terms} = {_mb(need)} at {shape}, "
-            f"and {_mb(free)} is available; lower W or K, or give it more memory"
+            f"TOPICSTREAM_VOCAB_SIZE × TOPICSTREAM_TOPICS: while writing a snapshot the learner needs {copies} × "
+            f"state + {VOCAB_BYTES_PER_SLOT} B × W + runtime = {terms} = {_mb(need)} at {shape}, and {_mb(free)} is "
+            "available; lower W or K, or give it more memory"
         )
     return problems
 

@@ -20,7 +20,9 @@ from service.compat import (
     available_memory_bytes,
     kernel_param_problems,
     learner_peak_bytes,
+    learner_state_copies,
     param_problems,
+    replica_peak_bytes,
     restore_plan,
     size_problems,
     snapshot_bytes,
@@ -147,6 +149,20 @@ def test_the_default_model_fits_a_small_machine_and_redis() -> None:
     assert snapshot_bytes(s) < REDIS_MAX_BULK_BYTES
 
 
+def test_the_memory_formulas_count_topic_hygienes_copy_and_give_the_manifests_their_sizes() -> None:
+    """deploy/k8s sizes requests at the defaults (W = 65,536, K = 100) from these formulas, fitted to a measured
+    peak of 750 MiB (learner, hygiene on), 615 MiB (hygiene off) and 610–623 MiB (replica)."""
+    mib = 1024**2
+    s = load_settings()
+    assert learner_state_copies(s) == 8 and learner_state_copies(load_settings(topic_hygiene=False)) == 5
+    assert 750 * mib <= learner_peak_bytes(s) <= 800 * mib  # the learner's request: 800Mi
+    assert 615 * mib <= learner_peak_bytes(load_settings(topic_hygiene=False)) <= 640 * mib
+    assert 610 * mib <= replica_peak_bytes(s) <= 640 * mib  # the replicas' request: 640Mi
+    pf = load_settings(algorithm="pf")
+    assert learner_state_copies(pf) == 8  # pf's hygiene (merges only) is on by default
+    assert learner_peak_bytes(pf) > learner_peak_bytes(s)
+
+
 def test_a_model_too_large_for_the_machine_is_refused_with_the_formula() -> None:
     s = load_settings(topics=2000, vocab_size=65_536)  # ~1 GiB of N^Φ: fits one Redis value? no, 1 GiB > 512 MiB
     problems = size_problems(s, memory_bytes=2 * 1024**3)
@@ -154,7 +170,7 @@ def test_a_model_too_large_for_the_machine_is_refused_with_the_formula() -> None
     redis_line, memory_line = problems
     assert redis_line.startswith("TOPICSTREAM_VOCAB_SIZE × TOPICSTREAM_TOPICS: a scvb0 snapshot at W = 65,536")
     assert "1,000 MiB of state" in redis_line and "512 MiB" in redis_line
-    assert "3 × state + 4 B × W × K" in memory_line and "3 × 1,000 MiB + 500 MiB" in memory_line
+    assert "8 × state + 48 B × W + runtime" in memory_line and "8 × 1,000 MiB + 3 MiB + 370 MiB" in memory_line
     assert "2,048 MiB is available" in memory_line
     assert size_problems(s, memory_bytes=64 * 1024**3, redis_max_bytes=2 * 1024**3) == []
 
