@@ -298,8 +298,10 @@ class OnlineHDPBase(TopicModel):
     # ------------------------------------------------------------------ read-outs
     def topic_word(self) -> NDArray[np.float64]:
         """E[φ_k] = λ_k / Σ_w λ_kw (stick-breaking) or φ̂_k = (N^Φ_k + η)/(N^Z_k + Wη) (collapsed): one formula."""
-        lam = self.topic_stat_.T * self.scale_ + float(self.eta)
-        return lam / lam.sum(axis=1, keepdims=True)
+        lam = np.multiply(self.topic_stat_.T, self.scale_, order="C")  # one K×W array in row order, as SCVB0's
+        lam += float(self.eta)
+        lam /= lam.sum(axis=1, keepdims=True)
+        return lam
 
     def topic_weights(self) -> NDArray[np.float64]:
         """Corpus-level weights E[β], indexed by the stable public topic ids."""

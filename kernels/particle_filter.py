@@ -405,8 +405,9 @@ class ParticleFilterLDA(TopicModel):
         return fold_in_mean_field(docs, phi, float(self.alpha), 50)
 
     def topic_word(self) -> NDArray[np.float64]:
-        phi = self._phi_columns(np.arange(self.n_words, dtype=np.int64))
-        return phi / phi.sum(axis=1, keepdims=True)
+        phi = np.ascontiguousarray(self._phi_columns(np.arange(self.n_words, dtype=np.int64)))
+        phi /= phi.sum(axis=1, keepdims=True)
+        return phi
 
     def topic_weights(self) -> NDArray[np.float64]:
         w = self.particles_.weights / self.particles_.weights.sum()

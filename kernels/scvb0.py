@@ -352,7 +352,9 @@ class SCVB0(TopicModel):
 
     def topic_word(self) -> NDArray[np.float64]:
         """φ_k = (N^Φ_·k + η) / Σ_w (N^Φ_wk + η), shape (K, W); rows normalised exactly."""
-        phi = self.phi_.T * self.scale_  # one K×W temporary; the rest is in place
+        # One K×W array, in row order (callers read topics as rows: a transposed view made each of them copy it);
+        # the rest is in place.
+        phi = np.multiply(self.phi_.T, self.scale_, order="C")
         phi += float(self.eta)
         phi /= phi.sum(axis=1, keepdims=True)
         return phi

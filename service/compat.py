@@ -51,19 +51,22 @@ REDIS_MAX_BULK_BYTES = 512 * 1024**2
 VOCAB_BYTES_PER_SLOT = 48
 #: Python, numpy, polars, numba's compiled code, the Kafka clients, the threads and the batch pipeline's buffers:
 #: measured at W = 65,536, K = 100 (scvb0) under a backlog with the input fed at 1,000 articles/s, 10 minutes
-#: (learner VmHWM 750 MiB with topic hygiene, 615 without; a replica 610–623), less the copies of the state that
-#: :func:`learner_peak_bytes` and :func:`replica_peak_bytes` count, rounded up.
+#: (learner VmHWM 750 MiB with topic hygiene, 615 without; a replica 610–623, each with one copy of S more than
+#: today's code makes), less the copies of the state that :func:`learner_peak_bytes` and
+#: :func:`replica_peak_bytes` count, rounded up.
 PROCESS_BYTES = 370 * 1024**2
 #: What a kernel's compiled code adds to that, measured by loading it (scvb0's 62 MiB is in PROCESS_BYTES).
 KERNEL_CODE_BYTES = {"scvb0": 0, "ohdp": 51 * 1024**2, "pf": 106 * 1024**2}
 #: Copies of the kernel state S at the learner's peak, while it describes a snapshot: the live model, the
-#: ``state_dict`` copy, the model rebuilt from it for the summary, φ in float64 and the labels' temporary (5·S);
-#: φ in float32 for drift, now and at the last snapshot, and the packed snapshot come after some of those are freed.
-#: Topic hygiene adds the copy it plans on, held between snapshots, and its planner's working arrays (3·S).
-LEARNER_STATE_COPIES, HYGIENE_STATE_COPIES = 5, 3
+#: ``state_dict`` copy, the model rebuilt from it for the summary and φ in float64 (4·S; the labels and the drift
+#: made a fifth, a row-order copy of φ, until ``topic_word`` returned φ in row order: measured in process at the
+#: defaults, 125 → 75 MiB above the arrays held); φ in float32 for drift, now and at the last snapshot, and the
+#: packed snapshot come after some of those are freed. Topic hygiene adds the copy it plans on, held between
+#: snapshots, and its planner's working arrays (3·S).
+LEARNER_STATE_COPIES, HYGIENE_STATE_COPIES = 4, 3
 #: A replica's peak, while it loads a snapshot: the model served, the snapshot's bytes (twice, briefly, in the Redis
-#: client), the new model, φ for the labels and their temporary.
-REPLICA_STATE_COPIES = 5
+#: client), the new model and φ for the labels.
+REPLICA_STATE_COPIES = 4
 #: The settings that give a kernel its ``n_topics``, ``n_words`` and ``seed``.
 BASE_SETTINGS = {"n_topics": "TOPICSTREAM_TOPICS", "n_words": "TOPICSTREAM_VOCAB_SIZE", "seed": "TOPICSTREAM_SEED"}
 

@@ -145,6 +145,11 @@ def test_topic_word_and_topic_weights_are_distributions(cls: type[TopicModel], t
         phi = model.topic_word()
         assert phi.shape == (K, W) and np.all(np.isfinite(phi)) and np.all(phi >= 0)
         np.testing.assert_allclose(phi.sum(axis=1), 1.0, rtol=0, atol=1e-12)
+        # In row order: a transposed view made the labels and the drift copy it again (a K×W array more at the
+        # peak of every snapshot), and a caller's change to it must not reach the model.
+        assert phi.flags.c_contiguous
+        phi[:] = 0.0
+        np.testing.assert_allclose(model.topic_word().sum(axis=1), 1.0, rtol=0, atol=1e-12)
         weights = model.topic_weights()
         assert weights.shape == (K,) and np.all(weights >= 0)
         assert weights.sum() == pytest.approx(1.0, abs=1e-12)
