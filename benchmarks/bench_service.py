@@ -338,7 +338,7 @@ def replicas(st: Stack, docs: list[dict], n: int) -> dict[str, float]:
         stop(learner)  # leaves its final snapshot
     out: dict[str, float] = {}
     for count in (1, 2):
-        group = {**env, "TOPICSTREAM_GROUP_ID": f"replicas-{count}-{uuid.uuid4().hex[:6]}"}
+        group = {**env, "TOPICSTREAM_REPLICA_GROUP_ID": f"replicas-{count}-{uuid.uuid4().hex[:6]}"}
         ports = [free_port() for _ in range(count)]
         procs = [st.start("replica", group, p) for p in ports]
         try:

@@ -287,23 +287,24 @@ class LeaseKeeper(threading.Thread):
         self._attempted_at = _awake_clock()  # when the last finished renewal was started (answered or not)
 
     def stop(self) -> None:
-        """End the thread, and return once no renewal is in flight or will start (it does not release the lease:
-        call ``lease.release()`` after this; a renewal answered after the release found no lease and reclaimed it,
-        so a standby waited a whole TTL)."""
+        """End the thread, and return once its renewal in flight, if any, is answered: it starts no other (it does
+        not release the lease: call ``lease.release()`` after this; a renewal answered after the release found no
+        lease and reclaimed it, so a standby waited a whole TTL)."""
         self._halt.set()
-        with self._stepping:  # a step in flight ends first; later ones see _halt and do nothing
+        with self._stepping:  # the thread's step in flight ends first; the thread checks _halt before the next
             pass
 
     def step(self) -> None:
-        """One renewal (what the thread does every interval); nothing once stopped."""
+        """One renewal (what the thread does every interval; a caller may ask for one at any time)."""
         with self._stepping:
-            if self._halt.is_set():
-                return
-            started = _awake_clock()
-            try:
-                self._step()
-            finally:  # only once it is answered: a caller of still_held meanwhile waits for the answer
-                self._attempted_at = started
+            self._renew_once()
+
+    def _renew_once(self) -> None:
+        started = _awake_clock()
+        try:
+            self._step()
+        finally:  # only once it is answered: a caller of still_held meanwhile waits for the answer
+            self._attempted_at = started
 
     def still_held(self) -> bool:
         """False once the lease is known to be lost. When no renewal was even tried for longer than the TTL (the
@@ -347,6 +348,9 @@ class LeaseKeeper(threading.Thread):
         self.lost.set()
 
     def run(self) -> None:
-        while not self._halt.is_set() and not self.lost.is_set():
-            self.step()
+        while not self.lost.is_set():
+            with self._stepping:
+                if self._halt.is_set():  # under the lock: once stop() has returned, this thread renews no more
+                    return
+                self._renew_once()
             self._halt.wait(self.interval_s)

@@ -11,6 +11,7 @@ import contextlib
 import ctypes
 import faulthandler
 import logging
+import queue
 import signal
 import sys
 import threading
@@ -26,17 +27,23 @@ def stop_on_signals(doing: str = "finishing the batch and stopping") -> threadin
         with contextlib.suppress(OSError, ValueError):  # stderr without a file descriptor (a test's capture)
             faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     stop = threading.Event()
+    signals: queue.SimpleQueue[int] = queue.SimpleQueue()
 
-    def stop_now(signum: int) -> None:
-        logging.getLogger("topicstream").info("%s: %s", signal.Signals(signum).name, doing)
-        stop.set()
+    def stop_on_each() -> None:
+        while True:
+            signum = signals.get()
+            logging.getLogger("topicstream").info("%s: %s", signal.Signals(signum).name, doing)
+            stop.set()
+
+    # Not stop.set() in the handler: it runs on the main thread between two of its bytecodes, maybe inside
+    # stop.wait() while that holds the event's (non-reentrant) lock, and set() would wait on it for ever (a standby
+    # learner, a replica awaiting its first snapshot, feeds between polls). The handler only puts the signal on a
+    # SimpleQueue (whose put may be called from a signal handler) for a thread started here, which sets the event
+    # and logs (a write to stderr may be half done on the main thread); starting a thread in the handler could fail.
+    threading.Thread(target=stop_on_each, name="stop-signals", daemon=True).start()
 
     def handler(signum: int, _frame: object) -> None:
-        # Not stop.set() here: the handler runs on the main thread between two of its bytecodes, maybe inside
-        # stop.wait() while that holds the event's (non-reentrant) lock, and set() would wait on it for ever (a
-        # standby learner, a replica awaiting its first snapshot, feeds between polls). A thread of its own waits
-        # its turn instead; logging moves there too (a write to stderr may be half done on the main thread).
-        threading.Thread(target=stop_now, args=(signum,), name="stop-signal", daemon=True).start()
+        signals.put(signum)
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)

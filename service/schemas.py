@@ -27,6 +27,8 @@ __all__ = [
 
 ArticleId = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 
+#: The start of an RFC 2822 date: an optional weekday, then day, month name, year ("Mon, 01 Jan 2024", "1 Jan 2024").
+_RFC_2822 = re.compile(r"(?:[A-Za-z]{3},\s*)?\d{1,2}\s+[A-Za-z]{3}\s+\d{2,4}\b")
 #: An RFC 3339 time in a leap second: the minute, second 60 with any fraction, the zone.
 _LEAP_SECOND = re.compile(r"(?P<minute>\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d):60(?:\.\d+)?(?P<zone>[Zz]|[+-]\d\d:\d\d)?$")
 
@@ -60,12 +62,12 @@ class Article(BaseModel):
             return None
         if leap := _LEAP_SECOND.match(text):
             return f"{leap['minute']}:59.999999{leap['zone'] or ''}"
-        if text[:1].isalpha():
+        if _RFC_2822.match(text):
             try:
                 return parsedate_to_datetime(text)
             except (TypeError, ValueError):
-                return v  # pydantic names what is wrong
-        return v
+                pass  # pydantic names what is wrong
+        return text
 
     @field_validator("published_at")
     @classmethod

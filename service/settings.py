@@ -57,9 +57,14 @@ class Settings(BaseSettings):
     )
     group_id: str | None = Field(
         None,
-        description="The learner's consumer group (run), default <TOPICSTREAM_REDIS_PREFIX>-learner; the replicas' "
-        "is this name + -replicas, default <TOPICSTREAM_REDIS_PREFIX>-replicas: learners and replicas, and the "
-        "learners of different prefixes, never share partitions (each learner must read all of them)",
+        description="The learner's consumer group (run), default <TOPICSTREAM_REDIS_PREFIX>-learner: learners of "
+        "different prefixes never share partitions (each learner must read all of them)",
+    )
+    replica_group_id: str | None = Field(
+        None,
+        description="The replicas' consumer group (replica), default <TOPICSTREAM_GROUP_ID>-replicas, or "
+        "<TOPICSTREAM_REDIS_PREFIX>-replicas; never the learner's (refused: a replica in the learner's group takes "
+        "partitions the learner then never learns)",
     )
 
     # The model.
@@ -255,6 +260,15 @@ class Settings(BaseSettings):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _check_groups_differ(self) -> Settings:
+        if self.replica_group() == self.learner_group():
+            raise ValueError(
+                f"TOPICSTREAM_REPLICA_GROUP_ID and TOPICSTREAM_GROUP_ID both name {self.learner_group()!r}: a replica "
+                "in the learner's consumer group takes partitions the learner then never learns"
+            )
+        return self
+
     def lineage_topic_name(self) -> str:
         """Where lineage events go (:mod:`service.lineage`): the setting, or the output topic + ``.lineage``."""
         return self.lineage_topic or f"{self.output_topic}.lineage"
@@ -265,8 +279,11 @@ class Settings(BaseSettings):
 
     def replica_group(self) -> str:
         """The replicas' consumer group: the replicas of one prefix share the partitions. Never the learner's, also
-        when ``group_id`` names it (one setting for both roles, e.g. in a shared ``.env``): a replica in the
-        learner's group took partitions the learner then never learned (200 of 300 articles lost, in a test)."""
+        when ``group_id`` names it (one setting for both roles, e.g. in a shared ``.env`` or ConfigMap): a replica
+        in the learner's group took partitions the learner then never learned (200 of 300 articles lost, in a
+        test)."""
+        if self.replica_group_id:
+            return self.replica_group_id
         return f"{self.group_id}-replicas" if self.group_id else f"{self.redis_prefix}-replicas"
 
 

@@ -76,6 +76,8 @@ def test_byte_order_mark_duplicate_keys_and_escaped_controls_are_accepted() -> N
         ("2016-12-31T23:59:60.25-05:00", "2016-12-31T23:59:59.999999-05:00"),
         ("Mon, 01 Jan 2024 10:00:00 GMT", "2024-01-01T10:00:00+00:00"),  # RFC 2822, as RSS writes dates
         ("Mon, 01 Jan 2024 10:00:00 +0200", "2024-01-01T10:00:00+02:00"),
+        ("1 Jan 2024 10:00:00 GMT", "2024-01-01T10:00:00+00:00"),  # RFC 2822 leaves the weekday out at will
+        (" 2024-01-01T08:00:00Z\n", "2024-01-01T08:00:00+00:00"),  # white space around it
         (1_700_000_000, "2023-11-14T22:13:20+00:00"),  # a JSON number: Unix seconds
         (1_700_000_000_000, "2023-11-14T22:13:20+00:00"),  # ... or milliseconds
     ],

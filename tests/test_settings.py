@@ -249,6 +249,12 @@ def test_consumer_groups_follow_the_prefix_unless_named() -> None:
     named = Settings(redis_prefix="desk-b", group_id="mine")
     # One setting read by both roles (a shared .env): the replicas must not join the learner's group.
     assert named.learner_group() == "mine" and named.replica_group() == "mine-replicas"
+    exact = Settings(group_id="mine", replica_group_id="theirs")  # a name an ACL gives, say
+    assert exact.learner_group() == "mine" and exact.replica_group() == "theirs"
+    with pytest.raises(SettingsError, match="TOPICSTREAM_REPLICA_GROUP_ID and TOPICSTREAM_GROUP_ID both name 'g'"):
+        load_settings(group_id="g", replica_group_id="g")
+    with pytest.raises(SettingsError, match="both name 'desk-b-learner'"):
+        load_settings(redis_prefix="desk-b", replica_group_id="desk-b-learner")
 
 
 def test_a_stop_word_file_is_read_by_the_service_tokenizer_or_named_when_unreadable(tmp_path: Path) -> None:

@@ -329,3 +329,22 @@ def test_a_stop_word_file_adds_to_the_english_list(tmp_path: Path) -> None:
     text = "Der Präsident und die Koalition über the Haushalt"
     assert tok(text) == ["präsident", "koalition", "haushalt"]
     assert tok.count_many([text]).words.to_list() == ["präsident", "koalition", "haushalt"]
+
+
+def test_a_text_is_normalised_whenever_normalising_could_change_its_words() -> None:
+    """The tokenizer normalises (NFKC, invisible characters, dotted I) only a text holding a character of
+    ``_normalising()``, to spare most news the cost; for every other character, normalising a text around it must
+    change no word (checked for each assigned character but surrogates and private use)."""
+    import sys
+    import unicodedata
+
+    from service.text import _normalising, _unicode_words, _words
+
+    inside = _normalising().python
+    for c in range(0x80, sys.maxunicode + 1):
+        ch = chr(c)
+        if unicodedata.category(ch) in ("Cs", "Co", "Cn") or inside.match(ch):
+            continue
+        text = f"ab{ch}cd x{ch}"
+        full = _unicode_words().findall(unicodedata.normalize("NFKC", text).lower())
+        assert _words(text) == full, (hex(c), _words(text), full)
