@@ -11,6 +11,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from evaluation import (
+    compile_before_timing,
     fold_in,
 )
 from kernels import Batch
@@ -48,6 +49,9 @@ class Method:
     def iterate(self, n: int) -> None:
         raise NotImplementedError
 
+    def finish(self) -> None:
+        """End of the single pass (timed, like an update): what a method held back (a kernel's ``flush``)."""
+
     def phi(self) -> NDArray[np.float64]:
         raise NotImplementedError
 
@@ -69,14 +73,14 @@ class KernelMethod(Method):
 
         cls: Any = ALGORITHMS[name]
         self.name, self.K = name, K
-        # Compile the numba functions before the clock starts (a throwaway model, same settings).
-        tmp = cls(n_topics=K, n_words=W, seed=seed, **params)
-        tmp.partial_fit(warmup)
-        tmp.transform(warmup.slice(0, min(4, warmup.n_docs)))
+        compile_before_timing(cls, params, K, W, seed, warmup)
         self.model = cls(n_topics=K, n_words=W, seed=seed, **params)
 
     def update(self, i: int) -> None:
         self.model.partial_fit(self.batches[i])
+
+    def finish(self) -> None:
+        self.model.flush()
 
     def phi(self) -> NDArray[np.float64]:
         return np.asarray(self.model.topic_word())

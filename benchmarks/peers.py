@@ -152,6 +152,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             b = batches[i % n_batches]
             t, w = time.process_time(), time.perf_counter()
             method.update(i % n_batches)
+            if total_updates is not None and i + 1 == total_updates:
+                method.finish()  # as topicstream eval ends its pass
             train_seconds += time.process_time() - t
             wall_seconds += time.perf_counter() - w
             i += 1

@@ -55,7 +55,7 @@ JSON
     tokens, no used topic) is ``null``, never ``NaN``.
 """
 
-from .command import eval_command, evaluate
+from .command import compile_before_timing, eval_command, evaluate
 from .corpus import (
     PreparedCorpus,
     article_text,
@@ -87,6 +87,7 @@ __all__ = [
     "PreparedCorpus",
     "article_text",
     "build_vocabulary",
+    "compile_before_timing",
     "document_completion",
     "encode",
     "eval_command",

@@ -381,6 +381,7 @@ class Learner(BatchWorker):
         }
         if self.input_topic_id is not None:
             extra["input_topic_id"] = self.input_topic_id
+        extra["tokenizer"] = self.tokenizer.fingerprint()  # replicas check theirs against it
         cap = self.writer.capture(seq, self.model, vocab_state, slot_words, offsets, extra, meta)
         cap.events = self._unwritten_events
         cap.topic_ids = list(self.lineage.slot_ids)

@@ -37,6 +37,7 @@ ERROR_KINDS = (
     "dead_letter_refused",
     "lineage",
     "input_recreated",
+    "tokenizer",
 )
 
 

@@ -72,6 +72,7 @@ class Replica(BatchWorker):
         self._pending_lock = threading.Lock()  # the follower thread sets _pending, the loop takes it
         self._redis_down = False
         self._unreadable: set[int] = set()
+        self._told_tokenizers: set[str] = set()  # learners' tokenizer fingerprints warned about (a handful)
         self._stop_follower = threading.Event()
         self._follower: threading.Thread | None = None
 
@@ -157,12 +158,30 @@ class Replica(BatchWorker):
             cls.warm_up()
         model = cls.from_state(kstate)
         vocab = Vocabulary.from_state(payload["vocabulary"])
+        self._check_tokenizer(payload.get("tokenizer"), int(meta["version"]))
         labels = TopicLabels(model.topic_word(), vocab.slot_words())
         lineage = payload.get("lineage")
         ids = tuple(Lineage.from_state(lineage).slot_ids) if lineage else tuple(range(model.n_topics))
         names = TopicNames(self.store.r, self.settings.redis_prefix).all()
         ref = ModelRef(labels, model.algorithm, int(meta["version"]), model.n_topics, ids, names)
         return Served(model, vocab, ref, float(meta["created_at"]), int(meta.get("size_bytes", 0)))
+
+    def _check_tokenizer(self, learners: object, version: int) -> None:
+        """Warn (once per fingerprint) and count ``errors_total{kind="tokenizer"}`` when the learner that wrote a
+        snapshot tokenizes otherwise than this replica: the replica would look up words the model never learned
+        (another TOPICSTREAM_STOP_WORDS_FILE, or a version with other normalisation during a rolling upgrade). It
+        serves the snapshot all the same: mixtures from the words both have are better than none. Snapshots
+        written before learners recorded it carry none."""
+        if not isinstance(learners, str) or learners == (ours := self.tokenizer.fingerprint()):
+            return
+        self.metrics.errors.labels(kind="tokenizer").inc()
+        if learners not in self._told_tokenizers:
+            self._told_tokenizers.add(learners)
+            log.warning(
+                "snapshot %d was learned with another tokenizer (fingerprint %s, this replica's %s): give the learner "
+                "and the replicas the same TOPICSTREAM_STOP_WORDS_FILE and version",
+                version, learners, ours,
+            )  # fmt: skip
 
     def _follow(self) -> None:
         while not self._stop_follower.wait(self.poll_s):

@@ -22,8 +22,10 @@ the vocabulary nor admitted in this batch are out-of-vocabulary (dropped and cou
 from __future__ import annotations
 
 import functools
+import hashlib
 import heapq
 import itertools
+import json
 import re
 import sys
 import unicodedata
@@ -55,6 +57,9 @@ def _hash_words(words: Any) -> NDArray[np.uint64]:
     return np.asarray(words.hash(_HASH_SEED).to_numpy(), dtype=np.uint64)
 
 
+#: The version of what :func:`_words` does to a text before it splits it (part of :meth:`Tokenizer.fingerprint`):
+#: 1, NFKC with the characters below dropped and "İ" lower-cased to "i"; bump it when that changes.
+NORMALISATION = 1
 #: Characters that are part of no word's spelling: the soft hyphen (German CMS output breaks
 #: "Wirt\u00adschafts\u00adpolitik" with it), zero-width space, (non-)joiners, word joiner, a byte-order mark.
 INVISIBLE = "\u00ad\u200b\u200c\u200d\u2060\ufeff"
@@ -171,6 +176,13 @@ class Tokenizer:
         self._stop_series: Any = None  # the stop words as a polars list literal, made on first use
         self.min_length = min_length
         self.max_length = max_length
+
+    def fingerprint(self) -> str:
+        """What makes this tokenizer's words: its normalisation (:data:`NORMALISATION`), stop words and lengths,
+        hashed. The learner keeps it in every snapshot; a replica whose own differs reads other words than the
+        model learned (another stop-word file, an older version during a rolling upgrade) and says so."""
+        spec = json.dumps([NORMALISATION, sorted(self.stop_words), self.min_length, self.max_length])
+        return hashlib.sha256(spec.encode()).hexdigest()[:16]
 
     def __call__(self, text: str) -> list[str]:
         stop, lo, hi = self.stop_words, self.min_length, self.max_length

@@ -227,7 +227,15 @@ def test_error_alerts_cover_every_kind() -> None:
     rules = {r["alert"]: r for r in _alert_rules()}
     steady, events = rules["TopicstreamClientErrors"], rules["TopicstreamErrorEvents"]
     once = _kinds(events["expr"], "=~")
-    assert once == {"fenced", "summary", "lineage", "partitions_lost", "dead_letter_refused", "input_recreated"}
+    assert once == {
+        "fenced",
+        "summary",
+        "lineage",
+        "partitions_lost",
+        "dead_letter_refused",
+        "input_recreated",
+        "tokenizer",
+    }
     assert once < set(ERROR_KINDS) and _kinds(steady["expr"], "!~") == once
     for kind in once:
         assert f'eq $labels.kind "{kind}"' in events["annotations"]["description"], kind

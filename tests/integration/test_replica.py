@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -241,3 +242,31 @@ def test_a_revocation_lets_the_partitions_go_while_the_outputs_wait_for_the_brok
     finally:
         replica.consumer.close()
         replica.lane.shutdown()
+
+
+def test_a_replica_that_tokenizes_otherwise_than_the_learner_says_so(
+    settings: Settings, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The snapshot carries the learner's tokenizer fingerprint; a replica given another stop-word file (or another
+    version during a rolling upgrade) would look up words the model never learned without a word. It serves the
+    snapshot, warns once naming both fingerprints and counts ``errors_total{kind="tokenizer"}``; a replica that
+    tokenizes alike counts nothing."""
+    s = settings
+    produce(s, good_articles(40, seed=61))
+    learner = Learner(s)
+    run_until(learner, 40)
+    (tmp_path / "stop.txt").write_text("market shares\n", encoding="utf-8")
+    alike, other = Replica(s), Replica(s.model_copy(update={"stop_words_file": tmp_path / "stop.txt"}))
+    try:
+        for replica in (alike, other):
+            assert replica.reload()
+            replica.between_batches(None)  # the loop switches models between batches
+        assert alike.metrics.errors.labels(kind="tokenizer")._value.get() == 0
+        assert other.metrics.errors.labels(kind="tokenizer")._value.get() == 1
+        said = [r.getMessage() for r in caplog.records if "another tokenizer" in r.getMessage()]
+        assert len(said) == 1 and learner.tokenizer.fingerprint() in said[0]
+        assert other.tokenizer.fingerprint() in said[0] and other.version == learner.version
+    finally:
+        for replica in (alike, other):
+            replica.consumer.close()
+            replica.lane.shutdown()
