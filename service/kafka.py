@@ -101,10 +101,9 @@ def make_consumer(settings: Settings, group_id: str, **overrides: Any) -> _Consu
         "heartbeat.interval.ms": max(100, session // 3),
         # Prefetch a few batches, not librdkafka's default 64 MB of queued messages: memory stays flat and small.
         "queued.max.messages.kbytes": 16384,
-        # How long a broker may hold a fetch that finds no new data. Kafka answers as soon as data arrives, so
-        # this only sets how often an idle consumer asks (20 times a second); brokers that hold every fetch for
-        # the whole wait (Tansu) would otherwise add librdkafka's 500 ms to every article's latency.
-        "fetch.wait.max.ms": 50,
+        # How long a broker may hold a fetch that finds no new data (Settings.fetch_wait_ms; README, "Latency and
+        # throughput"): Kafka answers as soon as data arrives; Tansu holds it the whole wait.
+        "fetch.wait.max.ms": settings.fetch_wait_ms,
         **settings.kafka_config,
         **overrides,
     }

@@ -163,6 +163,15 @@ class Settings(BaseSettings):
     metrics_host: str = Field("0.0.0.0", min_length=1, description="Address /metrics binds to, e.g. 127.0.0.1")
     max_poll_interval_ms: int = Field(300_000, ge=1000, le=86_400_000, description="Kafka max.poll.interval.ms")
     session_timeout_ms: int = Field(45_000, ge=1000, le=3_600_000, description="Kafka session.timeout.ms")
+    fetch_wait_ms: int = Field(
+        500,
+        ge=1,
+        le=300_000,
+        description="Kafka fetch.wait.max.ms of every consumer: how long the broker may hold a fetch that finds no "
+        "new data. Kafka answers as soon as data arrives; Tansu holds such a fetch the whole wait (latency), and "
+        "answers a wait shorter than its growing in-memory log takes to read with no records at all (README, "
+        "Latency and throughput)",
+    )
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
 
     # Feeds (topicstream feeds).

@@ -70,3 +70,17 @@ def test_a_service_started_where_no_broker_answers_says_so_in_one_line(
     assert result.exit_code == 3, result.output
     assert f"Kafka at {where}:" in result.output and "TOPICSTREAM_KAFKA_BOOTSTRAP" in result.output
     assert "Traceback" not in result.output
+
+
+def test_the_consumers_fetch_wait_is_a_setting_that_kafka_config_can_still_override(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """librdkafka's 500 ms by default: with the 50 ms the consumers once asked for, a learner on the local broker
+    (Tansu) stopped reading for good once that broker's in-memory log took longer than the wait to read (README,
+    "Latency and throughput"). The tests, whose logs stay small, ask for 50 ms."""
+    confs: list[dict[str, object]] = []
+    monkeypatch.setattr(kafka, "_Consumer", confs.append)
+    make_consumer(Settings(), "g")
+    make_consumer(Settings(fetch_wait_ms=50), "g")
+    make_consumer(Settings(fetch_wait_ms=50, kafka_config={"fetch.wait.max.ms": "700"}), "g")
+    assert [c["fetch.wait.max.ms"] for c in confs] == [500, 50, "700"]

@@ -174,6 +174,7 @@ TEST_SETTINGS: dict[str, Any] = {
     "batch_timeout_s": 0.2,
     "max_poll_interval_ms": 3000,
     "session_timeout_ms": 3000,
+    "fetch_wait_ms": 50,  # the logs stay small: Tansu, which holds a fetch the whole wait, answers sooner
     "lease_ttl_s": 2,
     "metrics_port": 0,
 }
@@ -185,6 +186,7 @@ TEST_SIZE_FIELDS = (
     "batch_timeout_s",
     "max_poll_interval_ms",
     "session_timeout_ms",
+    "fetch_wait_ms",
 )
 
 
