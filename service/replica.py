@@ -170,18 +170,29 @@ class Replica(BatchWorker):
         """Warn (once per fingerprint) and count ``errors_total{kind="tokenizer"}`` when the learner that wrote a
         snapshot tokenizes otherwise than this replica: the replica would look up words the model never learned
         (another TOPICSTREAM_STOP_WORDS_FILE, or a version with other normalisation during a rolling upgrade). It
-        serves the snapshot all the same: mixtures from the words both have are better than none. Snapshots
-        written before learners recorded it carry none."""
-        if not isinstance(learners, str) or learners == (ours := self.tokenizer.fingerprint()):
+        serves the snapshot all the same: mixtures from the words both have are better than none. A snapshot
+        without a fingerprint was written by a learner older than the fingerprints, which normalised no text: it
+        counts as another tokenizer (for soft hyphens, ligatures and the like the two make other words)."""
+        ours = self.tokenizer.fingerprint()
+        if learners == ours:
             return
         self.metrics.errors.labels(kind="tokenizer").inc()
-        if learners not in self._told_tokenizers:
-            self._told_tokenizers.add(learners)
+        told = learners if isinstance(learners, str) else ""
+        if told in self._told_tokenizers:
+            return
+        self._told_tokenizers.add(told)
+        if told:
             log.warning(
                 "snapshot %d was learned with another tokenizer (fingerprint %s, this replica's %s): give the learner "
                 "and the replicas the same TOPICSTREAM_STOP_WORDS_FILE and version",
-                version, learners, ours,
+                version, told, ours,
             )  # fmt: skip
+        else:
+            log.warning(
+                "snapshot %d records no tokenizer: its learner is older than this replica and made other words of "
+                "text with soft hyphens, ligatures or zero-width characters; upgrade the learner too",
+                version,
+            )
 
     def _follow(self) -> None:
         while not self._stop_follower.wait(self.poll_s):

@@ -121,6 +121,7 @@ def restore_or_create(s: Settings, store: SnapshotStore, metrics: Metrics, linea
         start.events = start.lineage.catch_up(history, version)
     # Continue above everything this prefix has seen, even versions whose data is unreadable.
     start.version = newest
+    _check_tokenizer(s, payload.get("tokenizer"), loaded.version)
     start.articles_learned = int(payload.get("articles_learned", 0))
     start.input_topic_id = payload.get("input_topic_id")
     metrics.snapshot_seen(start.version, float(meta["created_at"]))
@@ -131,3 +132,18 @@ def restore_or_create(s: Settings, store: SnapshotStore, metrics: Metrics, linea
         start.positions,
     )
     return start
+
+
+def _check_tokenizer(s: Settings, learned_with: object, version: int) -> None:
+    """Warn when the restored vocabulary was made by another tokenizer (another stop-word file, or an older
+    version: none recorded): learning goes on, and words this tokenizer no longer makes fade from their slots as
+    new ones come, but the topics' words change meanwhile."""
+    ours = s.tokenizer().fingerprint()
+    if learned_with == ours:
+        return
+    was = f"fingerprint {learned_with}" if isinstance(learned_with, str) else "none recorded: an older version"
+    log.warning(
+        "snapshot %d was learned with another tokenizer (%s; this learner's %s): its vocabulary's words change "
+        "as new ones take their slots",
+        version, was, ours,
+    )  # fmt: skip
