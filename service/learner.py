@@ -53,6 +53,7 @@ from .schemas import Rejection
 from .settings import Settings
 from .snapshot import Fence, FencedOut, SnapshotInfo, SnapshotStore
 from .text import FlatBags
+from .whole_topic import CHECK_EVERY_S, WholeTopicWatch
 from .worker import BatchWorker, WorkerParts
 
 __all__ = ["Learner", "LeaseLost", "StateMismatch"]
@@ -81,6 +82,8 @@ class Learner(BatchWorker):
     """The learning loop. ``run`` blocks until ``stop`` is set."""
 
     role = "learner"
+    #: Seconds between two checks that the learner holds every input partition (:mod:`service.whole_topic`).
+    partition_check_s: float = CHECK_EVERY_S
 
     def __init__(self, settings: Settings, stop: threading.Event | None = None, **parts: Unpack[WorkerParts]) -> None:
         """``stop`` ends the wait of a standby (:class:`LeaseLost`); ``parts``: :class:`~service.worker.WorkerParts`."""
@@ -114,6 +117,10 @@ class Learner(BatchWorker):
                 s.input_topic, start.input_topic_id, self.input_topic_id, dropped,
             )  # fmt: skip
         self.model, self.vocab, self.positions = start.model, start.vocab, start.positions
+        rebalance_s = (s.max_poll_interval_ms + s.session_timeout_ms) / 1000
+        self.whole_topic = WholeTopicWatch(
+            self.consumer, s.input_topic, self.consumer_group(), self.metrics, self.partition_check_s, rebalance_s
+        )
         self.lineage: Lineage = start.lineage or Lineage(s.topics)
         #: The ``next_id`` of the last snapshot written: at most ``Lineage.reserve()`` ids are given out beyond it,
         #: as many as a restart skips (``Lineage.skip_reserve``). Until this learner writes one, no move or renewal
@@ -265,6 +272,7 @@ class Learner(BatchWorker):
                 self._model_gauges()
         if self._snapshot_due() and self.writer.ready() and not self.broken:
             self._take_snapshot()
+        self.whole_topic.check(self.assigned)
 
     def must_hold(self) -> bool:
         """While a capture that changes topic ids (hygiene's moves, renewed slots) is being written, the next batch

@@ -38,6 +38,7 @@ ERROR_KINDS = (
     "lineage",
     "input_recreated",
     "tokenizer",
+    "partitions_elsewhere",
 )
 
 

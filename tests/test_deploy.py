@@ -235,6 +235,7 @@ def test_error_alerts_cover_every_kind() -> None:
         "dead_letter_refused",
         "input_recreated",
         "tokenizer",
+        "partitions_elsewhere",
     }
     assert once < set(ERROR_KINDS) and _kinds(steady["expr"], "!~") == once
     for kind in once:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import signal
 import threading
 import time
@@ -16,6 +17,7 @@ import pytest
 from kernels import ALGORITHMS
 from kernels.hygiene import Event
 from service.inflight import InFlight
+from service.kafka import make_consumer
 from service.learner import Learner, StateMismatch
 from service.lease import Lease
 from service.lineage import LineageEvent, LineageStore
@@ -535,6 +537,46 @@ def test_partition_first_seen_after_the_last_snapshot_is_not_lost(settings: Sett
     second = Learner(s, metrics=Metrics())
     run_until(second, 60)  # all of partition 1, from its beginning
     assert second.model.n_docs_seen_ == 120
+
+
+def test_a_learner_that_shares_its_group_names_the_partitions_held_elsewhere(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another consumer in the learner's group (an older replica took TOPICSTREAM_GROUP_ID as its own: 903 of
+    1,200 articles learned, nothing said) takes a partition: the learner warns, naming the group and the partition,
+    and counts ``errors_total{kind="partitions_elsewhere"}``; once the other consumer leaves, the learner takes the
+    partition back and learns every article once."""
+    monkeypatch.setattr(Learner, "partition_check_s", 0.5)
+    s = settings.model_copy(update={"batch_size": 20, "topic_hygiene": False})
+    produce(s, good_articles(40, seed=63))
+    learner = Learner(s)
+    stop = threading.Event()
+    thread = threading.Thread(target=learner.run, args=(stop,))
+    thread.start()
+    intruder = make_consumer(s, learner.consumer_group())  # the same group, the same assignment strategy
+    try:
+        deadline = time.monotonic() + 60
+        while len(learner.assigned) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(learner.assigned) == 2
+        intruder.subscribe([s.input_topic])
+        while sample(learner.metrics, "topicstream_errors_total", kind="partitions_elsewhere") < 1:
+            assert time.monotonic() < deadline, "the learner did not notice the partition held elsewhere"
+            intruder.poll(0.2)  # it reads (and never commits) what its partition holds
+        said = [r.getMessage() for r in caplog.records if "another consumer in its group" in r.getMessage()]
+        assert said[0].startswith(f"the learner holds 1 of the 2 partitions of {s.input_topic!r}; another ")
+        assert len(learner.assigned) == 1  # not a rebalance: the grace (max.poll.interval + session) had passed
+        assert re.search(f"group {learner.consumer_group()!r} holds \\[[01]\\], whose articles", said[0])
+    finally:
+        intruder.close()
+    try:
+        while learner.model.n_docs_seen_ < 40:  # the partition comes back, read from where the learner was
+            assert time.monotonic() < deadline + 60, "the learner did not take the partition back"
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        thread.join(60)
+    assert learner.model.n_docs_seen_ == 40
 
 
 def test_an_input_topic_created_again_is_read_from_its_beginning(
