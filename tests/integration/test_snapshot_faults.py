@@ -12,7 +12,7 @@ import pytest
 
 from service.snapshot import NoReadableSnapshot, SnapshotCorrupt, SnapshotStore
 
-from .redis_faults import STATS, data_key, meta_for, meta_key, payload, resign, server, store
+from .redis_faults import STATS, RedisServer, data_key, meta_for, meta_key, payload, resign, server, store
 
 pytestmark = pytest.mark.integration
 
@@ -256,6 +256,31 @@ def test_announcements_follow_latest(store: SnapshotStore) -> None:
             seen.append(v)
     watcher.close()
     assert seen == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("user", "rules"),
+    [
+        ("no-channel", ["~*", "+@all", "resetchannels"]),  # every key, no channel
+        ("prefix-only", ["~acl-prefix-only:*", "+@all", "allchannels"]),  # only the prefix's keys
+    ],
+)
+def test_a_redis_user_limited_to_what_the_docs_name_commits_whole_snapshots(
+    server: RedisServer, user: str, rules: list[str]
+) -> None:
+    """Redis 7 gives an ACL user no pub/sub channel unless granted (``resetchannels``; 6.2's
+    ``acl-pubsub-default``). The commit script published the new version before trimming old ones, so each
+    commit stopped there with NOPERM, half done: ``latest`` moved, old versions kept for ever, the writer told it
+    failed (no summary, no history). The announcement now comes last and its refusal is ignored. And a write
+    without a fence named the key ``""`` to the script, which a user allowed only the prefix's keys may not."""
+    prefix = f"acl-{user}"
+    admin = SnapshotStore.from_url(server.url(), prefix=prefix).r
+    admin.execute_command("ACL", "SETUSER", user, "on", ">pw-xyz", *rules)
+    store = SnapshotStore.from_url(server.url().replace("redis://", f"redis://{user}:pw-xyz@", 1), prefix=prefix)
+    for i in range(1, 6):
+        assert store.save(payload(i), meta_for(i)).version == i
+    assert store.latest_version() == 5 and store.kept_versions() == [5, 4, 3]
+    assert admin.pttl(data_key(store, 2)) > 0 and admin.ttl(data_key(store, 5)) == -1  # trimmed, kept
 
 
 def test_drift_is_measured_against_the_last_snapshot_written(store: SnapshotStore) -> None:
