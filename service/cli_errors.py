@@ -46,6 +46,7 @@ def unreachable_is_fatal(settings: Settings) -> Iterator[None]:
         _wrong_types_are_fatal(e.lines, settings.redis_prefix)
     except redis.exceptions.ResponseError as e:
         if "WRONGTYPE" not in str(e):
+            _refusal_is_fatal(e, settings.redis_url)
             raise
         try:
             lines = wrong_types(connect(settings.redis_url), settings.redis_prefix)
@@ -67,6 +68,32 @@ def unreachable_is_fatal(settings: Settings) -> Iterator[None]:
             raise typer.Exit(2) from None
         err.print(f"[red]Kafka at {settings.kafka_bootstrap}: {e}[/red] (TOPICSTREAM_KAFKA_BOOTSTRAP)")
         raise typer.Exit(3) from None
+
+
+#: Redis's refusals that are the deployment's, not a bug, by words of their message (inside a Lua script they come
+#: as a plain ResponseError): what it means, and the exit code.
+_REFUSALS = (
+    (
+        ("NOPERM", "no permissions", "can't publish"),
+        "its user lacks a command or key topicstream needs (deploy/README.md, Redis)",
+        2,
+    ),
+    (("READONLY", "read only replica"), "it is a read-only replica: point TOPICSTREAM_REDIS_URL at the primary", 2),
+    (("OOM command", "maxmemory"), "it is full (maxmemory): give it more memory (deploy/README.md, Redis)", 3),
+)
+
+
+def _refusal_is_fatal(e: Exception, url: str) -> None:
+    """One line and exit 2 (3: Redis full) for a Redis that refuses the service's commands (an ACL, a read-only
+    replica, maxmemory); returns for any other error."""
+    from .redact import redact_url, scrub
+
+    text = str(e)
+    for words, meaning, code in _REFUSALS:
+        if any(w in text for w in words):
+            why = scrub(text, url).splitlines()[0]
+            err.print(f"[red]Redis at {redact_url(url)} refused a command: {meaning}[/red] ({why})")
+            raise typer.Exit(code) from None
 
 
 def _wrong_types_are_fatal(lines: list[str], prefix: str) -> None:

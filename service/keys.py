@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import redis
 
-__all__ = ["KEYS", "KeyTypeError", "RedisKey", "check_types", "keys_table", "wrong_types"]
+__all__ = ["KEYS", "KeyTypeError", "RedisKey", "check_types", "eviction_risk", "keys_table", "wrong_types"]
 
 
 @dataclass(frozen=True)
@@ -117,3 +117,22 @@ def keys_table() -> str:
         kind = _word(k.type) + (", with expiry" if k.expires else "")
         rows.append(f"| `P:{k.name}` | {kind} | {k.writer} | {k.holds} |\n")
     return "".join(rows)
+
+
+def eviction_risk(client: redis.Redis) -> str | None:
+    """A warning when Redis may evict topicstream's keys: a ``maxmemory`` with any policy but ``noeviction``.
+    ``volatile-*`` policies evict the lease first (its only key with an expiry: a standby then takes over from a
+    healthy learner); ``allkeys-*`` evict snapshots without a word, and a learner whose kept versions lost their data
+    refuses to start over them. None when Redis does not say (``INFO`` refused) or cannot evict."""
+    try:
+        memory = client.info("memory")
+    except redis.exceptions.RedisError:
+        return None
+    policy, limit = memory.get("maxmemory_policy", "noeviction"), int(memory.get("maxmemory", 0) or 0)
+    if limit == 0 or policy == "noeviction":
+        return None
+    return (
+        f"Redis evicts keys when it is full (maxmemory {limit} bytes, maxmemory-policy {policy}): it may evict the "
+        "learner's lease or its snapshots; give topicstream a Redis with maxmemory-policy noeviction "
+        "(deploy/README.md, Redis)"
+    )

@@ -43,6 +43,7 @@ from .checkpoint import Capture, SnapshotWriter, snapshot_summary
 from .history import SummaryHistory
 from .inflight import InFlight, ModelRef
 from .kafka import make_admin, topic_id
+from .keys import eviction_risk
 from .lease import Lease, LeaseKeeper
 from .lineage import DEFAULT_KEEP, Lineage, LineageEvent, LineageStore, moved_slots, stamp
 from .lineage_feed import LineageFeed, renewals
@@ -90,6 +91,8 @@ class Learner(BatchWorker):
         s = settings
         super().__init__(s, **parts)
         self.lineage_store = LineageStore(self.store.r, s.redis_prefix)
+        if (risk := eviction_risk(self.store.r)) is not None:
+            log.warning("%s", risk)
         self.lease = Lease.from_url(s.redis_url, s.redis_prefix, ttl_s=s.lease_ttl_s)  # timeouts within the TTL
         self._take_lease(stop)
         # Renewed from now on: reading and checking the snapshots to restore may take longer than the TTL.
@@ -207,7 +210,9 @@ class Learner(BatchWorker):
                 raise LeaseLost("stopped while waiting as a standby")
             self.metrics.beat()  # the loop's clock starts now, not when the process did
             self.metrics.standby.set(0)  # after the heartbeat: /healthz never sees an active learner's old one
-        self.metrics.lease_token.set(self.lease.token or 0)
+        # Read at every scrape: the keeper reclaims the lease with a newer token whenever Redis lost it (restarted
+        # empty, an eviction), snapshot written or not.
+        self.metrics.lease_token.set_function(lambda: self.lease.token or 0)
         log.info(
             "holding the learner lease of prefix %r (fencing token %s)", self.settings.redis_prefix, self.lease.token
         )
@@ -464,7 +469,6 @@ class Learner(BatchWorker):
         assert cap.labels is not None  # described by the writer before the write
         self.labels = cap.labels
         self.version = info.version
-        self.metrics.lease_token.set(self.lease.token or 0)
         self._unwritten_events = []  # the next capture waits for this write: no race with it
         self._ids_durable = cap.next_id
         self._renew = renewals(cap)

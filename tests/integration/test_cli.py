@@ -24,6 +24,9 @@ from service.lineage import LineageEvent, LineageStore
 from service.settings import Settings
 
 from .helpers import env_for, good_articles, read_all, run_until, sample
+from .redis_faults import RedisServer, server
+
+__all__ = ["server"]  # a fixture, imported for pytest
 
 pytestmark = pytest.mark.integration
 
@@ -140,6 +143,36 @@ def test_a_redis_key_of_another_type_is_named_in_one_line(settings: Settings) ->
     r.set(f"{s.redis_prefix}:feeds:seen", "x")
     feeds = CliRunner().invoke(app, ["feeds", "--once"], env={**env, "TOPICSTREAM_FEEDS": "http://127.0.0.1:9/feed"})
     assert feeds.exit_code == 2 and "feeds:seen is a string where topicstream keeps a sorted set" in feeds.output
+
+
+@pytest.mark.parametrize("refusal", ["acl", "read-only", "full"])
+def test_a_redis_that_refuses_the_services_commands_is_named_in_one_line(
+    settings: Settings, server: RedisServer, refusal: str
+) -> None:
+    """A Redis user whose ACL lacks the prefix's keys, a read-only replica named by mistake, a Redis at its
+    maxmemory: before, a traceback of 116 to 181 lines (exit 1); now one line saying what to do."""
+    admin = redis.Redis.from_url(server.url())
+    url = server.url()
+    if refusal == "acl":
+        admin.execute_command("ACL", "SETUSER", "narrow", "on", ">pw-secret", "~elsewhere:*", "+@all")
+        url = url.replace("redis://", "redis://narrow:pw-secret@", 1)
+        meaning, code = "its user lacks a command or key topicstream needs (deploy/README.md, Redis)", 2
+    elif refusal == "read-only":
+        admin.execute_command("REPLICAOF", "127.0.0.1", "9")  # a primary that never answers: read-only for good
+        meaning, code = "it is a read-only replica: point TOPICSTREAM_REDIS_URL at the primary", 2
+    else:
+        admin.config_set("maxmemory", "1")
+        meaning, code = "it is full (maxmemory): give it more memory (deploy/README.md, Redis)", 3
+    env = {**env_for(settings), "TOPICSTREAM_REDIS_URL": url}
+    commands = [["run", "--metrics-port", "0"]]
+    if refusal == "acl":  # a replica only reads: a read-only or full Redis serves it
+        commands.append(["replica", "--metrics-port", "0"])
+    for args in commands:
+        result = CliRunner().invoke(app, args, env=env)
+        assert result.exit_code == code, (args, result.output)
+        assert "Traceback" not in result.output and "pw-secret" not in result.output
+        said = [line for line in result.output.splitlines() if "refused a command" in line]
+        assert len(said) == 1 and meaning in said[0], (args, result.output)
 
 
 def test_demo_refuses_half_a_configuration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import redis
 
 from kernels import ALGORITHMS
 from kernels.hygiene import Event
@@ -306,6 +307,50 @@ def test_a_snapshot_written_before_the_keeper_reclaims_the_lease_is_not_refused(
         assert payload["articles_learned"] == 60
     finally:
         learner.close()
+
+
+def test_the_fencing_token_gauge_follows_a_reclaimed_lease_before_any_snapshot(
+    settings: Settings, server: RedisServer
+) -> None:
+    """Redis loses the lease (restarted empty; evicted under a maxmemory policy other than noeviction) and the
+    keeper reclaims it with a newer token: the gauge showed the token of the last snapshot written (1 while Redis
+    held 4, when Redis refused the writes for memory)."""
+    _, learner = _snapshotted_learner(settings, server, 40, seed=32)
+    try:
+        old = learner.lease.token
+        assert sample(learner.metrics, "topicstream_learner_fencing_token") == old
+        server.kill()
+        server.start()  # same port, nothing in it
+        learner.keeper.step()
+        assert learner.lease.token is not None and learner.lease.token != old
+        assert sample(learner.metrics, "topicstream_learner_fencing_token") == learner.lease.token
+    finally:
+        learner.close()
+
+
+def test_a_learner_on_a_redis_that_may_evict_its_keys_says_so(
+    settings: Settings, server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Under volatile-lru the lease (the only key with an expiry) went first and a standby took over from a healthy
+    learner; under allkeys-lru snapshots vanished without a word. A learner started on such a Redis warns; on one
+    that cannot evict (no maxmemory, or noeviction) it says nothing."""
+    s = settings.model_copy(update={"redis_url": server.url()})
+    admin = redis.Redis.from_url(server.url())
+    for policy, limit, warned in [
+        ("volatile-lru", "100mb", True),
+        ("noeviction", "100mb", False),
+        ("allkeys-lru", "0", False),
+    ]:
+        admin.config_set("maxmemory-policy", policy)
+        admin.config_set("maxmemory", limit)
+        caplog.clear()
+        Learner(s).close()
+        said = [r.getMessage() for r in caplog.records if "Redis evicts keys" in r.getMessage()]
+        assert len(said) == warned, policy
+        if warned:
+            assert said[0].startswith(
+                f"Redis evicts keys when it is full (maxmemory 104857600 bytes, maxmemory-policy {policy})"
+            )
 
 
 def test_a_redis_that_stops_answering_does_not_slow_learning(settings: Settings, server: RedisServer) -> None:
