@@ -451,15 +451,17 @@ class Learner(BatchWorker):
             return write(self.lease.fence())
 
     def _check_redis_empty(self) -> None:
-        """Writer thread, while idle: Redis came back without our snapshots (restarted without persistence)?
-        Then write the state again at once rather than at the next due time."""
+        """Writer thread, while idle: Redis came back without our snapshots (restarted without persistence), or
+        evicted the newest one (a maxmemory policy other than noeviction)? Then write the state again at once
+        rather than at the next due time (said once, not at every idle check until that write succeeds)."""
         try:
-            if self.version and self.store.is_empty():
-                log.warning(
-                    "Redis holds no snapshot under prefix %r any more: writing version > %d now",
-                    self.settings.redis_prefix,
-                    self.version,
-                )
+            if self.version and (self.store.is_empty() or not self.store.is_stored(self.version)):
+                if not self._republish.is_set():
+                    log.warning(
+                        "Redis no longer holds snapshot %d under prefix %r (restarted empty, or evicted): writing "
+                        "the state again now",
+                        self.version, self.settings.redis_prefix,
+                    )  # fmt: skip
                 self._republish.set()
         except Exception:  # Redis down: the keeper and the writer report it
             return

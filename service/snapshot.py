@@ -357,6 +357,11 @@ class SnapshotStore:
         came back empty): a learner that finds this should re-publish its state at once."""
         return int(self.r.exists(self._key("snapshot", "version"), self._key("snapshot", "latest"))) == 0
 
+    def is_stored(self, version: int) -> bool:
+        """True while both the data and the meta of ``version`` are in Redis (an ``allkeys-*`` eviction takes
+        either without a word)."""
+        return int(self.r.exists(self._key("snapshot", version, "data"), self._key("snapshot", version, "meta"))) == 2
+
     def put_summary(self, summary: dict[str, Any]) -> None:
         self.r.set(self._key("summary"), json.dumps(summary))
 

@@ -353,6 +353,31 @@ def test_a_learner_on_a_redis_that_may_evict_its_keys_says_so(
             )
 
 
+def test_a_snapshot_evicted_under_a_running_learner_is_written_again(
+    settings: Settings, server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Under ``allkeys-lru`` Redis evicted the newest snapshot's data without a word; the learner, which looked only
+    for a Redis without any snapshot, never wrote it again, and a restart fell back to an older version or, with all
+    of them gone, refused to start. Now the idle writer notices and writes the state again (and says so once)."""
+    s, learner = _snapshotted_learner(settings, server, 40, seed=33)
+    try:
+        lost = learner.version
+        learner.store.r.delete(f"{s.redis_prefix}:snapshot:{lost}:data")
+        deadline = time.monotonic() + 30
+        while learner.store.latest_version() == lost:  # the input is quiet: the loop turns, the writer idles
+            assert time.monotonic() < deadline, "the evicted snapshot was not written again"
+            learner.step(timeout=0.2)
+        learner.writer.wait_idle(30)
+    finally:
+        learner.close()
+    said = [r.getMessage() for r in caplog.records if "no longer holds snapshot" in r.getMessage()]
+    assert said[:1] == [
+        f"Redis no longer holds snapshot {lost} under prefix {s.redis_prefix!r} (restarted empty, or evicted): "
+        "writing the state again now"
+    ]
+    assert learner.store.is_stored(learner.store.latest_version() or 0)
+
+
 def test_a_redis_that_stops_answering_does_not_slow_learning(settings: Settings, server: RedisServer) -> None:
     """Redis frozen (SIGSTOP: connections open, no answers): the 10 batches that arrive after the lease's TTL has
     passed are all learned and published while Redis stays frozen, the lease renewals timing out within the TTL.
