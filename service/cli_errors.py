@@ -74,7 +74,7 @@ def unreachable_is_fatal(settings: Settings) -> Iterator[None]:
 #: as a plain ResponseError): what it means, and the exit code.
 _REFUSALS = (
     (
-        ("NOPERM", "no permissions", "can't publish"),
+        ("NOPERM", "no permissions", "executing the script can't"),
         "its user lacks a command or key topicstream needs (deploy/README.md, Redis)",
         2,
     ),

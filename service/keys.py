@@ -121,7 +121,7 @@ def keys_table() -> str:
 
 def eviction_risk(client: redis.Redis) -> str | None:
     """A warning when Redis may evict topicstream's keys: a ``maxmemory`` with any policy but ``noeviction``.
-    ``volatile-*`` policies evict the lease first (its only key with an expiry: a standby then takes over from a
+    ``volatile-*`` policies evict the keys with an expiry, the lease among them (a standby then takes over from a
     healthy learner); ``allkeys-*`` evict snapshots without a word, and a learner whose kept versions lost their data
     refuses to start over them. None when Redis does not say (``INFO`` refused) or cannot evict."""
     try:

@@ -32,7 +32,7 @@ from dataclasses import replace
 from typing import Any, cast
 
 import numpy as np
-from confluent_kafka import OFFSET_BEGINNING, Message
+from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 from numpy.typing import NDArray
 from typing_extensions import Unpack  # typing.Unpack from Python 3.11
 
@@ -224,6 +224,14 @@ class Learner(BatchWorker):
     def open_store(self) -> SnapshotStore:
         s = self.settings
         return SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix, keep=s.snapshot_keep, ttl_s=s.snapshot_ttl_s)
+
+    def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        super()._on_assign(consumer, partitions)
+        self.whole_topic.settled()
+
+    def _unassign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        self.whole_topic.rebalancing()  # revoked or lost
+        super()._unassign(consumer, partitions)
 
     def start_offset(self, topic: str, partition: int) -> int:
         # The snapshot is the only record of what the model has learned: a partition it does not mention has

@@ -171,8 +171,9 @@ class Replica(BatchWorker):
         snapshot tokenizes otherwise than this replica: the replica would look up words the model never learned
         (another TOPICSTREAM_STOP_WORDS_FILE, or a version with other normalisation during a rolling upgrade). It
         serves the snapshot all the same: mixtures from the words both have are better than none. A snapshot
-        without a fingerprint was written by a learner older than the fingerprints, which normalised no text: it
-        counts as another tokenizer (for soft hyphens, ligatures and the like the two make other words)."""
+        without a fingerprint was written by a learner older than the fingerprints (the oldest of them normalised
+        no text: for soft hyphens, ligatures and the like they make other words): it counts as another
+        tokenizer."""
         ours = self.tokenizer.fingerprint()
         if learners == ours:
             return
@@ -189,8 +190,8 @@ class Replica(BatchWorker):
             )  # fmt: skip
         else:
             log.warning(
-                "snapshot %d records no tokenizer: its learner is older than this replica and made other words of "
-                "text with soft hyphens, ligatures or zero-width characters; upgrade the learner too",
+                "snapshot %d records no tokenizer: its learner is older than this replica and may make other words "
+                "of text with soft hyphens, ligatures or zero-width characters; upgrade the learner too",
                 version,
             )
 

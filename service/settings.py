@@ -166,7 +166,7 @@ class Settings(BaseSettings):
     fetch_wait_ms: int = Field(
         500,
         ge=1,
-        le=300_000,
+        le=30_000,  # well under librdkafka's socket.timeout.ms (60 s): a broker that holds the whole wait
         description="Kafka fetch.wait.max.ms of every consumer: how long the broker may hold a fetch that finds no "
         "new data. Kafka answers as soon as data arrives; Tansu holds such a fetch the whole wait (latency), and "
         "answers a wait shorter than its growing in-memory log takes to read with no records at all (README, "

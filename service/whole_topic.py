@@ -33,19 +33,33 @@ class WholeTopicWatch:
     """Checks, at most every ``every_s`` seconds, that ``assigned`` holds every partition of ``topic``; a partition
     missing at every check for ``grace_s`` seconds is held elsewhere. The learner passes the longest a rebalance
     can last, ``max.poll.interval.ms`` (a member's time to rejoin; Tansu makes every join wait that long) plus
-    ``session.timeout.ms``: meanwhile a partition may be nobody's, or on its way back."""
+    ``session.timeout.ms``: meanwhile a partition may be nobody's, or on its way back. The clock runs only while
+    the learner's own last rebalance event was an assignment (:meth:`settled`, :meth:`rebalancing`)."""
 
     def __init__(self, consumer: Any, topic: str, group: str, metrics: Metrics, every_s: float, grace_s: float) -> None:
         self.consumer, self.topic, self.group, self.metrics = consumer, topic, group, metrics
         self.every_s, self.grace_s = every_s, grace_s
         self._next = time.monotonic() + every_s
         self._missing_since: dict[int, float] = {}  # partition → when the checks first found it missing
+        #: The learner's last rebalance ended with an assignment (not a revocation or a lost session since): only
+        #: then is a missing partition someone else's, not one on its way back (a rejoin after a broker stall
+        #: took 7 s on Tansu, longer than the grace at the tests' timeouts).
+        self._settled = False
+
+    def rebalancing(self) -> None:
+        """Partitions revoked or lost: the clock stops until the next assignment."""
+        self._settled = False
+        self._missing_since = {}
+
+    def settled(self) -> None:
+        """An assignment ended a rebalance (also one that gave this learner nothing)."""
+        self._settled = True
 
     def check(self, assigned: set[tuple[str, int]]) -> list[int]:
         """The partitions held elsewhere (an empty list most of the time; also when the check is not due or the
         broker did not answer)."""
         now = time.monotonic()
-        if now < self._next:
+        if now < self._next or not self._settled:
             return []
         self._next = now + self.every_s
         try:

@@ -145,7 +145,7 @@ def test_a_redis_key_of_another_type_is_named_in_one_line(settings: Settings) ->
     assert feeds.exit_code == 2 and "feeds:seen is a string where topicstream keeps a sorted set" in feeds.output
 
 
-@pytest.mark.parametrize("refusal", ["acl", "read-only", "full"])
+@pytest.mark.parametrize("refusal", ["acl", "acl-script", "read-only", "full"])
 def test_a_redis_that_refuses_the_services_commands_is_named_in_one_line(
     settings: Settings, server: RedisServer, refusal: str
 ) -> None:
@@ -157,6 +157,11 @@ def test_a_redis_that_refuses_the_services_commands_is_named_in_one_line(
         admin.execute_command("ACL", "SETUSER", "narrow", "on", ">pw-secret", "~elsewhere:*", "+@all")
         url = url.replace("redis://", "redis://narrow:pw-secret@", 1)
         meaning, code = "its user lacks a command or key topicstream needs (deploy/README.md, Redis)", 2
+    elif refusal == "acl-script":  # reads allowed, writes refused inside the lease's script (another wording)
+        rules = ["~*", "+@read", "+@scripting", "+@connection", "+info"]
+        admin.execute_command("ACL", "SETUSER", "reader", "on", ">pw-secret", *rules)
+        url = url.replace("redis://", "redis://reader:pw-secret@", 1)
+        meaning, code = "its user lacks a command or key topicstream needs (deploy/README.md, Redis)", 2
     elif refusal == "read-only":
         admin.execute_command("REPLICAOF", "127.0.0.1", "9")  # a primary that never answers: read-only for good
         meaning, code = "it is a read-only replica: point TOPICSTREAM_REDIS_URL at the primary", 2
@@ -165,7 +170,7 @@ def test_a_redis_that_refuses_the_services_commands_is_named_in_one_line(
         meaning, code = "it is full (maxmemory): give it more memory (deploy/README.md, Redis)", 3
     env = {**env_for(settings), "TOPICSTREAM_REDIS_URL": url}
     commands = [["run", "--metrics-port", "0"]]
-    if refusal == "acl":  # a replica only reads: a read-only or full Redis serves it
+    if refusal == "acl":  # a replica only reads: a read-only or full Redis, or a reading user, serves it
         commands.append(["replica", "--metrics-port", "0"])
     for args in commands:
         result = CliRunner().invoke(app, args, env=env)

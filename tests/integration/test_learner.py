@@ -331,7 +331,7 @@ def test_the_fencing_token_gauge_follows_a_reclaimed_lease_before_any_snapshot(
 def test_a_learner_on_a_redis_that_may_evict_its_keys_says_so(
     settings: Settings, server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Under volatile-lru the lease (the only key with an expiry) went first and a standby took over from a healthy
+    """Under volatile-lru the lease (a key with an expiry) was evicted and a standby took over from a healthy
     learner; under allkeys-lru snapshots vanished without a word. A learner started on such a Redis warns; on one
     that cannot evict (no maxmemory, or noeviction) it says nothing."""
     s = settings.model_copy(update={"redis_url": server.url()})
