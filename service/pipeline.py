@@ -8,7 +8,9 @@ Header names on the wire (stable; subscribers filter on them without parsing bod
   ``topicstream-source-partition``, ``topicstream-source-offset``, ``topicstream-original-bytes`` (length of the
   original value) and, when the value had to be cut to ``TOPICSTREAM_DLQ_MAX_BYTES``, ``topicstream-truncated``
   (``"true"``) and ``topicstream-original-sha256``. The original headers are kept too, unless together they exceed
-  16 KiB (then ``topicstream-headers-dropped`` says how many were dropped).
+  16 KiB (then ``topicstream-headers-dropped`` says how many were dropped); one whose name starts with
+  ``topicstream-`` (a dead letter replayed, or a forgery) is kept as ``original-topicstream-...``, so that every
+  ``topicstream-*`` header of a dead letter is this service's.
 
 The dead-letter path must never fail on the bytes it carries: a failure there would stop the learner, and the
 message would be read again after the restart and fail again. So a dead letter is bounded in size before it is
@@ -57,6 +59,8 @@ H_TRUNCATED = "topicstream-truncated"
 H_ORIGINAL_SHA256 = "topicstream-original-sha256"
 H_HEADERS_DROPPED = "topicstream-headers-dropped"
 
+#: The prefix of this service's header names.
+_OURS = "topicstream-"
 #: The most bytes of original headers a dead letter carries over.
 MAX_DLQ_ORIGINAL_HEADER_BYTES = 16 * 1024
 
@@ -79,7 +83,10 @@ def dead_letter_record(msg: Message, rejection: Rejection, max_bytes: int) -> tu
         original, readable = msg.headers() or [], True
     except (UnicodeDecodeError, SystemError):  # a header key that is not UTF-8: confluent-kafka reads none of them
         original, readable = [], False
-    kept: Headers = list(original.items() if isinstance(original, dict) else original)
+    pairs = original.items() if isinstance(original, dict) else original
+    # A header named like ours (forged, or a replayed dead letter's) would be read before ours by a reader that
+    # takes the first of a name, or stand for a cut that never happened (topicstream-truncated): renamed.
+    kept: Headers = [(f"original-{k}" if k.startswith(_OURS) else k, v) for k, v in pairs]
     size = sum(len(k) + len(v or b"") for k, v in kept)
     ours: Headers = [
         (H_REASON, rejection.reason.encode()),
@@ -191,7 +198,7 @@ class Publisher:
                 msg.offset(),
                 e,
             )
-            reference = [(k, v) for k, v in headers if k.startswith("topicstream-")]
+            reference = [(k, v) for k, v in headers if k.startswith(_OURS)]
             reference.append((H_TRUNCATED, b"true"))
             key = msg.key()
             small_key = key if key is None or len(key) <= 1024 else None
