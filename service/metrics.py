@@ -94,7 +94,8 @@ class Metrics:
         )
         self.latency = histogram(
             "topicstream_end_to_end_latency_seconds",
-            "From the input message's broker timestamp to the broker's acknowledgement of its output",
+            "From the input message's timestamp (the broker's; its producer's when within the hour before it was read, "
+            "else when it was read) to the broker's acknowledgement of its output",
             buckets=_LATENCY_BUCKETS,
         )
         self.lag = gauge(

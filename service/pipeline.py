@@ -29,7 +29,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import orjson
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import (
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+)
 from numpy.typing import NDArray
 
 from .kafka import DeliveryTracker
@@ -41,7 +48,7 @@ from .text import FlatBags, Tokenizer
 if TYPE_CHECKING:
     from .inflight import ModelRef
 
-__all__ = ["Decoded", "Publisher", "TopicLabels", "dead_letter_record", "decode_batch", "tokenize"]
+__all__ = ["Decoded", "Publisher", "TopicLabels", "dead_letter_record", "decode_batch", "latency_start", "tokenize"]
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +81,25 @@ MAX_OUTPUT_URL_CHARS = 2048
 
 def _clip(text: str | None, n: int) -> str | None:
     return text if text is None or len(text) <= n else text[: n - 1] + "…"
+
+
+#: The oldest producer's timestamp (CreateTime) taken for when an article was sent, seconds before it was read.
+MAX_CREATE_AGE_S = 3600.0
+
+
+def latency_start(msg: Message, consumed_at: float) -> float:
+    """When ``msg``'s end-to-end latency starts (Unix time): the broker's timestamp (LogAppendTime), or its
+    producer's (CreateTime) when that is at most :data:`MAX_CREATE_AGE_S` before ``consumed_at`` and not after
+    it; else ``consumed_at``. A producer may set the article's own time (its publication, a replay that keeps the
+    originals): a 1970 timestamp made one article's latency 56 years, and ahead of the clock 0 s."""
+    kind, ts_ms = msg.timestamp()
+    ts = ts_ms / 1000.0
+    if ts_ms > 0 and (
+        kind == TIMESTAMP_LOG_APPEND_TIME
+        or (kind == TIMESTAMP_CREATE_TIME and consumed_at - MAX_CREATE_AGE_S <= ts <= consumed_at)
+    ):
+        return ts
+    return consumed_at
 
 
 def dead_letter_record(msg: Message, rejection: Rejection, max_bytes: int) -> tuple[bytes, Headers]:
@@ -255,8 +281,7 @@ class Publisher:
                 (H_VERSION, version_b),
                 (H_ALGORITHM, algorithm_b),
             ]
-            _, ts_ms = msg.timestamp()
-            input_ts = ts_ms / 1000.0 if ts_ms > 0 else consumed_at
+            input_ts = latency_start(msg, consumed_at)
             self._produce(
                 tracker,
                 s.output_topic,
