@@ -137,11 +137,15 @@ def _mb(n: float) -> str:
     return f"{n / 2**20:,.0f} MiB" if n >= 2**20 else f"{n / 2**20:.2f} MiB"
 
 
+def _state_bytes(settings: Settings) -> int:
+    """The kernel's state arrays S at these settings (its ``state_bytes``)."""
+    s = settings
+    return int(kernel_class(s.algorithm).state_bytes(s.topics, s.vocab_size, **s.kernel_params))
+
+
 def snapshot_bytes(settings: Settings) -> int:
     """Size of one snapshot: the kernel's state arrays plus ≈ :data:`VOCAB_BYTES_PER_SLOT` per vocabulary slot."""
-    s = settings
-    state = kernel_class(s.algorithm).state_bytes(s.topics, s.vocab_size, **s.kernel_params)
-    return state + VOCAB_BYTES_PER_SLOT * s.vocab_size
+    return _state_bytes(settings) + VOCAB_BYTES_PER_SLOT * settings.vocab_size
 
 
 def learner_state_copies(settings: Settings) -> int:
@@ -159,17 +163,13 @@ def _runtime_bytes(settings: Settings) -> int:
 def learner_peak_bytes(settings: Settings) -> int:
     """The learner's memory while it describes and writes a snapshot, its peak: :func:`learner_state_copies` × the
     kernel state S, the vocabulary (48 B·W) and the runtime (:data:`PROCESS_BYTES`, and the kernel's code)."""
-    s = settings
-    state = kernel_class(s.algorithm).state_bytes(s.topics, s.vocab_size, **s.kernel_params)
-    return learner_state_copies(s) * state + _runtime_bytes(s)
+    return learner_state_copies(settings) * _state_bytes(settings) + _runtime_bytes(settings)
 
 
 def replica_peak_bytes(settings: Settings) -> int:
     """A replica's memory while it loads a new snapshot, its peak: :data:`REPLICA_STATE_COPIES` × S, the
     vocabulary and the runtime."""
-    s = settings
-    state = kernel_class(s.algorithm).state_bytes(s.topics, s.vocab_size, **s.kernel_params)
-    return REPLICA_STATE_COPIES * state + _runtime_bytes(s)
+    return REPLICA_STATE_COPIES * _state_bytes(settings) + _runtime_bytes(settings)
 
 
 def _cgroup_free_bytes(root: Path = Path("/sys/fs/cgroup")) -> int | None:
@@ -207,8 +207,7 @@ def size_problems(
     whose snapshot would not fit one Redis value of ``redis_max_bytes``; one line each, formula and numbers in it.
     """
     s = settings
-    cls = kernel_class(s.algorithm)
-    state = cls.state_bytes(s.topics, s.vocab_size, **s.kernel_params)
+    state = _state_bytes(s)
     vocab = VOCAB_BYTES_PER_SLOT * s.vocab_size
     shape = f"W = {s.vocab_size:,}, K = {s.topics:,}"
     problems = []
