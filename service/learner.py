@@ -108,7 +108,7 @@ class Learner(BatchWorker):
         """Everything the learner does once it holds the lease, before its loop: restore (or create) the model and
         its state, and set up what learns, plans and writes."""
         s = self.settings
-        start = restore_or_create(s, self.store, self.metrics, self.lineage_store)
+        start = restore_or_create(s, self.store, self.metrics, self.lineage_store, self.tokenizer)
         # The input topic's id: a snapshot of another topic of that name (re-created) gives no positions.
         self._admin = make_admin(s)
         self.input_topic_id = topic_id(s, s.input_topic, admin=self._admin)

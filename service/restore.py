@@ -22,7 +22,7 @@ from .lineage import Lineage, LineageEvent, LineageStore, stamp
 from .metrics import Metrics
 from .settings import Settings
 from .snapshot import STATISTICS, NoReadableSnapshot, SnapshotStore
-from .text import Vocabulary
+from .text import Tokenizer, Vocabulary
 
 __all__ = ["Start", "StateMismatch", "restore_or_create"]
 
@@ -66,9 +66,12 @@ class Start:
         return dropped
 
 
-def restore_or_create(s: Settings, store: SnapshotStore, metrics: Metrics, lineage_store: LineageStore) -> Start:
+def restore_or_create(
+    s: Settings, store: SnapshotStore, metrics: Metrics, lineage_store: LineageStore, tokenizer: Tokenizer
+) -> Start:
     """The newest readable snapshot of ``store`` as a :class:`Start`, or a fresh model when there is none;
-    :class:`StateMismatch` when snapshots exist but none is readable, or the newest contradicts the settings."""
+    :class:`StateMismatch` when snapshots exist but none is readable, or the newest contradicts the settings.
+    ``tokenizer`` is the learner's: a snapshot learned with another is restored with a warning."""
     built: dict[int, tuple[TopicModel, Vocabulary]] = {}
 
     def build(meta: dict[str, Any], payload: dict[str, Any]) -> None:
@@ -121,7 +124,7 @@ def restore_or_create(s: Settings, store: SnapshotStore, metrics: Metrics, linea
         start.events = start.lineage.catch_up(history, version)
     # Continue above everything this prefix has seen, even versions whose data is unreadable.
     start.version = newest
-    _check_tokenizer(s, payload.get("tokenizer"), loaded.version)
+    _check_tokenizer(tokenizer.fingerprint(), payload.get("tokenizer"), loaded.version)
     start.articles_learned = int(payload.get("articles_learned", 0))
     start.input_topic_id = payload.get("input_topic_id")
     metrics.snapshot_seen(start.version, float(meta["created_at"]))
@@ -134,11 +137,10 @@ def restore_or_create(s: Settings, store: SnapshotStore, metrics: Metrics, linea
     return start
 
 
-def _check_tokenizer(s: Settings, learned_with: object, version: int) -> None:
-    """Warn when the restored vocabulary was made by another tokenizer (another stop-word file, or an older
-    version: none recorded): learning goes on, and words this tokenizer no longer makes fade from their slots as
-    new ones come, but the topics' words change meanwhile."""
-    ours = s.tokenizer().fingerprint()
+def _check_tokenizer(ours: str, learned_with: object, version: int) -> None:
+    """Warn when the restored vocabulary was made by another tokenizer than ``ours`` (another stop-word file, or
+    an older version: none recorded): learning goes on, and words this tokenizer no longer makes fade from their
+    slots as new ones come, but the topics' words change meanwhile."""
     if learned_with == ours:
         return
     was = f"fingerprint {learned_with}" if isinstance(learned_with, str) else "none recorded: an older version"
