@@ -96,9 +96,10 @@ class Stack:
         self.stack = stack
         self.snapshot_every_s = snapshot_every_s
         self.code = code
-        # Tansu may hold a fetch for up to fetch.wait.max.ms even when data is there (Kafka answers at once), so
-        # every hop costs up to that wait; --fetch-wait-ms sets it on the service's consumers. This
-        # script's own reader asks for 10 ms, so that the instrument adds as little as it can.
+        # Tansu holds a fetch that finds no new data for the whole fetch.wait.max.ms (Kafka answers as soon as data
+        # arrives), so every hop of a caught-up stream costs up to that wait; --fetch-wait-ms sets it on the
+        # service's consumers (default: TOPICSTREAM_FETCH_WAIT_MS's). This script's own reader asks for 10 ms, so
+        # that the instrument adds as little as it can.
         self.reader_config = {"fetch.wait.max.ms": 10}
         self.base = {
             **os.environ,
