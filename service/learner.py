@@ -122,7 +122,7 @@ class Learner(BatchWorker):
         self.model, self.vocab, self.positions = start.model, start.vocab, start.positions
         rebalance_s = (s.max_poll_interval_ms + s.session_timeout_ms) / 1000
         self.whole_topic = WholeTopicWatch(
-            self.consumer, s.input_topic, self.consumer_group(), self.metrics, self.partition_check_s, rebalance_s
+            self._admin, s.input_topic, self.consumer_group(), self.metrics, self.partition_check_s, rebalance_s
         )
         self.lineage: Lineage = start.lineage or Lineage(s.topics)
         #: The ``next_id`` of the last snapshot written: at most ``Lineage.reserve()`` ids are given out beyond it,

@@ -9,15 +9,20 @@ learner's assignment with the topic's partitions now and then, and warns and cou
 ``topicstream_errors_total{kind="partitions_elsewhere"}`` (alert ``TopicstreamErrorEvents``) while some partitions
 stay elsewhere longer than a rebalance can last. The learner goes on with what it holds: stopping would hand the
 other member every partition.
+
+The question goes to the brokers through the admin client's futures and the answer is taken on a later turn of
+the batch loop, which never waits for it: the first version asked ``Consumer.list_topics`` on the loop, which held
+the loop for its whole 2 s timeout every 30 s while the brokers did not answer.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import Future
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, TopicCollection
 
 from .metrics import Metrics
 
@@ -27,6 +32,8 @@ log = logging.getLogger(__name__)
 
 #: Seconds between two checks.
 CHECK_EVERY_S = 30.0
+#: Seconds the brokers have to answer one check's question (the loop does not wait for it).
+ANSWER_TIMEOUT_S = 10.0
 
 
 class WholeTopicWatch:
@@ -34,12 +41,14 @@ class WholeTopicWatch:
     missing at every check for ``grace_s`` seconds is held elsewhere. The learner passes the longest a rebalance
     can last, ``max.poll.interval.ms`` (a member's time to rejoin; Tansu makes every join wait that long) plus
     ``session.timeout.ms``: meanwhile a partition may be nobody's, or on its way back. The clock runs only while
-    the learner's own last rebalance event was an assignment (:meth:`settled`, :meth:`rebalancing`)."""
+    the learner's own last rebalance event was an assignment (:meth:`settled`, :meth:`rebalancing`). ``admin`` is
+    the learner's ``AdminClient``: its ``describe_topics`` answers through a future, so no check waits."""
 
-    def __init__(self, consumer: Any, topic: str, group: str, metrics: Metrics, every_s: float, grace_s: float) -> None:
-        self.consumer, self.topic, self.group, self.metrics = consumer, topic, group, metrics
+    def __init__(self, admin: Any, topic: str, group: str, metrics: Metrics, every_s: float, grace_s: float) -> None:
+        self.admin, self.topic, self.group, self.metrics = admin, topic, group, metrics
         self.every_s, self.grace_s = every_s, grace_s
         self._next = time.monotonic() + every_s
+        self._asked: Future[Any] | None = None  # the question in flight
         self._missing_since: dict[int, float] = {}  # partition → when the checks first found it missing
         #: The learner's last rebalance ended with an assignment (not a revocation or a lost session since): only
         #: then is a missing partition someone else's, not one on its way back (a rejoin after a broker stall
@@ -47,29 +56,36 @@ class WholeTopicWatch:
         self._settled = False
 
     def rebalancing(self) -> None:
-        """Partitions revoked or lost: the clock stops until the next assignment."""
+        """Partitions revoked or lost: the clock stops until the next assignment (an answer in flight is dropped)."""
         self._settled = False
         self._missing_since = {}
+        self._asked = None
 
     def settled(self) -> None:
         """An assignment ended a rebalance (also one that gave this learner nothing)."""
         self._settled = True
 
     def check(self, assigned: set[tuple[str, int]]) -> list[int]:
-        """The partitions held elsewhere (an empty list most of the time; also when the check is not due or the
-        broker did not answer)."""
+        """The partitions held elsewhere, from the brokers' answer to the question asked at an earlier call (an
+        empty list most of the time: while no check is due, while the answer is on its way, and when the brokers
+        did not give one). Never waits for the brokers."""
+        if not self._settled:
+            return []
         now = time.monotonic()
-        if now < self._next or not self._settled:
+        if self._asked is None:
+            if now >= self._next:
+                self._next = now + self.every_s
+                self._ask()
             return []
-        self._next = now + self.every_s
+        if not self._asked.done():
+            return []
+        asked, self._asked = self._asked, None
         try:
-            meta = self.consumer.list_topics(self.topic, timeout=2.0).topics.get(self.topic)
-        except KafkaException:  # the brokers out of reach: the consumer's own errors say so
-            return []
-        if meta is None or meta.error is not None:
+            partitions = {p.id for p in asked.result().partitions}
+        except KafkaException:  # the brokers out of reach, or the topic gone: the consumer's own errors say so
             return []
         held = {p for t, p in assigned if t == self.topic}
-        missing = set(meta.partitions) - held
+        missing = partitions - held
         self._missing_since = {p: self._missing_since.get(p, now) for p in missing}
         elsewhere = sorted(p for p, since in self._missing_since.items() if now - since >= self.grace_s)
         if elsewhere:
@@ -78,6 +94,13 @@ class WholeTopicWatch:
                 "the learner holds %d of the %d partitions of %r; another consumer in its group %r holds %s, whose "
                 "articles are not learned: give every other process another group (replicas older than this "
                 "version take TOPICSTREAM_GROUP_ID as theirs)",
-                len(held), len(meta.partitions), self.topic, self.group, elsewhere,
+                len(held), len(partitions), self.topic, self.group, elsewhere,
             )  # fmt: skip
         return elsewhere
+
+    def _ask(self) -> None:
+        try:
+            futures = self.admin.describe_topics(TopicCollection([self.topic]), request_timeout=ANSWER_TIMEOUT_S)
+        except KafkaException:  # refused before it was sent (the client's queue is full)
+            return
+        self._asked = futures[self.topic]

@@ -1,23 +1,34 @@
 """The learner's check that it holds every input partition (:mod:`service.whole_topic`), on a stand-in for the
-broker's metadata; ``tests/integration/test_learner.py`` runs it against a real broker and a real second consumer."""
+brokers' answer and on a real admin client whose brokers do not answer; ``tests/integration/test_learner.py`` runs
+it against a real broker and a real second consumer."""
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import Future
 from types import SimpleNamespace
+
+from confluent_kafka.admin import AdminClient
 
 from service.metrics import Metrics
 from service.whole_topic import WholeTopicWatch
 
 
 class _Metadata:
-    """What ``Consumer.list_topics`` answers for a topic of ``n`` partitions."""
+    """What ``AdminClient.describe_topics`` answers, at once, for a topic of ``n`` partitions."""
 
     def __init__(self, n: int) -> None:
         self.n = n
 
-    def list_topics(self, topic: str, timeout: float) -> SimpleNamespace:
-        meta = SimpleNamespace(partitions={p: None for p in range(self.n)}, error=None)
-        return SimpleNamespace(topics={topic: meta})
+    def describe_topics(self, topics: object, request_timeout: float) -> dict[str, Future[SimpleNamespace]]:
+        answer: Future[SimpleNamespace] = Future()
+        answer.set_result(SimpleNamespace(partitions=[SimpleNamespace(id=p) for p in range(self.n)]))
+        return {"in": answer}
+
+
+def _check(watch: WholeTopicWatch, assigned: set[tuple[str, int]]) -> list[int]:
+    """Two turns of the loop: one asks, the next takes the answer."""
+    return watch.check(assigned) or watch.check(assigned)
 
 
 def _elsewhere(m: Metrics) -> float:
@@ -30,18 +41,32 @@ def test_partitions_count_as_elsewhere_only_after_an_assignment_and_the_grace() 
     clock now runs only after the learner's own last rebalance event was an assignment."""
     m = Metrics()
     watch = WholeTopicWatch(_Metadata(2), "in", "g", m, every_s=0.0, grace_s=0.0)
-    assert watch.check(set()) == []  # before the first assignment: joining
+    assert _check(watch, set()) == []  # before the first assignment: joining
     watch.settled()
-    assert watch.check({("in", 0), ("in", 1)}) == []
-    watch.rebalancing()  # the session was lost: partitions gone, on their way back
-    assert [watch.check(set()) for _ in range(3)] == [[], [], []]
+    assert _check(watch, {("in", 0), ("in", 1)}) == []
+    watch.check(set())  # asked ...
+    watch.rebalancing()  # ... when the session was lost: partitions gone, on their way back; the answer is dropped
+    assert [_check(watch, set()) for _ in range(3)] == [[], [], []]
     assert _elsewhere(m) == 0
     watch.settled()  # the rebalance gave this learner only partition 0: partition 1 is someone else's
-    assert watch.check({("in", 0)}) == [1] and _elsewhere(m) == 1
+    assert _check(watch, {("in", 0)}) == [1] and _elsewhere(m) == 1
 
 
 def test_a_partition_missing_for_less_than_the_grace_is_not_reported() -> None:
     m = Metrics()
     watch = WholeTopicWatch(_Metadata(3), "in", "g", m, every_s=0.0, grace_s=3600.0)
     watch.settled()
-    assert watch.check({("in", 0)}) == [] and _elsewhere(m) == 0
+    assert _check(watch, {("in", 0)}) == [] and _elsewhere(m) == 0
+
+
+def test_the_check_never_holds_the_loop_while_the_brokers_do_not_answer() -> None:
+    """The first version asked ``list_topics`` on the batch loop and waited its 2 s timeout every 30 s while the
+    brokers did not answer. Here a real admin client whose bootstrap address nobody listens on: every turn of the
+    loop returns at once, however many are due."""
+    admin = AdminClient({"bootstrap.servers": "127.0.0.1:9", "socket.connection.setup.timeout.ms": 60_000})
+    watch = WholeTopicWatch(admin, "in", "g", Metrics(), every_s=0.0, grace_s=0.0)
+    watch.settled()
+    started = time.monotonic()
+    for _ in range(5):
+        assert watch.check({("in", 0)}) == []
+    assert time.monotonic() - started < 1.0
