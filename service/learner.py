@@ -132,6 +132,9 @@ class Learner(BatchWorker):
         #: Lineage events of the moves made since the last snapshot written (a failed write carries them on).
         self._unwritten_events: list[LineageEvent] = start.events
         self.version, self.articles_learned = start.version, start.articles_learned
+        #: The newest version this learner knows to be in Redis, complete: the one it restored, then each one it
+        #: wrote (0: none). ``version`` may be a newer one whose data was already gone at the restore.
+        self._stored_version = start.restored_version
         defaults = type(self.model).hygiene_defaults
         hygiene_on = s.topic_hygiene if s.topic_hygiene is not None else defaults is not None
         tidy = TopicHygiene(**{**(defaults or {}), "max_splits": s.topic_hygiene_splits}) if hygiene_on else None
@@ -461,14 +464,16 @@ class Learner(BatchWorker):
     def _check_redis_empty(self) -> None:
         """Writer thread, while idle: Redis came back without our snapshots (restarted without persistence), or
         evicted the newest one (a maxmemory policy other than noeviction)? Then write the state again at once
-        rather than at the next due time (said once, not at every idle check until that write succeeds)."""
+        rather than at the next due time (said once, not at every idle check until that write succeeds). Only a
+        version this learner saw whole counts: a newer one already unreadable at the restore was reported then."""
         try:
-            if self.version and (self.store.is_empty() or not self.store.is_stored(self.version)):
+            held = self._stored_version
+            if held and (self.store.is_empty() or not self.store.is_stored(held)):
                 if not self._republish.is_set():
                     log.warning(
                         "Redis no longer holds snapshot %d under prefix %r (restarted empty, or evicted): writing "
                         "the state again now",
-                        self.version, self.settings.redis_prefix,
+                        held, self.settings.redis_prefix,
                     )  # fmt: skip
                 self._republish.set()
         except Exception:  # Redis down: the keeper and the writer report it
@@ -478,7 +483,7 @@ class Learner(BatchWorker):
         """After a snapshot is in Redis (writer thread): labels, metrics, the lineage events, the summary."""
         assert cap.labels is not None  # described by the writer before the write
         self.labels = cap.labels
-        self.version = info.version
+        self.version = self._stored_version = info.version
         self._unwritten_events = []  # the next capture waits for this write: no race with it
         self._ids_durable = cap.next_id
         self._renew = renewals(cap)

@@ -37,7 +37,7 @@ class StateMismatch(RuntimeError):
 class Start:
     """What a learner starts from: the model and vocabulary, the input positions they reflect, the topic lineage
     (None: a fresh one), the lineage events the restore made (to push with the next snapshot), the version to
-    continue above and the articles learned."""
+    continue above (and the one restored) and the articles learned."""
 
     model: TopicModel
     vocab: Vocabulary
@@ -48,6 +48,8 @@ class Start:
     #: stopped before pushing them. Published with the next snapshot.
     unpublished: list[LineageEvent] = field(default_factory=list)
     version: int = 0
+    #: The version restored: ``version`` or, when newer versions were unreadable, an older one (0: none).
+    restored_version: int = 0
     articles_learned: int = 0
     #: The brokers' id of the input topic the positions are in (:func:`service.kafka.topic_id`), when known.
     input_topic_id: str | None = None
@@ -123,7 +125,7 @@ def restore_or_create(
             start.unpublished = stamp(own, version, float(meta["created_at"]))
         start.events = start.lineage.catch_up(history, version)
     # Continue above everything this prefix has seen, even versions whose data is unreadable.
-    start.version = newest
+    start.version, start.restored_version = newest, loaded.version
     _check_tokenizer(tokenizer.fingerprint(), payload.get("tokenizer"), loaded.version)
     start.articles_learned = int(payload.get("articles_learned", 0))
     start.input_topic_id = payload.get("input_topic_id")

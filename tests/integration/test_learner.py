@@ -379,6 +379,34 @@ def test_a_snapshot_evicted_under_a_running_learner_is_written_again(
     assert learner.store.is_stored(learner.store.latest_version() or 0)
 
 
+def test_a_learner_restored_past_an_unreadable_snapshot_does_not_call_it_evicted(
+    settings: Settings, server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The newest snapshot's data was gone before the learner started: the restore says so and takes the one
+    before. The idle writer then looked for that newest version, said Redis had lost it while the learner ran
+    ("restarted empty, or evicted"), which sent an operator after the wrong fault, and wrote at once. Now it
+    looks only for versions the learner saw whole."""
+    s, learner = _snapshotted_learner(settings, server, 80, seed=34)
+    consume_into(learner, 40)
+    learner.close()  # one more snapshot: the close's
+    gone = learner.store.latest_version()
+    assert gone is not None and gone > 1
+    learner.store.r.delete(f"{s.redis_prefix}:snapshot:{gone}:data")
+    caplog.clear()
+    again = Learner(s)
+    try:
+        again.subscribe()
+        deadline = time.monotonic() + 3 * again.writer.idle_s
+        while time.monotonic() < deadline:  # the input is quiet: the loop turns, the writer idles and looks
+            again.step(timeout=0.2)
+        assert again.store.latest_version() == gone  # nothing written in the meantime: nothing was due
+    finally:
+        again.close()
+    said = [r.getMessage() for r in caplog.records]
+    assert f"restoring snapshot {gone - 1}, the newest readable one" in said
+    assert not [line for line in said if "no longer holds snapshot" in line]
+
+
 def test_a_redis_that_stops_answering_does_not_slow_learning(settings: Settings, server: RedisServer) -> None:
     """Redis frozen (SIGSTOP: connections open, no answers): the 10 batches that arrive after the lease's TTL has
     passed are all learned and published while Redis stays frozen, the lease renewals timing out within the TTL.
