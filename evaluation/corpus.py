@@ -208,7 +208,8 @@ def prepare_corpus(
     tokenizer: Tokenizer | None = None,
     drop_repeats: bool = True,
 ) -> PreparedCorpus:
-    """Tokenise, build the fixed vocabulary, encode, and split the test documents for document completion.
+    """Tokenise (each article in its ``language``, for a ``tokenizer`` with languages), build the fixed
+    vocabulary, encode, and split the test documents for document completion.
 
     Training documents with no in-vocabulary token are dropped (a kernel has nothing to learn from them), and so
     are test articles whose tokens equal a training article's: news files repeat stories, and a model must not be
@@ -220,8 +221,8 @@ def prepare_corpus(
     if shuffle:
         train_articles = [train_articles[i] for i in rng.permutation(len(train_articles))]
     t0 = time.perf_counter()
-    train_toks = [tok(article_text(a)) for a in train_articles]
-    test_toks = [tok(article_text(a)) for a in test_articles]
+    train_toks = [tok(article_text(a), a.get("language")) for a in train_articles]
+    test_toks = [tok(article_text(a), a.get("language")) for a in test_articles]
     tokenize_seconds = time.perf_counter() - t0
     if drop_repeats:
         trained_on = {tuple(t) for t in train_toks}

@@ -154,8 +154,9 @@ def decode_batch(msgs: list[Message], max_bytes: int) -> Decoded:
 
 
 def tokenize(tokenizer: Tokenizer, articles: list[Article]) -> FlatBags:
-    """The bags of words of a batch's articles (title and text), computed together outside the GIL."""
-    return tokenizer.count_many([a.content() for a in articles])
+    """The bags of words of a batch's articles (title and text, each with its language's stop words), computed
+    together outside the GIL."""
+    return tokenizer.count_many([a.content() for a in articles], [a.language for a in articles])
 
 
 class TopicLabels:

@@ -140,9 +140,9 @@ def restore_or_create(
 
 
 def _check_tokenizer(ours: str, learned_with: object, version: int) -> None:
-    """Warn when the restored vocabulary was made by another tokenizer than ``ours`` (another stop-word file, or
-    an older version: none recorded): learning goes on, and words this tokenizer no longer makes fade from their
-    slots as new ones come, but the topics' words change meanwhile."""
+    """Warn when the restored vocabulary was made by another tokenizer than ``ours`` (another stop-word file or
+    stop-word languages, or an older version: none recorded): learning goes on, and words this tokenizer no
+    longer makes fade from their slots as new ones come, but the topics' words change meanwhile."""
     if learned_with == ours:
         return
     was = f"fingerprint {learned_with}" if isinstance(learned_with, str) else "none recorded: an older version"

@@ -79,6 +79,12 @@ class Settings(BaseSettings):
         description="A UTF-8 file of more stop words, one or more per line, dropped besides scikit-learn's English "
         "ones (e.g. der, die, und for German wires); give the learner and the replicas the same file",
     )
+    stop_words_languages: str | None = Field(
+        None,
+        description="Languages (ISO 639-1 codes, comma-separated, e.g. de,fr,es) whose articles, by their language "
+        "field (de-AT counts as de), lose that language's stop words (stopwords-iso) instead of the English ones; "
+        "other articles keep the English list; give the learner and the replicas the same list",
+    )
     vocab_admit_count: float = Field(
         2.0, gt=0, description="Articles that must use a new word before it gets a slot (an article counts once)"
     )
@@ -239,11 +245,25 @@ class Settings(BaseSettings):
                 raise ValueError(f"cannot read {v}: {e}") from None
         return v
 
+    @field_validator("stop_words_languages")
+    @classmethod
+    def _check_languages(cls, v: str | None) -> str | None:
+        from .text import language_stop_words
+
+        codes = sorted({code.strip().lower() for code in (v or "").split(",") if code.strip()})
+        for code in codes:
+            language_stop_words(code)  # a ValueError names the languages there are
+        return ",".join(codes) or None
+
     def tokenizer(self) -> Tokenizer:
-        """The tokenizer of the learner and the replicas: English stop words and those of ``stop_words_file``."""
+        """The tokenizer of the learner and the replicas: English stop words, those of ``stop_words_file``, and
+        each of ``stop_words_languages``' for its articles."""
         from .text import Tokenizer, read_stop_words
 
-        return Tokenizer(extra_stop_words=read_stop_words(self.stop_words_file) if self.stop_words_file else ())
+        return Tokenizer(
+            extra_stop_words=read_stop_words(self.stop_words_file) if self.stop_words_file else (),
+            languages=self.stop_words_languages.split(",") if self.stop_words_languages else (),
+        )
 
     @field_validator("log_level")
     @classmethod

@@ -41,7 +41,16 @@ from numpy.typing import NDArray
 
 from kernels import Batch
 
-__all__ = ["INVISIBLE", "EncodedBatch", "FlatBags", "Tokenizer", "Vocabulary", "read_stop_words"]
+__all__ = [
+    "INVISIBLE",
+    "EncodedBatch",
+    "FlatBags",
+    "Tokenizer",
+    "Vocabulary",
+    "language_key",
+    "language_stop_words",
+    "read_stop_words",
+]
 
 # Runs of letters (any script), no digits or underscores: "split on non-letters" as in seed 003.
 _WORD = re.compile(r"[^\W\d_]+")
@@ -148,14 +157,43 @@ def read_stop_words(path: Path) -> frozenset[str]:
     return frozenset(chain.from_iterable(_words(line) for line in path.read_text(encoding="utf-8").splitlines()))
 
 
+def language_key(tag: str | None) -> str | None:
+    """The language of an article's ``language`` field as a lower-case primary subtag: "de-AT", "DE" and
+    "de_CH" are all "de" (None when there is none)."""
+    if not tag:
+        return None
+    return re.split(r"[-_]", tag.strip(), maxsplit=1)[0].lower() or None
+
+
+def language_stop_words(code: str) -> frozenset[str]:
+    """The stop words of the language ``code`` (ISO 639-1, e.g. "de"; English excepted, see :class:`Tokenizer`)
+    from stopwords-iso (the ``stopwordsiso`` package, 58 languages), spelt as the tokenizer spells words. A
+    ValueError names the languages it has when it lacks ``code``."""
+    import stopwordsiso
+
+    if code == "en":
+        raise ValueError("English stop words are built in (scikit-learn's list): do not list en")
+    if not stopwordsiso.has_lang(code):
+        have = ", ".join(sorted(set(stopwordsiso.langs()) - {"en"}))
+        raise ValueError(f"no stop words for language {code!r}; stopwords-iso has {have}")
+    return frozenset(chain.from_iterable(_words(w) for w in stopwordsiso.stopwords(code)))
+
+
 class Tokenizer:
     """Normalises (NFKC, invisible characters dropped), lower-cases, splits on non-letters, drops stop words and
     words outside ``[min_length, max_length]``.
 
-    This is seed 003's preprocessing (English stop words from scikit-learn).
+    This is seed 003's preprocessing (English stop words from scikit-learn). ``extra_stop_words`` are dropped
+    from every text. With ``languages`` (ISO 639-1 codes, English excepted), a text whose language (the article's
+    ``language`` field, :func:`language_key`) is one of them loses that language's stop words
+    (:func:`language_stop_words`) instead of the English ones: a German article keeps "war" (a noun in English,
+    "was" in German) only when it is not marked "de". Texts without a language, or in another one, lose the
+    English ones.
 
     >>> Tokenizer()("The Fed raised rates; the FED's chair spoke.")
     ['fed', 'raised', 'rates', 'fed', 'chair', 'spoke']
+    >>> Tokenizer(languages=["de"])("Die Regierung und der Krieg war lang", language="de-AT")
+    ['regierung', 'krieg']
     """
 
     def __init__(
@@ -164,6 +202,7 @@ class Tokenizer:
         min_length: int = 3,
         max_length: int = 30,
         extra_stop_words: Iterable[str] = (),
+        languages: Iterable[str] = (),
     ) -> None:
         if min_length < 1 or max_length < min_length:
             raise ValueError(f"need 1 <= min_length <= max_length, got {min_length}, {max_length}")
@@ -172,30 +211,65 @@ class Tokenizer:
             from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
             stop_words = ENGLISH_STOP_WORDS
-        self.stop_words = frozenset(stop_words) | frozenset(extra_stop_words)
-        self._stop_series: Any = None  # the stop words as a polars list literal, made on first use
+        extra = frozenset(extra_stop_words)
+        self.stop_words = frozenset(stop_words) | extra
+        #: Each listed language's stop words (with ``extra_stop_words``), by its code.
+        self.language_stop_words = {code: language_stop_words(code) | extra for code in sorted(set(languages))}
+        self._stop_series: Any = None  # the English list as a polars list literal, made on first use
+        self._stop_table: Any = None  # (language, word) pairs as a polars frame, made on first use
         self.min_length = min_length
         self.max_length = max_length
 
     def fingerprint(self) -> str:
-        """What makes this tokenizer's words: its normalisation (:data:`NORMALISATION`), stop words and lengths,
-        hashed. The learner keeps it in every snapshot; a replica whose own differs reads other words than the
-        model learned (another stop-word file, an older version during a rolling upgrade) and says so."""
-        spec = json.dumps([NORMALISATION, sorted(self.stop_words), self.min_length, self.max_length])
-        return hashlib.sha256(spec.encode()).hexdigest()[:16]
+        """What makes this tokenizer's words: its normalisation (:data:`NORMALISATION`), stop words (and each
+        language's, when it has any) and lengths, hashed. The learner keeps it in every snapshot; a replica whose
+        own differs reads other words than the model learned (another stop-word file or languages, an older
+        version during a rolling upgrade) and says so."""
+        spec: list[Any] = [NORMALISATION, sorted(self.stop_words), self.min_length, self.max_length]
+        if self.language_stop_words:
+            spec.append({code: sorted(words) for code, words in self.language_stop_words.items()})
+        return hashlib.sha256(json.dumps(spec).encode()).hexdigest()[:16]
 
-    def __call__(self, text: str) -> list[str]:
-        stop, lo, hi = self.stop_words, self.min_length, self.max_length
+    def stop_words_for(self, language: str | None) -> frozenset[str]:
+        """The stop words of a text in ``language`` (an article's ``language`` field, or None)."""
+        return self.language_stop_words.get(language_key(language) or "", self.stop_words)
+
+    def __call__(self, text: str, language: str | None = None) -> list[str]:
+        stop, lo, hi = self.stop_words_for(language), self.min_length, self.max_length
         return [w for w in _words(text) if lo <= len(w) <= hi and w not in stop]
 
-    def count_many(self, texts: Sequence[str]) -> FlatBags:
+    def _language_column(self, languages: Sequence[str | None] | None) -> list[str] | None:
+        """Each text's key into :meth:`_stops`: its listed language, or "" for the English list; None when every
+        text takes the English list (the faster filter, :meth:`count_many`)."""
+        if languages is None or not self.language_stop_words:
+            return None
+        listed = self.language_stop_words
+        keys = [key if (key := language_key(tag)) in listed else "" for tag in languages]
+        return keys if any(keys) else None
+
+    def _stops(self) -> Any:
+        """The stop words as a polars frame of (language key, word) rows; "" holds the English list."""
+        import polars as pl
+
+        if self._stop_table is None:
+            lists = {"": self.stop_words, **self.language_stop_words}
+            self._stop_table = pl.DataFrame(
+                {
+                    "lang": [code for code, words in lists.items() for _ in words],
+                    "w": [w for words in lists.values() for w in sorted(words)],
+                },
+                schema={"lang": pl.String, "w": pl.String},
+            ).lazy()
+        return self._stop_table
+
+    def count_many(self, texts: Sequence[str], languages: Sequence[str | None] | None = None) -> FlatBags:
         """The bags of words of many texts at once, in polars (Rust, multi-threaded, without the GIL: the
         learner's kernel runs meanwhile). Same words, counts and order as :meth:`count` on each text (in any
         script, combining marks included: :func:`_unicode_words`), except for a few symbols the Rust regex takes
         for letters (circled letters such as ``Ⓐ``) and letters newer than this Python's Unicode tables (CJK
         Extension H, U+31350…, is Unicode 15, Python 3.11 has 14: letters to polars, nothing to :meth:`count`;
         ``tests/test_ingest_properties.py`` leaves both out); measured identical on every article of BBC News,
-        Reuters-21578 and 20 Newsgroups.
+        Reuters-21578 and 20 Newsgroups. ``languages``: each text's language (:meth:`stop_words_for`).
         """
         import polars as pl
 
@@ -203,10 +277,10 @@ class Tokenizer:
 
         if not texts:
             return FlatBags(np.zeros(0, dtype=np.int64), [], np.zeros(0), 0)
-        if self._stop_series is None:
-            self._stop_series = pl.Series(sorted(self.stop_words)).implode()
-        rows = (
-            pl.DataFrame({"doc": np.arange(len(texts), dtype=np.int64), "w": list(texts)})
+        lang = self._language_column(languages)
+        frame = {"doc": np.arange(len(texts), dtype=np.int64), "w": list(texts)}
+        tokens = (
+            pl.DataFrame(frame if lang is None else {**frame, "lang": lang})
             .lazy()
             .with_columns(
                 pl.when(pl.col("w").str.contains(_normalising().rust))  # as _words decides
@@ -222,12 +296,14 @@ class Tokenizer:
             )
             .explode("w")
             .drop_nulls()
-            .filter(
-                pl.col("w").str.len_chars().is_between(self.min_length, self.max_length)
-                & ~pl.col("w").is_in(self._stop_series)
-            )
-            .collect()
+            .filter(pl.col("w").str.len_chars().is_between(self.min_length, self.max_length))
         )
+        if lang is None:  # one list for every text: a set lookup, no join
+            if self._stop_series is None:
+                self._stop_series = pl.Series(sorted(self.stop_words), dtype=pl.String).implode()
+            rows = tokens.filter(~pl.col("w").is_in(self._stop_series)).collect()
+        else:
+            rows = tokens.join(self._stops(), on=["lang", "w"], how="anti", maintain_order="left").collect()
         # Count (doc, word) pairs by the words' hashes in numba: a stable polars group-by on strings costs more
         # than the tokenizing itself. Every row's word is then checked against its group's first word, so
         # colliding hashes can never merge two words (if they ever did, the batch is counted by the strings).
@@ -246,8 +322,8 @@ class Tokenizer:
         # the words stay a polars column: Vocabulary.encode looks them up by these hashes
         return FlatBags(doc[first], firsts, counts, len(texts), hashes[first])
 
-    def count(self, text: str) -> Counter[str]:
-        """Word counts of ``text`` (the bag of words a kernel sees).
+    def count(self, text: str, language: str | None = None) -> Counter[str]:
+        """Word counts of ``text`` (the bag of words a kernel sees), in ``language`` (:meth:`stop_words_for`).
 
         Counts first and filters the distinct words afterwards: the hot path of the learner.
         """
@@ -256,7 +332,7 @@ class Tokenizer:
         lengths = np.fromiter(map(len, keys), dtype=np.int64, count=len(keys))
         for i in np.flatnonzero((lengths < self.min_length) | (lengths > self.max_length)).tolist():
             del counts[keys[i]]
-        for w in self.stop_words.intersection(counts):
+        for w in self.stop_words_for(language).intersection(counts):
             del counts[w]
         return counts
 

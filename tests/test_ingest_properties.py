@@ -481,6 +481,34 @@ def test_the_batch_tokenizer_gives_every_article_text_the_same_bag(texts: list[s
         assert list(zip(flat.words_at(rows), flat.counts[rows].tolist(), strict=True)) == list(tok.count(text).items())
 
 
+#: Made once: a tokenizer with two languages' lists besides the English one.
+LANGUAGE_TOKENIZER = Tokenizer(languages=["de", "fr"])
+#: Words of every list (German, French, English stop words, and others), in any case.
+MIXED_WORDS = st.sampled_from(["der", "und", "war", "will", "the", "les", "pour", "über", "krieg", "vote", "DIE"])
+
+
+@SLOW
+@given(
+    docs=st.lists(
+        st.tuples(
+            st.lists(MIXED_WORDS | st.text("abcüé", min_size=1, max_size=5), max_size=12).map(" ".join),
+            st.sampled_from([None, "", "de", "DE-at", "fr_CA", "en", "es", "xx-yy"]),
+        ),
+        max_size=6,
+    )
+)
+def test_the_batch_tokenizer_gives_each_article_its_languages_bag(docs: list[tuple[str, str | None]]) -> None:
+    """With languages, count_many (a join on language and word, the learner's path) gives each text the bag of
+    :meth:`Tokenizer.count` in its language, in the same order."""
+    texts, languages = [text for text, _ in docs], [language for _, language in docs]
+    flat = LANGUAGE_TOKENIZER.count_many(texts, languages)
+    assert flat.n_docs == len(texts) and np.all(np.diff(flat.doc) >= 0)
+    for d, (text, language) in enumerate(docs):
+        rows = np.flatnonzero(flat.doc == d)
+        expected = list(LANGUAGE_TOKENIZER.count(text, language).items())
+        assert list(zip(flat.words_at(rows), flat.counts[rows].tolist(), strict=True)) == expected
+
+
 # ---------------------------------------------------------------------------------------------- the vocabulary
 
 WORDS = st.text("abcde", min_size=1, max_size=2) | st.text(ANY_CHAR | NASTY_CHAR, min_size=1, max_size=4)

@@ -257,6 +257,19 @@ def test_consumer_groups_follow_the_prefix_unless_named() -> None:
         load_settings(redis_prefix="desk-b", replica_group_id="desk-b-learner")
 
 
+def test_stop_word_languages_are_read_by_the_service_tokenizer_or_named_when_unknown() -> None:
+    s = load_settings(stop_words_languages=" de, FR,de ")
+    assert s.stop_words_languages == "de,fr"
+    tok = s.tokenizer()
+    assert tok("der Krieg und the war", language="de") == ["krieg", "the"]
+    assert tok("der Krieg und the war") == ["der", "krieg", "und", "war"]
+    none = load_settings(stop_words_languages=" , ")
+    assert none.stop_words_languages is None
+    assert none.tokenizer().fingerprint() == load_settings().tokenizer().fingerprint()
+    with pytest.raises(SettingsError, match=r"TOPICSTREAM_STOP_WORDS_LANGUAGES: .*no stop words for language 'xx'"):
+        load_settings(stop_words_languages="de,xx")
+
+
 def test_a_stop_word_file_is_read_by_the_service_tokenizer_or_named_when_unreadable(tmp_path: Path) -> None:
     (tmp_path / "de.txt").write_text("der und\n", encoding="utf-8")
     tok = load_settings(stop_words_file=str(tmp_path / "de.txt")).tokenizer()

@@ -331,6 +331,45 @@ def test_a_stop_word_file_adds_to_the_english_list(tmp_path: Path) -> None:
     assert tok.count_many([text]).words.to_list() == ["präsident", "koalition", "haushalt"]
 
 
+def test_an_article_in_a_listed_language_loses_that_languages_stop_words_and_keeps_the_english_ones() -> None:
+    """German wires fill topics with "der die und" unless German stop words go; but a union of every language's
+    list would take "war" and "will" out of English news. So the article's ``language`` picks the list: German
+    stop words for an article marked "de" (or "de-AT", "DE"), the English ones for every other article."""
+    from service.text import language_stop_words
+
+    tok = Tokenizer(languages=["de", "fr"])
+    german = "Der Krieg war lang, und die Regierung will über the Haushalt sprechen"
+    english = "The war will end, the government said, und der Rest"
+    assert tok(german, language="de-AT") == ["krieg", "regierung", "the", "haushalt", "sprechen"]
+    assert tok(english) == tok(english, language="en") == ["war", "end", "government", "said", "und", "der", "rest"]
+    assert tok(english, language="es") == tok(english)  # a language not listed: the English list
+    assert {"der", "die", "und", "war", "über"} <= tok.stop_words_for("DE") == language_stop_words("de")
+    texts, languages = [german, english, "Le gouvernement et la guerre", german], ["de", None, "fr_CA", "pt"]
+    flat = tok.count_many(texts, languages)
+    for d, (text, language) in enumerate(zip(texts, languages, strict=True)):
+        rows = np.flatnonzero(flat.doc == d)
+        assert dict(zip(flat.words_at(rows), flat.counts[rows], strict=True)) == tok.count(text, language)
+        assert flat.words_at(rows) == list(dict.fromkeys(tok(text, language)))  # in order of first occurrence
+    unmarked = tok.count_many(texts)  # no languages given: the English list for every text
+    assert {"der", "und", "war", "über"} <= set(unmarked.words_at(np.flatnonzero(unmarked.doc == 0)))
+
+
+def test_the_languages_are_part_of_the_fingerprint_and_checked() -> None:
+    """A replica with other languages reads other words than its learner (the fingerprint tells); without
+    languages the fingerprint is the one snapshots of earlier versions hold."""
+    from service.text import language_key
+
+    assert Tokenizer(languages=[]).fingerprint() == Tokenizer().fingerprint()
+    fingerprints = {Tokenizer(languages=codes).fingerprint() for codes in ([], ["de"], ["fr"], ["de", "fr"])}
+    assert len(fingerprints) == 4
+    assert Tokenizer(languages=["fr", "de"]).fingerprint() == Tokenizer(languages=["de", "fr", "de"]).fingerprint()
+    with pytest.raises(ValueError, match=r"no stop words for language 'xx'; stopwords-iso has .*\bde\b"):
+        Tokenizer(languages=["xx"])
+    with pytest.raises(ValueError, match="English stop words are built in"):
+        Tokenizer(languages=["en"])
+    assert [language_key(t) for t in ("de-AT", " DE ", "de_CH", "", None, "-")] == ["de", "de", "de", None, None, None]
+
+
 def test_a_text_is_normalised_whenever_normalising_could_change_its_words() -> None:
     """The tokenizer normalises (NFKC, invisible characters, dotted I) only a text holding a character of
     ``_normalising()``, to spare most news the cost; for every other character, normalising a text around it must

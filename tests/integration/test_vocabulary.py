@@ -113,3 +113,30 @@ def test_recycled_slots_forget_their_old_words_through_the_learner(settings: Set
         excess.append(weight_in_old_desk(slot, old_desks[old_desk]) - control)
     # The median: a new word's few tokens can land in an old desk's topic by chance (one slot of 12 did, 18.7).
     assert np.median(excess) < 0.5, excess
+
+
+def test_articles_marked_german_keep_no_german_stop_word_in_the_vocabulary(settings: Settings) -> None:
+    """With ``TOPICSTREAM_STOP_WORDS_LANGUAGES=de`` the learner drops German stop words from articles whose
+    ``language`` is German (``de``, ``de-CH``) and keeps "war" and "man" (German stop words) in English articles;
+    the words reach the vocabulary through the learner's whole path (decode, tokenize in polars, encode)."""
+    from service.text import language_stop_words
+
+    german = sorted(language_stop_words("de"))
+    desks = made_up_words("desk", 20)
+    rng = random.Random(7)
+    values = []
+    for i in range(60):
+        words = [rng.choice(desks) for _ in range(20)] + [rng.choice(german) for _ in range(20)]
+        article = {"id": f"de{i}", "text": " ".join(words), "language": "de-CH" if i % 2 else "de"}
+        values.append(json.dumps(article).encode())
+    values += [
+        json.dumps({"id": f"en{i}", "text": "the man said the war is over", "language": "en"}).encode()
+        for i in range(4)
+    ]
+    s = settings.model_copy(update={"stop_words_languages": "de", "vocab_admit_count": 1.0})
+    produce(s, values)
+    learner = Learner(s)
+    run_until(learner, len(values))
+    words = set(learner.vocab.words())
+    assert set(desks) <= words and {"war", "man"} <= words
+    assert not words & (set(german) - {"war", "man"})
