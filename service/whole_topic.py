@@ -68,7 +68,8 @@ class WholeTopicWatch:
     def check(self, assigned: set[tuple[str, int]]) -> list[int]:
         """The partitions held elsewhere, from the brokers' answer to the question asked at an earlier call (an
         empty list most of the time: while no check is due, while the answer is on its way, and when the brokers
-        did not give one). Never waits for the brokers."""
+        did not give one). Never waits for the brokers. Also hands the admin client's log lines to logging."""
+        self.admin.poll(0)
         if not self._settled:
             return []
         now = time.monotonic()

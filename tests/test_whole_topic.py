@@ -20,6 +20,9 @@ class _Metadata:
     def __init__(self, n: int) -> None:
         self.n = n
 
+    def poll(self, timeout: float) -> int:
+        return 0  # no log lines
+
     def describe_topics(self, topics: object, request_timeout: float) -> dict[str, Future[SimpleNamespace]]:
         answer: Future[SimpleNamespace] = Future()
         answer.set_result(SimpleNamespace(partitions=[SimpleNamespace(id=p) for p in range(self.n)]))
