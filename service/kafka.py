@@ -139,7 +139,8 @@ def make_admin(settings: Settings) -> AdminClient:
     """An admin client whose lines wait for its ``poll()``: a long-lived one's holder polls it (the learner, each
     turn of its loop); a short-lived one is polled when a request fails, so that librdkafka's reason is said once
     (:func:`_said`), and its other lines are dropped with it."""
-    return AdminClient({**_base(settings), "logger": RDKAFKA_LOG, **settings.kafka_config})
+    conf: dict[str, Any] = {**_base(settings), "logger": RDKAFKA_LOG, **settings.kafka_config}
+    return AdminClient(conf)
 
 
 def _said(admin: AdminClient) -> None:
