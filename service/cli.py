@@ -177,6 +177,13 @@ def produce(
         raise typer.Exit(1) from None
     dt = time.monotonic() - t0
     err.print(f"produced {n} articles to {s.input_topic} in {dt:.1f}s ({n / max(dt, 1e-9):.0f}/s)")
+    if tally.invalid:
+        why = "; ".join(f"line {line}: {r.reason}: {r.detail[:160]}" for line, r in tally.first_invalid)
+        err.print(
+            f"[yellow]{tally.invalid} of them are no valid article, and the learner dead-letters them ({why}); "
+            "README, Events, says what an article holds[/yellow]",
+            highlight=False,
+        )
     if tally.skipped:
         more = "…" if tally.skipped > len(tally.first) else ""
         err.print(f"[red]{tally.skipped} too large for the broker, not sent: lines {tally.first}{more}[/red]")

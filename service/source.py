@@ -1,7 +1,9 @@
 """``topicstream produce``: put articles into Kafka from a JSONL(.gz) file, standard input, or the generator.
 
 Lines are forwarded as they are (the learner validates and dead-letters); the key is the article's ``id`` when
-the line is a JSON object that has one. A rate limit paces the stream like a live wire.
+the line is a JSON object that has one. Each line is also judged here as the learner will judge it, so that the
+command can say how many will be dead-lettered, and why the first ones will. A rate limit paces the stream like
+a live wire.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import pydantic_core
 from confluent_kafka import KafkaException
 
 from .kafka import KEEP_FAILURES, DeliveryTracker, flush_all, make_producer
-from .schemas import BOM
+from .schemas import BOM, Rejection, decode_article
 from .settings import Settings
 
 __all__ = ["Tally", "iter_lines", "produce_lines"]
@@ -73,18 +75,29 @@ def _key_of(line: bytes) -> bytes | None:
 @dataclass
 class Tally:
     """What a run of :func:`produce_lines` did, also when it stopped early (a truncated file, Ctrl-C): the lines
-    read, the messages the broker acknowledged, and the lines the producer refused (how many, and the first few
-    line numbers: a live feed may never end)."""
+    read, the messages the broker acknowledged, the lines the producer refused (how many, and the first few
+    line numbers: a live feed may never end), and the lines sent that are no valid article (the learner
+    dead-letters them; how many, and the first few with the reason)."""
 
     lines: int = 0
     acked: int = 0
     skipped: int = 0
     first: list[int] = field(default_factory=list)
+    invalid: int = 0
+    first_invalid: list[tuple[int, Rejection]] = field(default_factory=list)
 
     def skip(self, line: int) -> None:
         self.skipped += 1
         if len(self.first) < KEEP_FAILURES:
             self.first.append(line)
+
+    def judge(self, line: int, value: bytes, max_bytes: int) -> None:
+        """Count ``value`` when the learner will dead-letter it (:func:`service.schemas.decode_article`)."""
+        verdict = decode_article(value, max_bytes)
+        if isinstance(verdict, Rejection):
+            self.invalid += 1
+            if len(self.first_invalid) < 3:
+                self.first_invalid.append((line, verdict))
 
 
 def produce_lines(
@@ -125,6 +138,7 @@ def produce_lines(
                 try:
                     producer.produce(topic, value=line, key=_key_of(line), on_delivery=tracker.callback)
                     tracker.sent()
+                    tally.judge(number, line, settings.max_article_bytes)
                     break
                 except BufferError:
                     producer.poll(0.1)
