@@ -28,12 +28,15 @@ def topics_table(
     limit: int | None = None,
     names: dict[int, str] | None = None,
     show_empty: bool = False,
+    one_line: bool = False,
+    more: str = "--limit",
 ) -> Table:
     """The topics of a snapshot summary as a rich table, most prevalent first (with their names, if any); the
     background topic (the words every article uses) is marked as such. Empty slots (:data:`EMPTY`) are left out
     unless ``show_empty``: their top words are leftovers, and an online HDP has most of its truncation empty; the
     caption says how many were left out, and, for an online HDP, when its truncation limits the number of topics
-    (:data:`TRUNCATION_LIMITS`, :data:`TRUNCATION_USED`)."""
+    (:data:`TRUNCATION_LIMITS`, :data:`TRUNCATION_USED`). ``one_line``: each topic on one line, its words cut to
+    the width (a live view that must fit the terminal); ``more``: what shows the topics beyond ``limit``."""
     rows = sorted(summary["topics"], key=lambda t: -t["prevalence"])
     hidden = 0 if show_empty else sum(1 for t in rows if t["prevalence"] < EMPTY)
     rows = rows if show_empty else [t for t in rows if t["prevalence"] >= EMPTY]
@@ -53,14 +56,15 @@ def topics_table(
         f"drift {summary['model_drift']:.3f}",
         title_justify="left",
     )
-    table.add_column("topic", justify="right")
+    cut: dict[str, Any] = {"no_wrap": True, "overflow": "ellipsis"} if one_line else {}
+    table.add_column("topic", justify="right", no_wrap=one_line)
     if names:
-        table.add_column("name")
+        table.add_column("name", max_width=24 if one_line else None, **cut)
     table.add_column("prevalence", justify="right")
     table.add_column("drift", justify="right")
-    table.add_column("top words")
+    table.add_column("top words", **cut)
     if limit is not None and len(rows) > limit:
-        notes.append(f"{len(rows) - limit} more not shown (--limit)")
+        notes.append(f"{len(rows) - limit} more not shown ({more})")
         table.caption = "\n".join(notes)
     for t in rows[:limit]:
         label = f"{t['topic']} (background)" if t.get("background") else str(t["topic"])

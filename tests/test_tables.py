@@ -46,3 +46,26 @@ def test_an_online_hdp_limited_by_its_truncation_is_told_to_raise_it() -> None:
     assert isinstance(caption, str) and "8 of the 10 topic slots hold 95 % of the weight and 10 hold" in caption
     both = topics_table(crowded | {"topics": crowded["topics"] + summary([0.0])["topics"]}).caption
     assert isinstance(both, str) and both.splitlines()[0].startswith("1 empty topic slots not shown")
+
+
+def test_the_live_view_gives_each_topic_one_line_of_an_80_column_terminal() -> None:
+    """``make run``'s live table wrapped each topic's eight words onto two lines at 80 columns (three with a name
+    column), so a 24-line terminal showed 10 of 16 topics, and the rows re-sorted at every refresh came and went.
+    With ``one_line`` the words are cut to the width, and the caption says how many rows ``limit`` left out."""
+    import io
+
+    from rich.console import Console
+
+    s = summary([0.2] + [0.05] * 16)
+    for topic in s["topics"]:
+        topic["top_words"] = ["football", "goal", "striker", "midfielder", "defender", "goalkeeper", "league", "cup"]
+    for names in (None, {0: "Football and everything said about it"}):
+        out = io.StringIO()
+        Console(file=out, width=80).print(topics_table(s, limit=12, names=names, one_line=True, more="a taller one"))
+        lines = out.getvalue().splitlines()
+        rows = [line for line in lines if "football" in line]
+        assert len(rows) == 12 and all(len(line) <= 80 for line in lines)
+        assert lines[-1].strip() == "5 more not shown (a taller one)"
+    wrapped = io.StringIO()
+    Console(file=wrapped, width=80).print(topics_table(s, limit=12))
+    assert len(wrapped.getvalue().splitlines()) > len(lines)  # the table `topicstream topics` prints still wraps

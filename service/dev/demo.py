@@ -6,19 +6,28 @@
 2. Create the topics; start the learner (``topicstream run``) as a child process.
 3. Stream articles in (``topicstream produce``): a JSONL file, or generated articles by default (SCVB0 then
    gathers their generic words in its background slot: :data:`DEMO_KERNEL_PARAMS`).
-4. Show the live topics from the learner's snapshots in Redis, with throughput; Ctrl-C stops everything that
-   was started here (the learner gets SIGTERM and leaves a final snapshot).
+4. Show the live topics from the learner's snapshots in Redis, with throughput, as many as the terminal has
+   lines for; Ctrl-C (or SIGTERM, or a closed terminal) stops everything that was started here (the learner gets
+   SIGTERM and leaves a final snapshot; a second Ctrl-C stops it at once). The local broker and Redis are stopped
+   either way, and die with this process should it be killed (:func:`die_with_parent`).
+
+One demo at a time per directory: its settings file and logs are in ``.topicstream/`` (a second one is refused).
+Every run starts afresh: a new broker and Redis, a new model, no names.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -26,10 +35,12 @@ from rich.text import Text
 
 from ..kafka import ensure_topics
 from ..names import TopicNames
+from ..schemas import Article, Rejection, decode_article
 from ..settings import Settings
 from ..snapshot import SnapshotStore
+from ..source import iter_lines
 from ..tables import topics_table
-from .localstack import LocalStack, free_port, run_names
+from .localstack import LocalStack, die_with_parent, free_port, run_names
 
 __all__ = ["ChildFailed", "run_demo"]
 
@@ -39,8 +50,16 @@ class ChildFailed(RuntimeError):
 
 
 def _child(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """A ``topicstream`` command as a child, its output in ``log``, killed should this process die (the broker and
+    Redis die with it then: nothing would be left for a graceful stop)."""
     with open(log, "ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "service", *args], env=env, stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [sys.executable, "-m", "service", *args],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent(),
+        )
 
 
 def _stop(proc: subprocess.Popen[bytes] | None, timeout: float = 30.0) -> None:
@@ -52,6 +71,113 @@ def _stop(proc: subprocess.Popen[bytes] | None, timeout: float = 30.0) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _stopped_by(signals: tuple[signal.Signals, ...], handler: Any) -> Iterator[None]:
+    """``handler`` for ``signals`` inside the block (the previous ones after it)."""
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+#: What stops the demo as Ctrl-C does: ``kill``, and a terminal that closes.
+_STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _shut_down(
+    console: Console,
+    learner: subprocess.Popen[bytes] | None,
+    producer: subprocess.Popen[bytes] | None,
+    stack: LocalStack | None,
+    settings: Settings,
+) -> dict[str, Any] | None:
+    """Stop the producer and the learner (it writes its final snapshot), then the local broker and Redis; returns
+    the summary of the learner's final snapshot (None: no learner ran, or it was stopped at once). Another
+    interrupt meanwhile (a second Ctrl-C) stops the children at once; the broker and Redis are stopped whatever
+    comes (with the signals ignored while they are)."""
+    final = None
+    if learner is not None:
+        console.print("stopping: the learner finishes its batch and writes a final snapshot (Ctrl-C: at once) ...")
+    try:
+        with _stopped_by(_STOPS, _interrupt):
+            _stop(producer)
+            _stop(learner)
+            final = _final_summary(settings) if learner is not None else None
+    except KeyboardInterrupt:
+        console.print("stopping at once, without a final snapshot")
+        for proc in (producer, learner):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    finally:
+        if stack is not None:
+            with _stopped_by(_STOPS, signal.SIG_IGN):
+                stack.stop()
+    return final
+
+
+@contextlib.contextmanager
+def _alone_in(workdir: Path) -> Iterator[None]:
+    """Hold ``workdir``'s demo lock; a second demo in the same directory is refused (exit 2): it would overwrite
+    the first one's ``demo.env`` and interleave the logs."""
+    with open(workdir / "demo.lock", "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            pid = lock.read().strip() or "?"
+            Console(stderr=True).print(
+                f"[red]another demo (`make run`, pid {pid}) is running in this directory: stop it first, or start "
+                f"this one from another directory (each keeps its settings and logs in its own {workdir}/)[/red]"
+            )
+            raise SystemExit(2) from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(str(os.getpid()))
+        lock.flush()
+        yield
+
+
+#: Lines of a file the demo reads before it starts, to say what is wrong with them.
+CHECK_LINES = 200
+
+
+def check_articles(path: Path, max_bytes: int, out: IO[str] | None = None) -> int:
+    """How many of the first :data:`CHECK_LINES` non-blank lines of ``path`` are articles (as the learner will
+    judge them). When none is, SystemExit(2) naming the first line's problem: every article would go to the
+    dead-letter topic, and the demo would show empty topics for ever. Some that are not: one line on ``out``."""
+    judged: list[tuple[int, Article | Rejection]] = []
+    for number, value in enumerate(iter_lines(path), start=1):
+        if value.strip():
+            judged.append((number, decode_article(value, max_bytes)))
+        if len(judged) == CHECK_LINES:
+            break
+    bad = [(n, v) for n, v in judged if isinstance(v, Rejection)]
+    if not bad:
+        return len(judged)
+    number, first = bad[0]
+    why = f"line {number}: {first.reason}: {first.detail[:160]}"
+    fields = "each line must be a JSON object with an id and a text (README, Events)"
+    if len(bad) == len(judged):
+        Console(stderr=True).print(
+            f"[red]{path} holds no article among its first {len(judged)} lines ({why}); {fields}[/red]",
+            highlight=False,
+        )
+        raise SystemExit(2)
+    Console(file=out, stderr=out is None).print(
+        f"[yellow]{len(bad)} of the first {len(judged)} lines of {path} are no article ({why}): the learner "
+        f"dead-letters them; {fields}[/yellow]",
+        highlight=False,
+    )
+    return len(judged) - len(bad)
 
 
 def run_demo(
@@ -74,7 +200,25 @@ def run_demo(
             "local broker and Redis[/red]"
         )
         raise SystemExit(2)
-    use_local = not configured
+    if articles is not None:
+        check_articles(articles, settings.max_article_bytes, console.file)
+    workdir = Path(".topicstream")
+    workdir.mkdir(exist_ok=True)
+    with _alone_in(workdir), _stopped_by((signal.SIGTERM, signal.SIGHUP), _interrupt):
+        _run(console, workdir, settings, articles, rate, duration, topics, use_local=not configured)
+
+
+def _run(
+    console: Console,
+    workdir: Path,
+    settings: Settings,
+    articles: Path | None,
+    rate: float,
+    duration: float | None,
+    topics: int | None,
+    use_local: bool,
+) -> None:
+    """:func:`run_demo` once its checks passed, holding the directory's lock."""
     stack = LocalStack() if use_local else None
     if not use_local:  # real services: the demo's own topics, group and prefix, never the production ones
         names = run_names(f"demo-{int(time.time())}")
@@ -82,9 +226,8 @@ def run_demo(
             os.environ.setdefault(f"TOPICSTREAM_{field.upper()}", value)
         settings = settings.model_copy(update={f: os.environ[f"TOPICSTREAM_{f.upper()}"] for f in names})
         console.print(f"real services: the demo writes to its own topics, prefix [bold]{settings.redis_prefix}[/bold]")
-    workdir = Path(".topicstream")
-    workdir.mkdir(exist_ok=True)
     learner = producer = None
+    s = settings
     try:
         env = dict(os.environ)
         if stack is not None:
@@ -117,6 +260,8 @@ def run_demo(
                 "redis_prefix": env.get("TOPICSTREAM_REDIS_PREFIX", settings.redis_prefix),
             }
         )
+        store = SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix)
+        store.r.ping()  # real services: Redis named before Kafka's check, which waits half a minute
         ensure_topics(s, {s.input_topic: 2, s.output_topic: 1, s.dlq_topic: 1, s.lineage_topic_name(): 1})
         learner = _child(["run"], env, workdir / "learner.log")
         source = [str(articles)] if articles else []
@@ -126,18 +271,13 @@ def run_demo(
             "· Ctrl-C to stop"
         )
         console.print(second_terminal(env, workdir), soft_wrap=True, highlight=False)
-        _watch(console, SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix), learner, producer, duration)
+        _watch(console, store, learner, producer, duration, articles)
     except KeyboardInterrupt:
         pass
     finally:
         if not console.is_terminal:
             console.line()  # Live ends its last frame without a newline when the output is not a terminal
-        console.print("stopping: the learner finishes its batch and writes a final snapshot ...")
-        _stop(producer)
-        _stop(learner)
-        final = _final_summary(s) if learner is not None else None
-        if stack is not None:
-            stack.stop()
+        final = _shut_down(console, learner, producer, stack, s)
         if final is not None:  # the table above was the last one shown, not the learner's final snapshot
             console.print(f"final snapshot v{final['version']}: {final['articles_learned']:,} articles learned")
         console.print(f"stopped. Logs are in {workdir}/")
@@ -181,13 +321,18 @@ def second_terminal(env: dict[str, str], workdir: Path) -> str:
     cmd = _command()
     hints = [
         ("topics", "the current topics and recent topic events"),
-        ('subscribe --words "oil opec"', "articles about oil, as they are published"),
-        ('label <topic> "Football"', "name a topic (an id from the table)"),
-        ("report --out report.html", "drift over time, as a page"),
+        ('subscribe --words "oil opec" --min-weight 0.5', "articles mostly about oil, as they are published"),
+        ('label <topic> "Football"', "name a topic (an id from the table; this run only)"),
+        (f"report --out {workdir}/report.html", "drift over time, as a page"),
     ]
     width = max(len(what) for what, _ in hints)
     lines = [f"  {cmd} {what.ljust(width)}  # {why}" for what, why in hints]
     return f"in a second terminal, in this directory: [bold]{use}[/bold], then\n" + "\n".join(lines)
+
+
+#: Lines of the live view besides the topics' rows: the title, the table's borders and header, two caption lines,
+#: the line under the table and the cursor's.
+LIVE_LINES = 9
 
 
 def _final_summary(settings: Settings) -> dict[str, Any] | None:
@@ -211,9 +356,11 @@ def _watch(
     learner: subprocess.Popen[bytes],
     producer: subprocess.Popen[bytes],
     duration: float | None,
+    articles: Path | None = None,
 ) -> None:
-    """Redraw the newest snapshot's topics every second until ``duration`` runs out (or Ctrl-C); a learner that
-    exits, or a producer that fails (an unreadable file), ends the demo with the path of its log."""
+    """Redraw the newest snapshot's topics every second until ``duration`` runs out (or Ctrl-C), as many as the
+    terminal has lines for (one line each); a learner that exits, or a producer that fails (an unreadable file),
+    ends the demo with the path of its log; the end of ``articles`` is said."""
     start = time.monotonic()
     first: tuple[int, float] | None = None  # (articles learned, snapshot time) of the first snapshot seen
     with Live(Text("waiting for the first snapshot ..."), console=console, refresh_per_second=2) as live:
@@ -228,6 +375,11 @@ def _watch(
                 first = first or (n, t)
                 speed = (n - first[0]) / (t - first[1]) if t > first[1] else 0.0
                 line = f"{n:,} articles learned · {speed:,.0f} articles/s since the first snapshot"
+                if articles is not None and producer.poll() == 0:
+                    line += f" · all of {articles.name} sent"
                 names = TopicNames(store.r, store.prefix).all()
-                live.update(Group(topics_table(summary, limit=30, names=names), Text(line)))
+                # title, borders, header, two caption lines, this line and the cursor's
+                rows = max(3, console.size.height - LIVE_LINES)
+                table = topics_table(summary, limit=rows, names=names, one_line=True, more="a taller terminal")
+                live.update(Group(table, Text(line)))
             time.sleep(1.0)

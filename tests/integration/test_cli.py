@@ -99,6 +99,14 @@ def test_produce_says_what_is_wrong_with_a_file_in_one_line(settings: Settings, 
     assert result.exit_code == 1, result.output
     assert "produced 2 articles" in result.output and "not sent: lines [3]" in result.output
     assert "Traceback" not in result.output
+    assert "no valid article" not in result.output  # the refused line was not sent: nobody dead-letters it
+    mixed = tmp_path / "mixed.csv"
+    mixed.write_bytes(b'id,text\n{"id": "a1", "body": "Oil prices rose"}\n' + good_articles(1, seed=4)[0] + b"\n")
+    result = runner.invoke(app, ["produce", str(mixed)], env=env)
+    assert result.exit_code == 0 and "produced 3 articles" in result.output, result.output
+    said = " ".join(result.output.split())
+    assert "2 of them are no valid article, and the learner dead-letters them (line 1: not_json: " in said
+    assert "; line 2: invalid: text: Field required" in said and "README, Events" in said
 
 
 def test_a_metrics_port_in_use_is_one_line(settings: Settings) -> None:
@@ -189,6 +197,51 @@ def test_demo_refuses_half_a_configuration(tmp_path: Path, monkeypatch: pytest.M
     assert result.exit_code == 2
     assert "TOPICSTREAM_KAFKA_BOOTSTRAP is set but TOPICSTREAM_REDIS_URL is not" in result.output
     assert not (tmp_path / ".topicstream").exists()
+
+
+@pytest.mark.parametrize("how", ["ctrl-c twice", "terminal closed", "sigkill"])
+def test_nothing_the_demo_started_outlives_it(tmp_path: Path, how: str) -> None:
+    """The broker and Redis run in sessions of their own (a Ctrl-C must not stop them before the learner's final
+    snapshot). A second Ctrl-C during the stop, SIGTERM or SIGHUP to the demo's process group (``kill %1``, a
+    closed terminal) left both running for good, and a local broker grows to gigabytes; so would SIGKILL."""
+    import psutil
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOPICSTREAM_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service", "demo", "--rate", "200"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group, as a shell's job
+    )
+    try:
+        deadline = time.monotonic() + 120
+        log = tmp_path / ".topicstream" / "learner.log"
+        while not (log.exists() and "snapshot 1:" in log.read_text()):  # learning: its stop takes a final snapshot
+            assert time.monotonic() < deadline and proc.poll() is None, "the demo did not start"
+            time.sleep(0.2)
+        started = psutil.Process(proc.pid).children(recursive=True)
+        names = " ".join(" ".join(p.cmdline()) for p in started)
+        assert "tansu" in names and "redis-server" in names and " run" in names and " produce" in names
+        if how == "ctrl-c twice":
+            os.killpg(proc.pid, signal.SIGINT)
+            time.sleep(0.3)
+            os.killpg(proc.pid, signal.SIGINT)
+        elif how == "terminal closed":
+            os.killpg(proc.pid, signal.SIGHUP)
+        else:
+            proc.kill()
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    _, alive = psutil.wait_procs(started, timeout=60)
+    left = [p.name() for p in alive]
+    for p in alive:
+        p.kill()
+    assert not left
 
 
 def test_make_run_demo_invites_a_second_terminal_and_stops_on_ctrl_c(tmp_path: Path) -> None:

@@ -1,0 +1,57 @@
+"""What ``make run``'s demo checks before it starts anything (service/dev/demo.py); the demo itself runs in
+``tests/integration/test_cli.py``."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from service.dev.demo import CHECK_LINES, _alone_in, check_articles
+
+
+def test_a_file_without_articles_is_refused_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A CSV file, or JSON lines with ``body`` for ``text``: every line was dead-lettered, and the demo showed
+    empty topics for as long as it ran, with nothing on the screen to say why."""
+    csv = tmp_path / "news.csv"
+    csv.write_text("id,title,body\n1,Oil rises,Prices of crude oil rose\n")
+    with pytest.raises(SystemExit) as e:
+        check_articles(csv, 1_000_000)
+    assert e.value.code == 2
+    said = " ".join(capsys.readouterr().err.split())
+    assert f"{csv} holds no article among its first 2 lines (line 1: not_json: " in said
+    assert "each line must be a JSON object with an id and a text (README, Events)" in said
+    renamed = tmp_path / "renamed.jsonl"
+    renamed.write_text("\n".join(json.dumps({"id": str(i), "body": "Oil rose"}) for i in range(3)) + "\n")
+    with pytest.raises(SystemExit):
+        check_articles(renamed, 1_000_000)
+    assert "(line 1: invalid: text: Field required" in " ".join(capsys.readouterr().err.split())
+
+
+def test_a_file_with_some_bad_lines_is_learned_with_a_warning(tmp_path: Path) -> None:
+    good = [json.dumps({"id": str(i), "text": "oil prices rose"}) for i in range(CHECK_LINES + 10)]
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("\n".join(["", good[0], "not json", *good[1:]]) + "\n")
+    out = io.StringIO()
+    assert check_articles(path, 1_000_000, out) == CHECK_LINES - 1  # the first CHECK_LINES non-blank lines
+    assert "1 of the first 200 lines of" in out.getvalue() and "line 3: not_json" in out.getvalue()
+    clean = tmp_path / "clean.jsonl"
+    clean.write_text("\n".join(good[:5]) + "\n")
+    quiet = io.StringIO()
+    assert check_articles(clean, 1_000_000, quiet) == 5 and quiet.getvalue() == ""
+
+
+def test_a_second_demo_in_the_same_directory_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It overwrote the first one's demo.env (a second terminal then reached the other demo) and interleaved the
+    logs. The lock is the kernel's (flock): a demo that was killed holds none."""
+    with _alone_in(tmp_path):
+        with pytest.raises(SystemExit) as e, _alone_in(tmp_path):
+            pass
+        assert e.value.code == 2
+        assert "another demo (`make run`, pid " in " ".join(capsys.readouterr().err.split())
+    with _alone_in(tmp_path):  # released
+        pass
