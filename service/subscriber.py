@@ -192,6 +192,9 @@ class TopicChoice:
     _splits_told: set[tuple[int | None, int]] = field(default_factory=set)  # (parent, new id) of splits told on_moved
     _next_check: float = 0.0
     _resolved: bool = False
+    #: The words' earlier choices, (summary version, topics), oldest first: outputs computed before the newest
+    #: choice's snapshot are matched with the choice of theirs (:meth:`topics_for`).
+    _choices: list[tuple[int, frozenset[int]]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.words is None:
@@ -228,9 +231,21 @@ class TopicChoice:
         topics = frozenset(m.topic for m in matches)
         changed = topics != self.topics or not self._resolved
         self.matches, self.topics, self._resolved = matches, topics, True
+        if changed and isinstance(self.version, int):
+            self._choices = [*self._choices[-(KEEP_CHOICES - 1) :], (self.version, topics)]
         if changed and self.on_change is not None:
             self.on_change(matches, summary)
         return changed
+
+    def topics_for(self, version: int | None) -> frozenset[int]:
+        """The topics an output computed by snapshot ``version`` is matched on: the ids followed (the ended ones
+        too, :meth:`_follow_ids`), or for words the choice made on the newest summary not newer than ``version``.
+        Words that moved to another topic (a duplicate of theirs, say, before a merge) dropped the outputs of the
+        earlier one still on their way (measured: 5 of 1,605)."""
+        if version is None or not self._choices or version >= self._choices[-1][0]:
+            return self.topics
+        earlier = [topics for made_on, topics in self._choices if made_on <= version]
+        return earlier[-1] if earlier else self._choices[0][1]
 
     def _follow_ids(self) -> bool:
         """Follow the fixed ids through the merges and retirements announced in ``P:lineage`` (chains too: a
@@ -357,6 +372,8 @@ def _version_and_tags(msg: Message) -> tuple[int | None, set[int]]:
     return (int(version) if version.isdigit() else None), tags
 
 
+#: Earlier choices of a subscription's words kept for the outputs still on their way (:meth:`TopicChoice.topics_for`).
+KEEP_CHOICES = 16
 #: Article ids a subscription remembers to print an article once (a learner that restarts from its snapshot
 #: publishes the outputs since then again).
 DEDUPE_KEEP = 10_000
@@ -399,7 +416,7 @@ def matching_articles(
             choice.catch_up(version)
             if end is not None and all(newest.get(p, -1) >= end for p in reader.assigned):
                 return
-        hit = tags & choice.topics
+        hit = tags & choice.topics_for(version)
         if not hit:
             continue
         event = json.loads(msg.value() or b"{}")
