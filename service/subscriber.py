@@ -195,6 +195,8 @@ class TopicChoice:
     #: The words' earlier choices, (summary version, topics), oldest first: outputs computed before the newest
     #: choice's snapshot are matched with the choice of theirs (:meth:`topics_for`).
     _choices: list[tuple[int, frozenset[int]]] = field(default_factory=list)
+    #: The snapshot version from which a followed id carries a fixed one (a merge's ``into``: its version).
+    _since: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.words is None:
@@ -239,10 +241,15 @@ class TopicChoice:
 
     def topics_for(self, version: int | None) -> frozenset[int]:
         """The topics an output computed by snapshot ``version`` is matched on: the ids followed (the ended ones
-        too, :meth:`_follow_ids`), or for words the choice made on the newest summary not newer than ``version``.
-        Words that moved to another topic (a duplicate of theirs, say, before a merge) dropped the outputs of the
-        earlier one still on their way (measured: 5 of 1,605)."""
-        if version is None or not self._choices or version >= self._choices[-1][0]:
+        too, :meth:`_follow_ids`) that carried a fixed one by then (an id merged into gives its outputs from the
+        merge's snapshot on, not its own articles from before), or for words the choice made on the newest summary
+        not newer than ``version``. Words that moved to another topic (a duplicate of theirs, say, before a merge)
+        dropped the outputs of the earlier one still on their way (measured: 5 of 1,605)."""
+        if version is None:
+            return self.topics
+        if self.words is None:
+            return frozenset(t for t in self.topics if self._since.get(t, 0) <= version)
+        if not self._choices or version >= self._choices[-1][0]:
             return self.topics
         earlier = [topics for made_on, topics in self._choices if made_on <= version]
         return earlier[-1] if earlier else self._choices[0][1]
@@ -277,6 +284,9 @@ class TopicChoice:
             moved += path
             if now is not None:
                 live.add(now)
+            for step in path:
+                if step.kind == "merge" and step.into is not None:
+                    self._since.setdefault(step.into, step.version)
         # A split keeps the id followed (it holds one half) and gives the other half a new id, which is a topic
         # of its own: not followed, but told once (events oldest first, as they happened).
         splits = [

@@ -193,6 +193,9 @@ def test_a_followed_id_follows_its_merges_and_is_dropped_when_retired(settings: 
     publish(store, summary_of(5, {0: "tennis", 3: "energy"}))
     assert choice.update(now=50) and choice.fixed == frozenset() and choice.topics == {1, 3, 5, 7}
     assert told[-1] == ("birth", 9, None)
+    # An id merged into carries the followed one from the merge's snapshot on: its own articles of before are not
+    # the followed topic's (a subscriber of 0 merged into 2 at v19 printed outputs of v17 tagged 2).
+    assert [choice.topics_for(v) for v in (1, 2, 3, None)] == [{3, 7}, {3, 5, 7}, {1, 3, 5, 7}, {1, 3, 5, 7}]
 
 
 def test_a_redis_that_goes_away_keeps_the_topics_followed(server: RedisServer) -> None:
