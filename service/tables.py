@@ -30,17 +30,23 @@ def topics_table(
     show_empty: bool = False,
     one_line: bool = False,
     more: str = "--limit",
+    smallest: float = EMPTY,
 ) -> Table:
     """The topics of a snapshot summary as a rich table, most prevalent first (with their names, if any); the
     background topic (the words every article uses) is marked as such. Empty slots (:data:`EMPTY`) are left out
     unless ``show_empty``: their top words are leftovers, and an online HDP has most of its truncation empty; the
     caption says how many were left out, and, for an online HDP, when its truncation limits the number of topics
     (:data:`TRUNCATION_LIMITS`, :data:`TRUNCATION_USED`). ``one_line``: each topic on one line, its words cut to
-    the width (a live view that must fit the terminal); ``more``: what shows the topics beyond ``limit``."""
+    the width (a live view that must fit the terminal); ``more``: what shows the topics beyond ``limit``;
+    ``smallest``: topics of a smaller prevalence are left out too, and counted (a live view shows the topics
+    used, not the slots a small corpus leaves nearly empty)."""
     rows = sorted(summary["topics"], key=lambda t: -t["prevalence"])
     hidden = 0 if show_empty else sum(1 for t in rows if t["prevalence"] < EMPTY)
-    rows = rows if show_empty else [t for t in rows if t["prevalence"] >= EMPTY]
+    small = 0 if show_empty else sum(1 for t in rows if EMPTY <= t["prevalence"] < smallest)
+    rows = rows if show_empty else [t for t in rows if t["prevalence"] >= max(EMPTY, smallest)]
     notes = [f"{hidden} empty topic slots not shown (--all shows them)"] if hidden else []
+    if small:
+        notes.append(f"{small} topics under {smallest:.0%} of the articles not shown")
     holding, used, slots = summary.get("topics_holding_95"), summary["topics_used"], len(summary["topics"])
     crowded = holding is not None and (holding > TRUNCATION_LIMITS * slots or used >= TRUNCATION_USED * slots)
     if summary["algorithm"] == "ohdp" and crowded:

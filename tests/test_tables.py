@@ -69,3 +69,13 @@ def test_the_live_view_gives_each_topic_one_line_of_an_80_column_terminal() -> N
     wrapped = io.StringIO()
     Console(file=wrapped, width=80).print(topics_table(s, limit=12))
     assert len(wrapped.getvalue().splitlines()) > len(lines)  # the table `topicstream topics` prints still wraps
+
+
+def test_a_live_view_of_a_small_corpus_shows_the_topics_used_and_counts_the_rest() -> None:
+    """A 600-article file of three subjects at K = 20: "4 topics used" over 20 rows, 16 of them slivers whose words
+    mixed every subject."""
+    s = summary([0.34, 0.31, 0.28, 0.03] + [0.0025] * 16)
+    table = topics_table(s, smallest=0.01)
+    assert list(table.columns[0].cells) == ["0", "1", "2", "3"]
+    assert table.caption == "16 topics under 1% of the articles not shown"
+    assert len(list(topics_table(s).columns[0].cells)) == 20  # `topicstream topics` shows every topic but empty slots

@@ -330,9 +330,12 @@ def second_terminal(env: dict[str, str], workdir: Path) -> str:
     return f"in a second terminal, in this directory: [bold]{use}[/bold], then\n" + "\n".join(lines)
 
 
-#: Lines of the live view besides the topics' rows: the title, the table's borders and header, two caption lines,
+#: The live view shows the topics used: those holding at least this share of the articles (the kernels'
+#: ``topics_used`` line, as the table's title counts them).
+USED = 0.01
+#: Lines of the live view besides the topics' rows: the title, the table's borders and header, three caption lines,
 #: the line under the table and the cursor's.
-LIVE_LINES = 9
+LIVE_LINES = 10
 
 
 def _final_summary(settings: Settings) -> dict[str, Any] | None:
@@ -378,8 +381,9 @@ def _watch(
                 if articles is not None and producer.poll() == 0:
                     line += f" · all of {articles.name} sent"
                 names = TopicNames(store.r, store.prefix).all()
-                # title, borders, header, two caption lines, this line and the cursor's
                 rows = max(3, console.size.height - LIVE_LINES)
-                table = topics_table(summary, limit=rows, names=names, one_line=True, more="a taller terminal")
+                table = topics_table(
+                    summary, limit=rows, names=names, one_line=True, more="a taller terminal", smallest=USED
+                )
                 live.update(Group(table, Text(line)))
             time.sleep(1.0)
