@@ -352,6 +352,13 @@ def subscribe(
     def show(matches: list[Any], summary: dict[str, Any]) -> None:
         if matches:
             err.print(matches_table(matches, words or "", summary.get("version")))
+            background = {t["topic"] for t in summary.get("topics", []) if t.get("background")}
+            for m in matches:
+                if m.topic in background:
+                    err.print(
+                        f"[yellow]topic {m.topic} is the background topic: the words every article uses, so it "
+                        "tags articles of every subject; give words of a subject, or --min-weight[/yellow]"
+                    )
         else:
             err.print(f"no topic of snapshot v{summary.get('version')} has any of {words!r} yet; waiting")
 

@@ -638,3 +638,21 @@ def test_subscribe_by_words_precision(settings: Settings) -> None:
     assert "topics for 'oil opec'" in result.output
     lines = [json.loads(x) for x in result.stdout.splitlines() if x.startswith("{")]
     assert len(lines) == 3 and all(x["id"] in labels and 0 < x["weight"] <= 1 for x in lines)
+
+
+def test_words_that_choose_the_background_topic_are_told_so(settings: Settings) -> None:
+    """``subscribe --words "said told today"`` chose the background topic on "today" alone and delivered a third
+    of the stream, without a word about why."""
+    s = settings
+    store = SnapshotStore(redis.Redis.from_url(s.redis_url), prefix=s.redis_prefix)
+    summary = summary_of(1, {0: "tennis", 3: "energy"})
+    summary["topics"][0] |= {"top_words": ["said", "today", "told", "year"], "background": True}
+    publish(store, summary)
+    write_outputs(s, [output(0, [0]), output(1, [3])])
+    args = ["subscribe", "--words", "said told today", "--from-beginning", "--limit", "1"]
+    result = CliRunner().invoke(app, args, env={**env_for(s), "COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert "topic 0 is the background topic: the words every article uses, so it tags articles of every" in said
+    chosen = CliRunner().invoke(app, [*args[:2], "oil opec", *args[3:]], env={**env_for(s), "COLUMNS": "200"})
+    assert chosen.exit_code == 0 and '"id": "o1"' in chosen.output and "background topic" not in chosen.output
