@@ -61,14 +61,17 @@ def topics_table(
         f"{summary['articles_learned']:,} articles · {summary['topics_used']} topics used · "
         f"drift {summary['model_drift']:.3f}",
         title_justify="left",
+        expand=one_line,
     )
+    # One line a topic: every column but the words keeps its width, the words take what is left and are cut
+    # (rich otherwise shrinks the columns it may wrap, down to nothing: the numbers vanished at 80 columns).
     cut: dict[str, Any] = {"no_wrap": True, "overflow": "ellipsis"} if one_line else {}
     table.add_column("topic", justify="right", no_wrap=one_line)
     if names:
-        table.add_column("name", max_width=24 if one_line else None, **cut)
-    table.add_column("prevalence", justify="right")
-    table.add_column("drift", justify="right")
-    table.add_column("top words", **cut)
+        table.add_column("name", width=16 if one_line else None, **cut)
+    table.add_column("prevalence", justify="right", no_wrap=one_line)
+    table.add_column("drift", justify="right", no_wrap=one_line)
+    table.add_column("top words", ratio=1 if one_line else None, **cut)
     if limit is not None and len(rows) > limit:
         notes.append(f"{len(rows) - limit} more not shown ({more})")
         table.caption = "\n".join(notes)

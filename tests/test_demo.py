@@ -55,3 +55,23 @@ def test_a_second_demo_in_the_same_directory_is_refused(tmp_path: Path, capsys: 
         assert "another demo (`make run`, pid " in " ".join(capsys.readouterr().err.split())
     with _alone_in(tmp_path):  # released
         pass
+
+
+@pytest.mark.parametrize("height", [16, 24, 50])
+def test_the_live_view_fits_the_terminal_with_the_line_under_it(height: int) -> None:
+    """A crowded online HDP's caption note wraps onto three lines at 80 columns: a count of the lines it takes
+    cut the line under the table off the bottom."""
+    from rich.console import Console
+
+    from service.dev.demo import live_table
+
+    topics = [
+        {"topic": k, "prevalence": 1 / 30, "drift": 0.0, "top_words": ["oil", "opec", "crude"]} for k in range(30)
+    ]
+    summary = {"algorithm": "ohdp", "version": 3, "articles_learned": 900, "topics_used": 30, "model_drift": 0.0}
+    summary |= {"topics": topics, "topics_holding_95": 29}
+    console = Console(file=io.StringIO(), width=80, height=height)
+    lines = console.render_lines(live_table(console, summary, {}), pad=False)
+    text = "\n".join("".join(segment.text for segment in line) for line in lines)
+    assert len(lines) + 2 <= height and "raise TOPICSTREAM_TOPICS" in text
+    assert len(lines) + 2 == height or text.count("oil opec crude") == 30  # as many topics as fit

@@ -65,6 +65,8 @@ def test_the_live_view_gives_each_topic_one_line_of_an_80_column_terminal() -> N
         lines = out.getvalue().splitlines()
         rows = [line for line in lines if "football" in line]
         assert len(rows) == 12 and all(len(line) <= 80 for line in lines)
+        assert [row.split("│")[1].strip() for row in rows] == [str(k) for k in range(12)]  # the ids, the numbers
+        assert "prevalence" in lines[2] and "drift" in lines[2] and all("0.050 │ 0.000" in row for row in rows[1:])
         assert lines[-1].strip() == "5 more not shown (a taller one)"
     wrapped = io.StringIO()
     Console(file=wrapped, width=80).print(topics_table(s, limit=12))

@@ -333,9 +333,17 @@ def second_terminal(env: dict[str, str], workdir: Path) -> str:
 #: The live view shows the topics used: those holding at least this share of the articles (the kernels'
 #: ``topics_used`` line, as the table's title counts them).
 USED = 0.01
-#: Lines of the live view besides the topics' rows: the title, the table's borders and header, three caption lines,
-#: the line under the table and the cursor's.
-LIVE_LINES = 10
+
+
+def live_table(console: Console, summary: dict[str, Any], names: dict[int, str]) -> Any:
+    """The topics table of the live view: one line a topic, as many as fit the terminal's height with the line
+    under it and the cursor's (the caption's notes may wrap: the table is measured as drawn)."""
+    rows = console.size.height
+    while True:
+        table = topics_table(summary, limit=rows, names=names, one_line=True, more="a taller terminal", smallest=USED)
+        if rows <= 3 or len(console.render_lines(table, pad=False)) + 2 <= console.size.height:
+            return table
+        rows -= 1
 
 
 def _final_summary(settings: Settings) -> dict[str, Any] | None:
@@ -381,9 +389,5 @@ def _watch(
                 if articles is not None and producer.poll() == 0:
                     line += f" · all of {articles.name} sent"
                 names = TopicNames(store.r, store.prefix).all()
-                rows = max(3, console.size.height - LIVE_LINES)
-                table = topics_table(
-                    summary, limit=rows, names=names, one_line=True, more="a taller terminal", smallest=USED
-                )
-                live.update(Group(table, Text(line)))
+                live.update(Group(live_table(console, summary, names), Text(line)))
             time.sleep(1.0)
