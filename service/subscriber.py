@@ -195,12 +195,14 @@ class TopicChoice:
     #: The words' earlier choices, (summary version, topics), oldest first: outputs computed before the newest
     #: choice's snapshot are matched with the choice of theirs (:meth:`topics_for`).
     _choices: list[tuple[int, frozenset[int]]] = field(default_factory=list)
-    #: The snapshot version from which a followed id carries a fixed one (a merge's ``into``: its version).
+    #: The snapshot version from which a followed id carries a fixed one (a merge's ``into``: its version); the
+    #: ids asked for are matched on every output.
     _since: dict[int, int] = field(default_factory=dict)
+    _asked: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
         if self.words is None:
-            self.topics = self.fixed
+            self.topics = self._asked = self.fixed
 
     def update(self, now: float | None = None) -> bool:
         """If a new snapshot appeared since the last call (looked for at most every ``recheck_s``): re-resolve the
@@ -258,8 +260,9 @@ class TopicChoice:
         """Follow the fixed ids through the merges and retirements announced in ``P:lineage`` (chains too: a
         merged into b, b into c), when a new snapshot version or a new lineage event appeared (the learner pushes
         a snapshot's events just after the snapshot). ``fixed`` holds the ids followed now; ``topics``, the ids
-        matched, keeps the ended ones too: outputs computed before a merge still carry the old id, and a subscriber
-        behind the stream (or ``--from-beginning``) wants them. True when the followed ids changed."""
+        matched, keeps the ended ones too, and every id that carried one on the way (from its merge's snapshot on,
+        :meth:`topics_for`): outputs computed before a merge still carry the old id, and a subscriber behind the
+        stream (or ``--from-beginning``) wants them. True when the followed ids changed."""
         assert self.lineage is not None
         try:
             latest = self.store.latest_version()
@@ -279,6 +282,7 @@ class TopicChoice:
         ended = endings(events)
         moved: list[LineageEvent] = []
         live: set[int] = set()
+        carried: set[int] = set()  # every id that carried a followed one, also one that ended since
         for topic in self.fixed:
             path, now = follow(topic, ended)
             moved += path
@@ -286,7 +290,9 @@ class TopicChoice:
                 live.add(now)
             for step in path:
                 if step.kind == "merge" and step.into is not None:
-                    self._since.setdefault(step.into, step.version)
+                    carried.add(step.into)
+                    if step.into not in self._asked:
+                        self._since.setdefault(step.into, step.version)
         # A split keeps the id followed (it holds one half) and gives the other half a new id, which is a topic
         # of its own: not followed, but told once (events oldest first, as they happened).
         splits = [
@@ -297,7 +303,7 @@ class TopicChoice:
         self._splits_told.update((e.parent, e.topic) for e in splits)
         if moved:
             self.fixed = frozenset(live)
-            self.topics = self.topics | self.fixed
+            self.topics = self.topics | self.fixed | carried
             if not live:  # every id followed ended: outputs of this version on carry none of them
                 self.ended_at = max(e.version for e in moved)
         if self.on_moved is not None and (moved or splits):

@@ -196,6 +196,9 @@ def test_a_followed_id_follows_its_merges_and_is_dropped_when_retired(settings: 
     # An id merged into carries the followed one from the merge's snapshot on: its own articles of before are not
     # the followed topic's (a subscriber of 0 merged into 2 at v19 printed outputs of v17 tagged 2).
     assert [choice.topics_for(v) for v in (1, 2, 3, None)] == [{3, 7}, {3, 5, 7}, {1, 3, 5, 7}, {1, 3, 5, 7}]
+    both = TopicChoice(store, fixed=frozenset({3, 5}), lineage=lineage)  # 3 merged into 5: both asked for
+    assert both.update(now=0) and both.fixed == frozenset()  # through 1, which ended
+    assert both.topics_for(1) == {3, 5} and both.topics_for(3) == {1, 3, 5}  # 5's own outputs of before too
 
 
 def test_a_redis_that_goes_away_keeps_the_topics_followed(server: RedisServer) -> None:
