@@ -214,7 +214,8 @@ class Tokenizer:
         extra = frozenset(extra_stop_words)
         self.stop_words = frozenset(stop_words) | extra
         #: Each listed language's stop words (with ``extra_stop_words``), by its code.
-        self.language_stop_words = {code: language_stop_words(code) | extra for code in sorted(set(languages))}
+        codes = sorted({key for code in languages if (key := language_key(code))})  # "DE" is "de"
+        self.language_stop_words = {code: language_stop_words(code) | extra for code in codes}
         self._stop_series: Any = None  # the English list as a polars list literal, made on first use
         self._stop_table: Any = None  # (language, word) pairs as a polars frame, made on first use
         self.min_length = min_length

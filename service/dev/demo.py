@@ -9,7 +9,8 @@
 4. Show the live topics from the learner's snapshots in Redis, with throughput, as many as the terminal has
    lines for; Ctrl-C (or SIGTERM, or a closed terminal) stops everything that was started here (the learner gets
    SIGTERM and leaves a final snapshot; a second Ctrl-C stops it at once). The local broker and Redis are stopped
-   either way, and die with this process should it be killed (:func:`die_with_parent`).
+   either way, and on Linux die with this process should it be killed (:func:`die_with_parent`; elsewhere a
+   killed demo leaves its children running).
 
 One demo at a time per directory: its settings file and logs are in ``.topicstream/`` (a second one is refused).
 Every run starts afresh: a new broker and Redis, a new model, no names.
@@ -50,14 +51,17 @@ class ChildFailed(RuntimeError):
 
 
 def _child(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    """A ``topicstream`` command as a child, its output in ``log``, killed should this process die (the broker and
-    Redis die with it then: nothing would be left for a graceful stop)."""
+    """A ``topicstream`` command as a child, its output in ``log``. In a session of its own: the terminal's signals
+    (Ctrl-C, the hangup of a closed terminal) reach the demo alone, which stops it with SIGTERM, so that the
+    learner writes its final snapshot (a hangup killed it at once). On Linux it is killed should the demo die
+    (the broker and Redis die with it then: nothing would be left for a graceful stop)."""
     with open(log, "ab") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "service", *args],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
+            start_new_session=True,
             preexec_fn=die_with_parent(),
         )
 

@@ -102,7 +102,11 @@ def local_binary(package: str, name: str) -> Path:
 
 @dataclass
 class LocalStack:
-    """Start Tansu and Redis on free loopback ports; stop them on :meth:`stop` (or leaving ``with``)."""
+    """Start Tansu and Redis on free loopback ports; stop them on :meth:`stop` (or leaving ``with``).
+
+    On Linux both are killed when the thread that called :meth:`start` ends (:func:`die_with_parent`): start it
+    from the main thread, or from one that lives as long as the stack should (a thread that returns takes the
+    broker with it)."""
 
     kafka_port: int = 0
     redis_port: int = 0

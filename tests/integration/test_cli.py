@@ -203,7 +203,8 @@ def test_demo_refuses_half_a_configuration(tmp_path: Path, monkeypatch: pytest.M
 def test_nothing_the_demo_started_outlives_it(tmp_path: Path, how: str) -> None:
     """The broker and Redis run in sessions of their own (a Ctrl-C must not stop them before the learner's final
     snapshot). A second Ctrl-C during the stop, SIGTERM or SIGHUP to the demo's process group (``kill %1``, a
-    closed terminal) left both running for good, and a local broker grows to gigabytes; so would SIGKILL."""
+    closed terminal) left both running for good, and a local broker grows to gigabytes; so would SIGKILL. The
+    hangup of a closed terminal also killed the learner without its final snapshot: it was in the demo's group."""
     import psutil
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOPICSTREAM_")}
@@ -242,6 +243,8 @@ def test_nothing_the_demo_started_outlives_it(tmp_path: Path, how: str) -> None:
     for p in alive:
         p.kill()
     assert not left
+    if how == "terminal closed":  # the hangup reached the demo alone, which stopped the learner with SIGTERM
+        assert "SIGTERM: finishing the batch and stopping" in log.read_text()
 
 
 def test_make_run_demo_invites_a_second_terminal_and_stops_on_ctrl_c(tmp_path: Path) -> None:
