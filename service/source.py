@@ -22,7 +22,7 @@ import pydantic_core
 from confluent_kafka import KafkaException
 
 from .kafka import KEEP_FAILURES, DeliveryTracker, flush_all, make_producer
-from .schemas import BOM, Rejection, decode_article
+from .schemas import BOM, Article, Rejection, decode_article
 from .settings import Settings
 
 __all__ = ["Tally", "iter_lines", "produce_lines"]
@@ -91,9 +91,8 @@ class Tally:
         if len(self.first) < KEEP_FAILURES:
             self.first.append(line)
 
-    def judge(self, line: int, value: bytes, max_bytes: int) -> None:
-        """Count ``value`` when the learner will dead-letter it (:func:`service.schemas.decode_article`)."""
-        verdict = decode_article(value, max_bytes)
+    def sent(self, line: int, verdict: Article | Rejection) -> None:
+        """A line sent, as the learner will judge it (:func:`service.schemas.decode_article`)."""
         if isinstance(verdict, Rejection):
             self.invalid += 1
             if len(self.first_invalid) < 3:
@@ -134,11 +133,13 @@ def produce_lines(
                 if ahead > 0:
                     time.sleep(ahead)
             sent += 1
+            verdict = decode_article(line, settings.max_article_bytes)
+            key = verdict.id.encode() if isinstance(verdict, Article) else _key_of(line)  # one parse a good line
             while True:
                 try:
-                    producer.produce(topic, value=line, key=_key_of(line), on_delivery=tracker.callback)
+                    producer.produce(topic, value=line, key=key, on_delivery=tracker.callback)
                     tracker.sent()
-                    tally.judge(number, line, settings.max_article_bytes)
+                    tally.sent(number, verdict)
                     break
                 except BufferError:
                     producer.poll(0.1)
