@@ -240,6 +240,23 @@ def write_outputs(s: Settings, outputs: list[tuple[bytes, list[tuple[str, bytes]
     assert producer.flush(30) == 0
 
 
+def first_matches(s: Settings, choice: TopicChoice, n: int) -> list[tuple[str, int]]:
+    """(article id, topic) of the first ``n`` outputs that ``choice`` matches, read from the output topic's
+    beginning (at most 30 s)."""
+    reader = OutputReader(s, s.output_topic, from_beginning=True)
+    got: list[tuple[str, int]] = []
+    try:
+        lines = matching_articles(reader, choice)
+        deadline = time.monotonic() + 30
+        while len(got) < n and time.monotonic() < deadline:
+            line = next(lines)
+            if line is not None:
+                got.append((line["id"], line["topic"]))
+    finally:
+        reader.close()
+    return got
+
+
 class StoppingReader(OutputReader):
     """The real reader; its fifth poll sets ``stop`` (as Ctrl-C would, meanwhile)."""
 
@@ -379,17 +396,7 @@ def test_an_output_of_a_newer_snapshot_updates_the_followed_ids_at_once(settings
     lineage.push([LineageEvent("merge", 3, 3, 5, 0.1, 2, 0.0)])
     publish(store, summary_of(2, {0: "tennis", 5: "energy"}))
     write_outputs(s, [output(i, t, version=v) for i, (t, v) in enumerate([([3], 1), ([5], 2), ([0], 2), ([5], 2)])])
-    reader = OutputReader(s, s.output_topic, from_beginning=True)
-    got: list[tuple[str, int]] = []
-    try:
-        lines = matching_articles(reader, choice)
-        deadline = time.monotonic() + 30
-        while len(got) < 3 and time.monotonic() < deadline:
-            line = next(lines)
-            if line is not None:
-                got.append((line["id"], line["topic"]))
-    finally:
-        reader.close()
+    got = first_matches(s, choice, 3)
     assert got == [("o0", 3), ("o1", 5), ("o3", 5)] and choice.fixed == {5}
     assert not choice.catch_up(2)  # once per version
 
@@ -408,17 +415,7 @@ def test_words_that_move_to_another_topic_keep_the_outputs_of_the_earlier_one(se
     publish(store, summary_of(2, {0: "tennis", 3: "music", 5: "energy"}))
     tagged = [([3], 1), ([5], 2), ([3], 1), ([3], 2), ([5], 2)]  # o2: snapshot 1's, read after snapshot 2's o1
     write_outputs(s, [output(i, t, version=v) for i, (t, v) in enumerate(tagged)])
-    reader = OutputReader(s, s.output_topic, from_beginning=True)
-    got: list[tuple[str, int]] = []
-    try:
-        lines = matching_articles(reader, choice)
-        deadline = time.monotonic() + 30
-        while len(got) < 4 and time.monotonic() < deadline:
-            line = next(lines)
-            if line is not None:
-                got.append((line["id"], line["topic"]))
-    finally:
-        reader.close()
+    got = first_matches(s, choice, 4)
     assert got == [("o0", 3), ("o1", 5), ("o2", 3), ("o4", 5)] and choice.topics == {5}
 
 
