@@ -79,6 +79,12 @@ class Settings(BaseSettings):
         description="A UTF-8 file of more stop words, one or more per line, dropped besides scikit-learn's English "
         "ones (e.g. der, die, und for German wires); give the learner and the replicas the same file",
     )
+    keep_words_file: Path | None = Field(
+        None,
+        description="A UTF-8 file of words never dropped as stop words, one or more per line, whatever list holds "
+        "them (stopwords-iso's lists are broad: German jahr, menschen, Russian россия, война); give the learner "
+        "and the replicas the same file",
+    )
     stop_words_languages: str | None = Field(
         None,
         description="Languages (ISO 639-1 codes, comma-separated, e.g. de,fr,es) whose articles, by their language "
@@ -235,7 +241,7 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown algorithm {v!r}; choose one of {', '.join(sorted(ALGORITHM_NAMES))}")
         return v
 
-    @field_validator("stop_words_file")
+    @field_validator("stop_words_file", "keep_words_file")
     @classmethod
     def _readable(cls, v: Path | None) -> Path | None:
         if v is not None:
@@ -248,21 +254,22 @@ class Settings(BaseSettings):
     @field_validator("stop_words_languages")
     @classmethod
     def _check_languages(cls, v: str | None) -> str | None:
-        from .text import language_stop_words
+        from .text import language_key, language_stop_words
 
-        codes = sorted({code.strip().lower() for code in (v or "").split(",") if code.strip()})
+        codes = sorted({key for code in (v or "").split(",") if (key := language_key(code))})  # de-AT is de
         for code in codes:
             language_stop_words(code)  # a ValueError names the languages there are
         return ",".join(codes) or None
 
     def tokenizer(self) -> Tokenizer:
         """The tokenizer of the learner and the replicas: English stop words, those of ``stop_words_file``, and
-        each of ``stop_words_languages``' for its articles."""
+        each of ``stop_words_languages``' for its articles, less the words of ``keep_words_file``."""
         from .text import Tokenizer, read_stop_words
 
         return Tokenizer(
             extra_stop_words=read_stop_words(self.stop_words_file) if self.stop_words_file else (),
             languages=self.stop_words_languages.split(",") if self.stop_words_languages else (),
+            keep_words=read_stop_words(self.keep_words_file) if self.keep_words_file else (),
         )
 
     @field_validator("log_level")

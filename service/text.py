@@ -165,18 +165,39 @@ def language_key(tag: str | None) -> str | None:
     return re.split(r"[-_]", tag.strip(), maxsplit=1)[0].lower() or None
 
 
+#: Languages written without spaces between words: the tokenizer does not segment them (README, "Events"), so
+#: their stop words would change nothing.
+UNSEGMENTED = frozenset({"zh", "ja", "th"})
+#: Typos of stopwords-iso's Greek list: the INCREMENT sign (U+2206) for a capital delta, which the tokenizer takes
+#: for a separator ("∆εν" made "εν"), and a medial sigma where a word ends (no article spells "αυτοσ").
+_GREEK_TYPOS = (re.compile("\u2206"), "δ"), (re.compile("σ\\b"), "ς")
+
+
 def language_stop_words(code: str) -> frozenset[str]:
     """The stop words of the language ``code`` (ISO 639-1, e.g. "de"; English excepted, see :class:`Tokenizer`)
-    from stopwords-iso (the ``stopwordsiso`` package, 58 languages), spelt as the tokenizer spells words. A
-    ValueError names the languages it has when it lacks ``code``."""
+    from stopwords-iso (the ``stopwordsiso`` package: 57 languages besides English), spelt as the tokenizer spells
+    words. An entry the tokenizer splits ("aujourd'hui", "хотел бы") gives only its pieces that are entries
+    themselves: "хотел" (wanted) alone is no stop word. A ValueError names the languages it has when it lacks
+    ``code``."""
     import stopwordsiso
 
     if code == "en":
         raise ValueError("English stop words are built in (scikit-learn's list): do not list en")
+    if code in UNSEGMENTED:
+        raise ValueError(
+            f"{code!r} text is written without spaces and not split into words (README, Events): segment it before "
+            "it is produced; its stop words would change nothing"
+        )
     if not stopwordsiso.has_lang(code):
-        have = ", ".join(sorted(set(stopwordsiso.langs()) - {"en"}))
+        have = ", ".join(sorted(set(stopwordsiso.langs()) - {"en"} - UNSEGMENTED))
         raise ValueError(f"no stop words for language {code!r}; stopwords-iso has {have}")
-    return frozenset(chain.from_iterable(_words(w) for w in stopwordsiso.stopwords(code)))
+    entries = [str(w) for w in stopwordsiso.stopwords(code)]
+    if code == "el":
+        for typo, fix in _GREEK_TYPOS:
+            entries = [typo.sub(fix, w) for w in entries]
+    spelt = [_words(w) for w in entries]
+    whole = {pieces[0] for pieces in spelt if len(pieces) == 1}
+    return frozenset(whole | {p for pieces in spelt if len(pieces) > 1 for p in pieces if p in whole})
 
 
 class Tokenizer:
@@ -184,11 +205,12 @@ class Tokenizer:
     words outside ``[min_length, max_length]``.
 
     This is seed 003's preprocessing (English stop words from scikit-learn). ``extra_stop_words`` are dropped
-    from every text. With ``languages`` (ISO 639-1 codes, English excepted), a text whose language (the article's
-    ``language`` field, :func:`language_key`) is one of them loses that language's stop words
-    (:func:`language_stop_words`) instead of the English ones: a German article keeps "war" (a noun in English,
-    "was" in German) only when it is not marked "de". Texts without a language, or in another one, lose the
-    English ones.
+    from every text; ``keep_words`` from no text, whatever list holds them (stopwords-iso's are broad: German
+    "jahr", "menschen", Russian "россия", "война"). With ``languages`` (ISO 639-1 codes, English excepted), a
+    text whose language (the article's ``language`` field, :func:`language_key`) is one of them loses that
+    language's stop words (:func:`language_stop_words`) instead of the English ones: a German article keeps "war"
+    (a noun in English, "was" in German) only when it is not marked "de". Texts without a language, or in another
+    one, lose the English ones.
 
     >>> Tokenizer()("The Fed raised rates; the FED's chair spoke.")
     ['fed', 'raised', 'rates', 'fed', 'chair', 'spoke']
@@ -203,6 +225,7 @@ class Tokenizer:
         max_length: int = 30,
         extra_stop_words: Iterable[str] = (),
         languages: Iterable[str] = (),
+        keep_words: Iterable[str] = (),
     ) -> None:
         if min_length < 1 or max_length < min_length:
             raise ValueError(f"need 1 <= min_length <= max_length, got {min_length}, {max_length}")
@@ -211,11 +234,11 @@ class Tokenizer:
             from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
             stop_words = ENGLISH_STOP_WORDS
-        extra = frozenset(extra_stop_words)
-        self.stop_words = frozenset(stop_words) | extra
-        #: Each listed language's stop words (with ``extra_stop_words``), by its code.
+        extra, keep = frozenset(extra_stop_words), frozenset(keep_words)
+        self.stop_words = (frozenset(stop_words) | extra) - keep
+        #: Each listed language's stop words (with ``extra_stop_words``, without ``keep_words``), by its code.
         codes = sorted({key for code in languages if (key := language_key(code))})  # "DE" is "de"
-        self.language_stop_words = {code: language_stop_words(code) | extra for code in codes}
+        self.language_stop_words = {code: (language_stop_words(code) | extra) - keep for code in codes}
         self._stop_series: Any = None  # the English list as a polars list literal, made on first use
         self._stop_table: Any = None  # (language, word) pairs as a polars frame, made on first use
         self.min_length = min_length

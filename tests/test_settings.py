@@ -268,6 +268,15 @@ def test_stop_word_languages_are_read_by_the_service_tokenizer_or_named_when_unk
     assert none.tokenizer().fingerprint() == load_settings().tokenizer().fingerprint()
     with pytest.raises(SettingsError, match=r"TOPICSTREAM_STOP_WORDS_LANGUAGES: .*no stop words for language 'xx'"):
         load_settings(stop_words_languages="de,xx")
+    assert load_settings(stop_words_languages="de-AT, fr_CA").stop_words_languages == "de,fr"  # as articles say
+
+
+def test_a_keep_words_file_gives_words_back_from_every_list(tmp_path: Path) -> None:
+    (tmp_path / "keep.txt").write_text("Jahr said\n", encoding="utf-8")
+    tok = load_settings(keep_words_file=str(tmp_path / "keep.txt"), stop_words_languages="de").tokenizer()
+    assert tok("das Jahr", language="de") == ["jahr"] and tok("he said") == ["said"]
+    with pytest.raises(SettingsError, match=r"TOPICSTREAM_KEEP_WORDS_FILE: .*cannot read"):
+        load_settings(keep_words_file=str(tmp_path / "missing.txt"))
 
 
 def test_a_stop_word_file_is_read_by_the_service_tokenizer_or_named_when_unreadable(tmp_path: Path) -> None:

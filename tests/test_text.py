@@ -370,6 +370,29 @@ def test_the_languages_are_part_of_the_fingerprint_and_checked() -> None:
     assert [language_key(t) for t in ("de-AT", " DE ", "de_CH", "", None, "-")] == ["de", "de", "de", None, None, None]
 
 
+def test_the_language_lists_are_spelt_as_articles_are_and_words_can_be_kept() -> None:
+    """stopwords-iso's lists as the tokenizer reads them: an entry it splits gave pieces that became stop words on
+    their own ("хотел бы" made "хотел", wanted, one); the Greek list's INCREMENT signs for capital deltas made
+    "∆εν" "εν" and pieces such as "ιου", and its final medial sigmas ("αυτοσ") matched no article. The lists are
+    broad (German "jahr", "menschen"; Russian "россия", "война"): ``keep_words`` gives words back, in every list;
+    Chinese, Japanese and Thai, which the tokenizer does not segment, are refused."""
+    from service.text import language_stop_words
+
+    russian, greek = language_stop_words("ru"), language_stop_words("el")
+    assert "хотел" not in russian and "бы" in russian
+    assert {"δεν", "αυτος", "ηδη"} <= greek and not {"ιου", "αυτοσ"} & greek
+    assert not any("\u2206" in w for w in greek)
+    assert {"jahr", "menschen"} <= language_stop_words("de") and {"россия", "война"} <= russian
+    tok = Tokenizer(languages=["de", "ru"], keep_words=["jahr", "война", "said"])
+    assert tok("Im Jahr der Menschen", language="de") == ["jahr"]
+    assert tok("война и мир", language="ru") == ["война"]
+    assert tok("he said so") == ["said"]
+    assert tok.fingerprint() != Tokenizer(languages=["de", "ru"]).fingerprint()
+    for unsegmented in ("zh", "ja", "th"):
+        with pytest.raises(ValueError, match="without spaces and not split into words"):
+            language_stop_words(unsegmented)
+
+
 def test_a_text_is_normalised_whenever_normalising_could_change_its_words() -> None:
     """The tokenizer normalises (NFKC, invisible characters, dotted I) only a text holding a character of
     ``_normalising()``, to spare most news the cost; for every other character, normalising a text around it must
