@@ -44,9 +44,9 @@ def topics_table(
     hidden = 0 if show_empty else sum(1 for t in rows if t["prevalence"] < EMPTY)
     small = 0 if show_empty else sum(1 for t in rows if EMPTY <= t["prevalence"] < smallest)
     rows = rows if show_empty else [t for t in rows if t["prevalence"] >= max(EMPTY, smallest)]
-    notes = [f"{hidden} empty topic slots not shown (--all shows them)"] if hidden else []
+    notes = [f"{_count(hidden, 'empty topic slot')} not shown (--all shows them)"] if hidden else []
     if small:
-        notes.append(f"{small} topics under {smallest:.0%} of the articles not shown")
+        notes.append(f"{_count(small, 'topic')} under {smallest:.0%} of the articles not shown")
     holding, used, slots = summary.get("topics_holding_95"), summary["topics_used"], len(summary["topics"])
     crowded = holding is not None and (holding > TRUNCATION_LIMITS * slots or used >= TRUNCATION_USED * slots)
     if summary["algorithm"] == "ohdp" and crowded:
@@ -81,6 +81,11 @@ def topics_table(
         cells += [f"{t['prevalence']:.3f}", f"{t['drift']:.3f}", " ".join(t["top_words"][:n_words])]
         table.add_row(*cells)
     return table
+
+
+def _count(n: int, thing: str) -> str:
+    """``n`` and ``thing``, plural unless one: "1 topic", "3 topics"."""
+    return f"{n} {thing}" if n == 1 else f"{n} {thing}s"
 
 
 def matches_table(matches: list[Any], words: str, version: Any) -> Table:

@@ -45,7 +45,7 @@ def test_an_online_hdp_limited_by_its_truncation_is_told_to_raise_it() -> None:
     caption = topics_table(muddled).caption
     assert isinstance(caption, str) and "8 of the 10 topic slots hold 95 % of the weight and 10 hold" in caption
     both = topics_table(crowded | {"topics": crowded["topics"] + summary([0.0])["topics"]}).caption
-    assert isinstance(both, str) and both.splitlines()[0].startswith("1 empty topic slots not shown")
+    assert isinstance(both, str) and both.splitlines()[0].startswith("1 empty topic slot not shown")
 
 
 def test_the_live_view_gives_each_topic_one_line_of_an_80_column_terminal() -> None:
@@ -81,3 +81,5 @@ def test_a_live_view_of_a_small_corpus_shows_the_topics_used_and_counts_the_rest
     assert list(table.columns[0].cells) == ["0", "1", "2", "3"]
     assert table.caption == "16 topics under 1% of the articles not shown"
     assert len(list(topics_table(s).columns[0].cells)) == 20  # `topicstream topics` shows every topic but empty slots
+    one = topics_table(summary([0.5, 0.495, 0.005, EMPTY / 2]), smallest=0.01).caption
+    assert one == "1 empty topic slot not shown (--all shows them)\n1 topic under 1% of the articles not shown"
