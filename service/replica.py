@@ -169,12 +169,11 @@ class Replica(BatchWorker):
     def _check_tokenizer(self, learners: object, version: int) -> None:
         """Warn (once per fingerprint) and count ``errors_total{kind="tokenizer"}`` when the learner that wrote a
         snapshot tokenizes otherwise than this replica: the replica would look up words the model never learned
-        (another TOPICSTREAM_STOP_WORDS_FILE or TOPICSTREAM_STOP_WORDS_LANGUAGES, or a version with other
-        normalisation during a rolling upgrade). It
-        serves the snapshot all the same: mixtures from the words both have are better than none. A snapshot
-        without a fingerprint was written by a learner older than the fingerprints (the oldest of them normalised
-        no text: for soft hyphens, ligatures and the like they make other words): it counts as another
-        tokenizer."""
+        (another TOPICSTREAM_STOP_WORDS_FILE, TOPICSTREAM_STOP_WORDS_LANGUAGES or TOPICSTREAM_KEEP_WORDS_FILE, or
+        a version with other normalisation during a rolling upgrade). It serves the snapshot all the same:
+        mixtures from the words both have are better than none. A snapshot without a fingerprint was written by a
+        learner older than the fingerprints (the oldest of them normalised no text: for soft hyphens, ligatures
+        and the like they make other words): it counts as another tokenizer."""
         ours = self.tokenizer.fingerprint()
         if learners == ours:
             return
@@ -186,7 +185,8 @@ class Replica(BatchWorker):
         if told:
             log.warning(
                 "snapshot %d was learned with another tokenizer (fingerprint %s, this replica's %s): give the learner "
-                "and the replicas the same TOPICSTREAM_STOP_WORDS_FILE, TOPICSTREAM_STOP_WORDS_LANGUAGES and version",
+                "and the replicas the same TOPICSTREAM_STOP_WORDS_FILE, TOPICSTREAM_STOP_WORDS_LANGUAGES, "
+                "TOPICSTREAM_KEEP_WORDS_FILE and version",
                 version, told, ours,
             )  # fmt: skip
         else:
