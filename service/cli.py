@@ -178,9 +178,9 @@ def produce(
     dt = time.monotonic() - t0
     err.print(f"produced {n} articles to {s.input_topic} in {dt:.1f}s ({n / max(dt, 1e-9):.0f}/s)")
     if tally.invalid:
-        why = "; ".join(f"line {line}: {r.reason}: {r.detail[:160]}" for line, r in tally.first_invalid)
         err.print(
-            f"[yellow]{tally.invalid} of them are no valid article, and the learner dead-letters them ({why}); "
+            f"[yellow]{tally.invalid} of them are no valid article, and the learner dead-letters them "
+            f"({tally.reasons()}); "
             "README, Events, says what an article holds[/yellow]",
             highlight=False,
         )

@@ -138,40 +138,36 @@ def make_producer(settings: Settings, **overrides: str | int | bool) -> Producer
 def make_admin(settings: Settings) -> AdminClient:
     """An admin client whose lines wait for its ``poll()``: a long-lived one's holder polls it (the learner, each
     turn of its loop); a short-lived one is polled when a request fails, so that librdkafka's reason is said once
-    (:func:`_said`), and its other lines are dropped with it."""
+    (:func:`_topic_names`), and its other lines are dropped with it."""
     conf: dict[str, Any] = {**_base(settings), "logger": RDKAFKA_LOG, **settings.kafka_config}
     return AdminClient(conf)
-
-
-def _said(admin: AdminClient) -> None:
-    """Hand what ``admin``'s librdkafka has said to the ``librdkafka`` logger (one line of a kind a minute)."""
-    admin.poll(0)
 
 
 #: How long a command waits for a broker to answer at its start before it says it cannot reach one (exit 3).
 CONNECT_TIMEOUT_S = 30.0
 
 
+def _topic_names(admin: AdminClient, timeout: float) -> set[str]:
+    """The brokers' topics, or KafkaException when none answers within ``timeout`` seconds, after handing what
+    ``admin``'s librdkafka said meanwhile to the ``librdkafka`` logger (one line of a kind a minute)."""
+    try:
+        return set(admin.list_topics(timeout=timeout).topics)
+    except KafkaException:
+        admin.poll(0)
+        raise
+
+
 def check_reachable(settings: Settings, timeout: float | None = None) -> None:
     """Raise KafkaException when no broker answers a metadata request within ``timeout`` seconds (so a process
     that needs Kafka says so at its start instead of retrying quietly for ever)."""
-    admin = make_admin(settings)
-    try:
-        admin.list_topics(timeout=CONNECT_TIMEOUT_S if timeout is None else timeout)
-    except KafkaException:
-        _said(admin)
-        raise
+    _topic_names(make_admin(settings), CONNECT_TIMEOUT_S if timeout is None else timeout)
 
 
 def ensure_topics(settings: Settings, topics: dict[str, int], timeout: float | None = None) -> None:
     """Create the topics that do not exist yet (name → partitions); existing ones are left alone."""
     timeout = CONNECT_TIMEOUT_S if timeout is None else timeout
     admin = make_admin(settings)
-    try:
-        existing = set(admin.list_topics(timeout=timeout).topics)
-    except KafkaException:
-        _said(admin)
-        raise
+    existing = _topic_names(admin, timeout)
     new = [
         NewTopic(name, num_partitions=n, replication_factor=-1) for name, n in topics.items() if name not in existing
     ]

@@ -91,6 +91,10 @@ class Tally:
         if len(self.first) < KEEP_FAILURES:
             self.first.append(line)
 
+    def reasons(self, n: int = 3) -> str:
+        """Why the first ``n`` invalid lines are: "line 1: not_json: ...; line 2: invalid: ..."."""
+        return "; ".join(f"line {line}: {r.reason}: {r.detail[:160]}" for line, r in self.first_invalid[:n])
+
     def sent(self, line: int, verdict: Article | Rejection) -> None:
         """A line sent, as the learner will judge it (:func:`service.schemas.decode_article`)."""
         if isinstance(verdict, Rejection):

@@ -36,10 +36,10 @@ from rich.text import Text
 
 from ..kafka import ensure_topics
 from ..names import TopicNames
-from ..schemas import Article, Rejection, decode_article
+from ..schemas import decode_article
 from ..settings import Settings
 from ..snapshot import SnapshotStore
-from ..source import iter_lines
+from ..source import Tally, iter_lines
 from ..tables import topics_table
 from .localstack import LocalStack, die_with_parent, free_port, run_names
 
@@ -158,30 +158,29 @@ def check_articles(path: Path, max_bytes: int, out: IO[str] | None = None) -> in
     """How many of the first :data:`CHECK_LINES` non-blank lines of ``path`` are articles (as the learner will
     judge them). When none is, SystemExit(2) naming the first line's problem: every article would go to the
     dead-letter topic, and the demo would show empty topics for ever. Some that are not: one line on ``out``."""
-    judged: list[tuple[int, Article | Rejection]] = []
+    tally, judged = Tally(), 0
     for number, value in enumerate(iter_lines(path), start=1):
         if value.strip():
-            judged.append((number, decode_article(value, max_bytes)))
-        if len(judged) == CHECK_LINES:
+            judged += 1
+            tally.sent(number, decode_article(value, max_bytes))
+        if judged == CHECK_LINES:
             break
-    bad = [(n, v) for n, v in judged if isinstance(v, Rejection)]
-    if not bad:
-        return len(judged)
-    number, first = bad[0]
-    why = f"line {number}: {first.reason}: {first.detail[:160]}"
+    if not tally.invalid:
+        return judged
+    first = tally.reasons(1)
     fields = "each line must be a JSON object with an id and a text (README, Events)"
-    if len(bad) == len(judged):
+    if tally.invalid == judged:
         Console(stderr=True).print(
-            f"[red]{path} holds no article among its first {len(judged)} lines ({why}); {fields}[/red]",
+            f"[red]{path} holds no article among its first {judged} lines ({first}); {fields}[/red]",
             highlight=False,
         )
         raise SystemExit(2)
     Console(file=out, stderr=out is None).print(
-        f"[yellow]{len(bad)} of the first {len(judged)} lines of {path} are no article ({why}): the learner "
+        f"[yellow]{tally.invalid} of the first {judged} lines of {path} are no article ({first}): the learner "
         f"dead-letters them; {fields}[/yellow]",
         highlight=False,
     )
-    return len(judged) - len(bad)
+    return judged - tally.invalid
 
 
 def run_demo(
@@ -341,8 +340,9 @@ USED = 0.01
 
 def live_table(console: Console, summary: dict[str, Any], names: dict[int, str]) -> Any:
     """The topics table of the live view: one line a topic, as many as fit the terminal's height with the line
-    under it and the cursor's (the caption's notes may wrap: the table is measured as drawn)."""
-    rows = console.size.height
+    under it and the cursor's (the caption's notes may wrap: the table is measured as drawn, from the most rows
+    that could fit: the height less the title, the borders and header, and those two lines)."""
+    rows = console.size.height - 7
     while True:
         table = topics_table(summary, limit=rows, names=names, one_line=True, more="a taller terminal", smallest=USED)
         if rows <= 3 or len(console.render_lines(table, pad=False)) + 2 <= console.size.height:
