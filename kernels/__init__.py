@@ -14,13 +14,18 @@ algorithm names — can be read without importing numba.
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._base import TopicModel
 from ._batch import Batch, as_batch
+from ._numba_cache import ensure_numba_cache
 from ._schedule import StepSize
 from .background import background_topic
 from .registry import ALGORITHM_NAMES, kernel_class
+
+# Before any module here compiles with cache=True (those above do not; the kernel classes load on first access).
+ensure_numba_cache(Path(__file__).parent)
 
 if TYPE_CHECKING:
     from .ohdp import OnlineHDP

@@ -15,11 +15,17 @@ match (a vectorised string comparison), so two words with equal hashes are never
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 from numba import njit
 from numpy.typing import NDArray
 
+from kernels._numba_cache import ensure_numba_cache
+
 __all__ = ["build_index", "count_runs", "find_all"]
+
+ensure_numba_cache(Path(__file__).parent)  # before numba looks for a cache for the functions below
 
 
 @njit(cache=True, nogil=True)

@@ -1,0 +1,59 @@
+"""Where numba caches the kernels when it has no place of its own (kernels/_numba_cache.py)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from kernels._numba_cache import ensure_numba_cache
+
+# Nobody, root included, can make a directory under /proc: a read-only install with no writable home.
+NOWHERE = Path("/proc/topicstream-no-such-dir")
+
+
+@pytest.fixture
+def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return tmp_path
+
+
+def test_a_read_only_install_without_a_home_caches_in_a_private_directory(
+    private_tmp: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """numba raised "cannot cache function ...: no locator available" on import, and ``topicstream run``,
+    ``replica`` and ``eval`` stopped with a traceback."""
+    environ = {"XDG_CACHE_HOME": str(NOWHERE / "cache"), "NUMBA_CACHE_DIR": str(NOWHERE / "numba")}
+    with caplog.at_level(logging.WARNING, logger="kernels._numba_cache"):
+        chosen = ensure_numba_cache(NOWHERE / "kernels", environ)
+    expected = private_tmp / f"topicstream-numba-{os.getuid()}"
+    assert chosen == environ["NUMBA_CACHE_DIR"] == str(expected)
+    assert expected.stat().st_mode & 0o777 == 0o700
+    assert f"compiled kernels are cached in {expected}" in caplog.text
+    assert f"NUMBA_CACHE_DIR={NOWHERE / 'numba'}" in caplog.text
+    # the next start takes the same directory, so the compiled code is kept
+    assert ensure_numba_cache(NOWHERE / "kernels", {"XDG_CACHE_HOME": str(NOWHERE)}) == str(expected)
+
+
+def test_a_shared_directory_of_that_name_is_not_trusted(private_tmp: Path) -> None:
+    """numba loads what it finds in its cache: a directory another user could write to is not used."""
+    planted = private_tmp / f"topicstream-numba-{os.getuid()}"
+    planted.mkdir()
+    planted.chmod(0o777)
+    chosen = ensure_numba_cache(NOWHERE / "kernels", {"XDG_CACHE_HOME": str(NOWHERE)})
+    assert chosen is not None and Path(chosen).parent == private_tmp and Path(chosen) != planted
+    assert Path(chosen).stat().st_mode & 0o777 == 0o700
+
+
+def test_nothing_changes_where_numba_has_a_place_of_its_own(tmp_path: Path) -> None:
+    beside = {"XDG_CACHE_HOME": str(NOWHERE)}
+    assert ensure_numba_cache(tmp_path / "kernels", beside) is None  # __pycache__ beside the modules
+    assert beside == {"XDG_CACHE_HOME": str(NOWHERE)}
+    home = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    assert ensure_numba_cache(NOWHERE / "kernels", home) is None  # the user's cache directory
+    chosen = {"NUMBA_CACHE_DIR": str(tmp_path / "numba"), "XDG_CACHE_HOME": str(NOWHERE)}
+    assert ensure_numba_cache(NOWHERE / "kernels", chosen) is None  # the user's choice
+    assert chosen["NUMBA_CACHE_DIR"] == str(tmp_path / "numba")
