@@ -12,9 +12,11 @@ ENV PIP_NO_CACHE_DIR=1 \
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
-# Dependencies first, so that editing the code does not reinstall them.
-COPY pyproject.toml README.md ./
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+# Dependencies first, so that editing the code does not reinstall them; with the report extra (matplotlib), so
+# that `topicstream report` runs in the image too (its venv is not writable there).
+COPY pyproject.toml README.md LICENSE ./
+RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
+print('\n'.join(p['dependencies'] + p['optional-dependencies']['report']))" \
         > /tmp/requirements.txt \
  && pip install --upgrade pip \
  && pip install -r /tmp/requirements.txt

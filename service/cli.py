@@ -18,6 +18,7 @@ from rich.markup import escape
 
 from evaluation.command import eval_command
 
+from . import __version__
 from .cli_errors import err, outputs_refused_is_fatal, serve_metrics, unreachable_is_fatal
 from .keys import check_types
 from .process import stop_on_signals, tune_for_service
@@ -26,6 +27,22 @@ from .tables import matches_table, topics_table
 
 app = typer.Typer(help="Streaming topic models over Kafka.", no_args_is_help=True, add_completion=False)
 app.command("eval")(eval_command)
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        print(f"topicstream {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Streaming topic models over Kafka."""
+
 
 Bootstrap = Annotated[str | None, typer.Option("--bootstrap", help="Kafka bootstrap servers (host:port)")]
 RedisUrl = Annotated[str | None, typer.Option("--redis-url", help="Redis URL for snapshots")]

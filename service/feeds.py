@@ -36,7 +36,7 @@ import feedparser
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from . import health
+from . import __version__, health
 from .backoff import Backoff
 from .entries import entry_article
 from .seen import SeenIds
@@ -61,7 +61,7 @@ MAX_FEED_BYTES = 20 * 1024 * 1024
 FEED_ERROR_KINDS = ("timeout", "connection", "http", "too_large", "not_a_feed", "not_sent")
 #: The ``result`` of ``topicstream_feed_requests_total`` (another 2xx status counts under its own code).
 FEED_RESULTS = ("200", "304", "error")
-USER_AGENT = "topicstream-feeds/0.1 (+https://github.com/topicstream)"
+USER_AGENT = f"topicstream-feeds/{__version__} (+https://github.com/topicstream)"
 
 
 class FeedError(Exception):

@@ -15,7 +15,7 @@ from functools import partial
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
-from . import health
+from . import __version__, health
 from .schemas import REJECTION_REASONS
 
 __all__ = ["Metrics"]
@@ -48,7 +48,9 @@ class Metrics:
     def __init__(self, role: str = "learner", registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
-        self.info = Info("topicstream_model", "Algorithm, number of topics and role of the process", registry=r)
+        self.info = Info(
+            "topicstream_model", "Algorithm, number of topics, role and version of the process", registry=r
+        )
         # Every series below is registered in this process's registry.
         counter = partial(Counter, registry=r)
         gauge = partial(Gauge, registry=r)
@@ -252,7 +254,7 @@ class Metrics:
                         gauge.labels(topic=label).set(float(value))
 
     def describe_model(self, algorithm: str, n_topics: int, capacity: int) -> None:
-        self.info.info({"algorithm": algorithm, "topics": str(n_topics), "role": self.role})
+        self.info.info({"algorithm": algorithm, "topics": str(n_topics), "role": self.role, "version": __version__})
         self.topic_slots.set(n_topics)
         self.vocabulary_capacity.set(capacity)
 

@@ -11,6 +11,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -512,7 +513,24 @@ def test_the_image_gets_every_package_and_nothing_else() -> None:
     assert imported and {m.split(".")[0] for m in imported[1].split(", ")} == packages
     lines = [x for x in (ROOT / ".dockerignore").read_text().splitlines() if x and not x.startswith("#")]
     assert lines[0] == "*"
-    assert {x[1:].rstrip("/") for x in lines if x.startswith("!")} == packages | {"pyproject.toml", "README.md"}
+    context = packages | {"pyproject.toml", "README.md", "LICENSE"}
+    assert {x[1:].rstrip("/") for x in lines if x.startswith("!")} == context
+    assert "COPY pyproject.toml README.md LICENSE ./" in text  # pyproject's license-files: the build needs it
+
+
+def test_the_image_can_run_every_command() -> None:
+    """The image installed the dependencies alone, so ``topicstream report`` asked for ``pip install
+    'topicstream[report]'``, which user 10001 cannot do in the image's venv. The build's own line is run here on
+    this pyproject.toml (the image's Python is 3.11, which has tomllib)."""
+    tomllib = pytest.importorskip("tomllib", reason="the Dockerfile's line needs Python 3.11's tomllib")
+    text = (ROOT / "Dockerfile").read_text()
+    build = text[text.index("FROM ${PYTHON_IMAGE} AS build") : text.index("# ---- runtime")]
+    script = re.search(r'RUN python -c "(.*?)" \\\n\s*> /tmp/requirements.txt', build, flags=re.S)
+    assert script, build
+    code = script[1].replace("\\\n", "")  # the shell's line continuations
+    printed = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert printed.stdout.splitlines() == project["dependencies"] + project["optional-dependencies"]["report"]
 
 
 def test_one_rule_for_who_publishes() -> None:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from importlib.metadata import version
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -96,9 +97,8 @@ def test_metrics_and_sigterm(settings: Settings) -> None:
         assert 1 <= held <= s.topics and sum(top[:held]) >= 0.95 - 1e-6 and sum(top[: held - 1]) < 0.95
         lags = [v for (n, _), v in samples.items() if n == "topicstream_consumer_lag_messages"]
         assert lags and all(v >= 0 for v in lags)
-        assert (
-            value(samples, "topicstream_model_info", algorithm=s.algorithm, topics=str(s.topics), role="learner") == 1
-        )
+        info = {"algorithm": s.algorithm, "topics": str(s.topics), "role": "learner", "version": version("topicstream")}
+        assert value(samples, "topicstream_model_info", **info) == 1  # the version tells old processes from new
 
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
