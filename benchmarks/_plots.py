@@ -392,6 +392,9 @@ FOOTER = """
   measure of its topics.
 - **Single pass is not convergence.** On corpora of a few thousand documents one pass is a few dozen
   minibatches; the equal-time rows show what each method does with the time a batch sampler needs.
+- **NPMI at one K.** The peers' coherence swings with K more than ours: Vowpal Wabbit's 0.200 on BBC at
+  K = 50 is its best K (−0.196 to 0.054 at 10, 20, 30, 75 and 100). `python -m benchmarks.coherence_by_k`
+  sweeps K; its tables are in [scvb0.md](scvb0.md) ("One K flatters one method").
 - **The batch reference is not converged.** 100 Gibbs sweeps (`--gibbs-iterations`) keep the run short; its
   curves are still rising at the end, so "Δ vs batch Gibbs" is against Gibbs at 100 sweeps, not at its
   optimum.

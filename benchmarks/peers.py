@@ -59,7 +59,7 @@ from .methods import (
 
 
 # ============================================================================================ the runner
-def _safe_infer(method: Method) -> Callable[[Batch], NDArray[np.float64]]:
+def safe_infer(method: Method) -> Callable[[Batch], NDArray[np.float64]]:
     """θ for every row; empty documents get the uniform mixture without asking the library."""
 
     def infer(docs: Batch) -> NDArray[np.float64]:
@@ -107,7 +107,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     method.prepare(batches)
     prepare_seconds = time.perf_counter() - t0
-    infer = _safe_infer(method)
+    infer = safe_infer(method)
 
     n_curve = min(int(spec.get("curve_docs", 500)), corpus.observed.n_docs)
     curve_obs, curve_held = corpus.observed.slice(0, n_curve), corpus.held_out.slice(0, n_curve)
