@@ -374,7 +374,7 @@ def _command() -> str:
 def _module_command() -> list[str]:
     """``python -m service`` for the children, without the current directory on their import path: ``-m`` puts it
     first, so a user's own ``service/`` or ``evaluation.py`` where they typed the command was imported instead of
-    topicstream's (the learner exited at once). ``-c`` takes the path's first entry out before importing."""
+    topicstream's (the learner exited at once). :data:`_RUN_SERVICE` takes out the entry that ``-c`` puts first."""
     return [sys.executable, "-c", _RUN_SERVICE]
 
 
