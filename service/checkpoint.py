@@ -119,6 +119,12 @@ class SnapshotWriter:
         self._thread = threading.Thread(target=self._loop, name="snapshot-writer", daemon=True)
         self._thread.start()
 
+    def drift_from(self, phi: NDArray[np.floating]) -> None:
+        """Measure the next snapshot's drift from ``phi`` (a restored model's topics; call before the first capture).
+        Without it the first snapshot after a restart had drift 0 for every topic: the drift alert missed what changed
+        while the learner was away, and topics that changed meaning kept their ids."""
+        self._prev_phi = np.asarray(phi, dtype=np.float32).copy()
+
     @property
     def busy(self) -> bool:
         return not self._idle.is_set()

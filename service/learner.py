@@ -168,7 +168,8 @@ class Learner(BatchWorker):
         self.metrics.beat()  # restored: each step of a slow start counts as progress
         type(self.model).warm_up(**s.kernel_params)
         self.metrics.beat()
-        self.labels = TopicLabels(self.model.topic_word(), self.vocab.slot_words())
+        phi = self.model.topic_word()
+        self.labels = TopicLabels(phi, self.vocab.slot_words())
         self.metrics.describe_model(s.algorithm, s.topics, s.vocab_size)
         self.writer = SnapshotWriter(
             self.store,
@@ -179,6 +180,9 @@ class Learner(BatchWorker):
             self._check_redis_empty,
             plan=self._plan_hygiene if self.hygiene is not None else None,
         )
+        if start.restored_version:  # the first snapshot's drift is measured from the restored topics
+            self.writer.drift_from(phi)
+        del phi
         self._batches_since_snapshot = 0
         self._last_snapshot = time.monotonic()
         self._last_gauges = 0.0

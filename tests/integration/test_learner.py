@@ -286,6 +286,43 @@ def test_a_slot_whose_topic_changed_without_a_move_gets_a_fresh_id(settings: Set
         learner.close()
 
 
+def test_the_first_snapshot_after_a_restart_measures_drift_from_the_restored_topics(settings: Settings) -> None:
+    """A learner restarts (a SIGKILL, a rolling restart, a standby taking over) and a slot's topic changes before
+    its first snapshot. That snapshot had drift 0 for every topic: the writer had no earlier topics to compare
+    with, so the drift alert missed the change and the slot kept its id for its new meaning."""
+    s = settings.model_copy(update={"batch_size": 50, "topic_hygiene": False})
+    produce(s, good_articles(600, seed=81))
+    first = Learner(s)
+    first.subscribe()
+    try:
+        consume_into(first, 400)
+        first.checkpoint()
+    finally:
+        first.close()
+    again = Learner(s)
+    again.subscribe()
+    try:
+        assert again.lineage is not None and again.version > 0
+        model = again.model
+        k = int(np.argmax(model.topic_weights()))
+        old_id = again.lineage.slot_ids[k]
+        used = np.flatnonzero(model.topic_word()[k] > 10.0 / model.n_words)
+        unused = np.setdiff1d(np.arange(model.n_words), used)[:20]
+        model.delete_topic(k)
+        model.birth_topic(k, unused, np.full(unused.size, 1.0 / unused.size), 0.2)
+        consume_into(again, 50)
+        again.checkpoint()  # the first snapshot of this process
+        summary = again.store.summary()
+        assert summary is not None
+        (row,) = [t for t in summary["topics"] if t["slot"] == k]
+        assert row["drift"] > 0.5 and summary["model_drift"] > 0.0
+        consume_into(again, 50)
+        again.checkpoint()  # this capture renews the id
+        assert again.lineage.slot_ids[k] != old_id
+    finally:
+        again.close()
+
+
 def test_a_snapshot_written_before_the_keeper_reclaims_the_lease_is_not_refused(
     settings: Settings, server: RedisServer
 ) -> None:
