@@ -36,10 +36,14 @@ __all__ = ["correlated_merges"]
 
 def _standardised(columns: NDArray[np.float64]) -> NDArray[np.float64]:
     """Each column centred and scaled to unit norm (a constant column becomes zeros), so that Z.T @ Z is the matrix
-    of Pearson correlations."""
-    z = columns - columns.mean(axis=0)
+    of Pearson correlations. A column is constant when its spread is at the rounding of its values: the mean of n
+    equal values is not always that value, and the ±1e-17 left over, scaled to unit norm, correlated ±1 with every
+    other such column (copies of one document in the window merged unrelated topics)."""
+    mean = columns.mean(axis=0)
+    z = columns - mean
     norm = np.sqrt((z * z).sum(axis=0))
-    return np.divide(z, norm, out=np.zeros_like(z), where=norm > 0)
+    rounding = 1e-9 * np.sqrt(columns.shape[0]) * np.abs(columns).max(axis=0, initial=0.0)
+    return np.divide(z, norm, out=np.zeros_like(z), where=norm > rounding)
 
 
 def correlated_merges(

@@ -93,6 +93,7 @@ from ._batch import Batch, RecentDocs, as_batch, recent_batch, take_docs
 from ._birth import birth_proposal
 from ._cooccur import correlated_merges
 from ._delete import heldout_deletes
+from ._distinct import distinct_documents
 from ._events import Event, SupportsTopicMoves
 from ._moves import mean_loglik, swap_for_merge, token_probs
 from ._replay import replay_moves
@@ -113,6 +114,9 @@ __all__ = [
 DEFAULT_THRESHOLD = 0.25
 #: Documents' worth of θ (Σ_d θ_dk over the recent documents) a topic needs to take part in co-occurrence merges.
 CORRELATION_MIN_DOCS = 2.0
+#: Distinct documents (:func:`kernels._distinct.distinct_documents`) the co-occurrence merges and the held-out
+#: moves need: with fewer, correlations and held-out scores are noise, and a flood of one story is one document.
+MIN_EVIDENCE_DOCS = 32
 #: Hellinger distance between a topic's two halves above which it is muddled (calibration: docs/topic-hygiene.md).
 SPLIT_THRESHOLD = 0.4
 
@@ -285,7 +289,11 @@ class TopicHygiene:
         docs = as_batch(recent_docs, model.n_words) if recent_docs is not None else None
         if docs is not None and docs.n_docs > self.recent_window:
             docs = docs.slice(docs.n_docs - self.recent_window, docs.n_docs)
-        unseen = as_batch(unseen_docs, model.n_words) if unseen_docs is not None else None
+        # Each document once: copies and empty documents made hygiene merge and delete real topics (_distinct.py).
+        docs = distinct_documents(docs) if docs is not None else None
+        unseen = distinct_documents(as_batch(unseen_docs, model.n_words)) if unseen_docs is not None else None
+        if unseen is not None and unseen.n_docs < MIN_EVIDENCE_DOCS:
+            unseen = None
         warmup = self.warmup_docs if self.warmup_docs is not None else 40 * int(model.n_topics)
         warm = int(model.n_docs_seen_) >= warmup
         keep = getattr(model, "background_slot", None)  # no move empties it: its prior holds the generic words
@@ -308,7 +316,7 @@ class TopicHygiene:
                 joined = heldout_background_merge(model, unseen, tolerance=self.delete_tolerance, keep=keep)
                 events += [joined] if joined is not None else []
             merges = self._merge(model, keep)
-            if docs is not None and self.merge_correlation is not None:
+            if docs is not None and self.merge_correlation is not None and docs.n_docs >= MIN_EVIDENCE_DOCS:
                 merges += correlated_merges(
                     model,
                     docs,
