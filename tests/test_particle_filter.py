@@ -431,3 +431,17 @@ def test_initialize_from_checks_its_documents_like_partial_fit() -> None:
         m.initialize_from([([10**6], [1.0])], [0])
     theta = m.initialize_from([([1, 2], [2.0, 1.0])], [0, 0, 1])  # pairs, as every other method takes
     np.testing.assert_allclose(theta.sum(axis=1), 1.0)
+
+
+def test_no_topics_before_the_initial_sample_then_the_gibbs_runs_mixtures() -> None:
+    """What README's "Events" says of the service's first outputs: batches that end before the initial sample
+    (``init_docs``) is complete get the uniform mixture; the batch that completes it gets the Gibbs run's."""
+    from tests.synthetic import block_topics_corpus
+
+    _, docs = block_topics_corpus(seed=1, n_docs=260)
+    m = ParticleFilterLDA(n_topics=8, n_words=240, seed=0, n_particles=10, init_docs=200)
+    early = m.partial_fit_transform(docs[:150])
+    np.testing.assert_array_equal(early, np.full((150, 8), 1 / 8))
+    completing = m.partial_fit_transform(docs[150:260])
+    assert completing[:50].max(axis=1).min() > 0.2  # the sample's last 50 documents: the Gibbs run's mixtures
+    assert completing[50:].max(axis=1).min() > 0.2  # then filtered
