@@ -492,8 +492,12 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
         batch, bags = self._prepare(msgs)  # overlaps the kernel lane's work on the previous batch
         self.drain()  # the model now includes the previous batch, and its outputs are sent
         self._hold_while(self.must_hold)
-        if self.must_hold():  # the hold ended early (told to stop, a failed delivery): hand the batch to nobody
-            self._turn_done()  # (its positions have not moved: it is read again, here or by another member)
+        # The hold ended early (told to stop, a failed delivery), or a stop came while the kernel finished the
+        # previous batch (a slow kernel's step: the particle filter's refinements take seconds, and a SIGTERM then
+        # waited for this batch too): hand the batch to nobody. Its positions have not moved: it is read again,
+        # here or by another member.
+        if self.must_hold() or self._stop.is_set():
+            self._turn_done()
             return 0
         if self._given_up:  # a keep-alive poll gave partitions up: their messages are no longer ours
             batch, bags = self._without_given_up(batch, bags)

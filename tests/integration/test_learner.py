@@ -834,6 +834,47 @@ def test_topic_hygiene_planned_on_snapshots_merges_duplicates_in_the_live_model(
     assert any(t["topic"] != t["slot"] for t in summary["topics"])  # the merges gave some slots new ids
 
 
+class StopsWhileTheKernelFinishes(Learner):
+    """SIGTERM arrives while the loop waits for the kernel lane to finish the previous batch."""
+
+    stop_in_drain = False
+
+    def drain(self) -> None:
+        if self.stop_in_drain:
+            self._stop.set()
+        super().drain()
+
+
+def test_a_stop_while_the_kernel_finishes_a_batch_learns_no_further_batch(settings: Settings) -> None:
+    """The loop reads and prepares the next batch while the kernel learns the previous one. A stop that came
+    meanwhile still handed the prepared batch to the kernel, so with a slow kernel (the particle filter's
+    refinements take seconds) a SIGTERM waited for two batches, not one. Now that batch goes to nobody; its
+    articles are read again by the next learner: none is lost."""
+    s = settings.model_copy(update={"batch_size": 50, "topic_hygiene": False})
+    values = good_articles(100, seed=83)
+    produce(s, values)
+    learner = StopsWhileTheKernelFinishes(s)
+    learner.subscribe()
+    try:
+        consume_into(learner, 50)
+        learner.stop_in_drain = True
+        deadline = time.monotonic() + 60
+        while not learner._stop.is_set() and time.monotonic() < deadline:
+            assert learner.step(limit=50) == 0  # read, prepared, then handed to nobody
+    finally:
+        learner.close()
+    summary = learner.store.summary()
+    assert summary is not None and summary["articles_learned"] == 50
+    again = Learner(s)
+    again.subscribe()
+    try:
+        consume_into(again, 50)
+    finally:
+        again.close()
+    ids = {json.loads(m.value())["id"] for m in read_all(s, s.output_topic, 100)}
+    assert ids == {json.loads(v)["id"] for v in values}
+
+
 class StopsDuringAHold(Learner):
     """A learner told to stop (SIGTERM) while it holds a batch for a snapshot that changes ids: from the first
     such capture on, the write is taken as still under way (a real one may finish before the hold is checked)."""
