@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-__all__ = ["CSR", "Batch", "Docs", "RecentDocs", "as_batch", "integer_ids", "recent_batch", "take_docs"]
+__all__ = ["CSR", "Batch", "Docs", "RecentDocs", "as_batch", "integer_ids", "recent_batch"]
 
 
 class CSR(NamedTuple):
@@ -81,6 +81,15 @@ class Batch:
         """Documents ``start:stop`` as a new batch (views, no copy of the word arrays)."""
         lo, hi = int(self.indptr[start]), int(self.indptr[stop])
         return Batch(self.indptr[start : stop + 1] - lo, self.word_ids[lo:hi], self.counts[lo:hi])
+
+    def take(self, rows: ArrayLike) -> Batch:
+        """The documents ``rows`` (indices, in the order given) as a new batch."""
+        rows = np.asarray(rows, dtype=np.int64)
+        lo, hi = self.indptr[rows], self.indptr[rows + 1]
+        indptr = np.zeros(rows.size + 1, dtype=np.int64)
+        np.cumsum(hi - lo, out=indptr[1:])
+        entries = np.repeat(lo - indptr[:-1], hi - lo) + np.arange(indptr[-1])
+        return Batch(indptr, self.word_ids[entries], self.counts[entries])
 
     @classmethod
     def from_docs(cls, docs: Sequence[tuple[ArrayLike, ArrayLike]]) -> Batch:
@@ -216,8 +225,3 @@ class RecentDocs:
     def batch(self) -> Batch | None:
         """The latest ``max_docs`` documents as one batch, oldest first; ``None`` before any."""
         return recent_batch(list(self._batches), self.max_docs)
-
-
-def take_docs(docs: Batch, rows: NDArray[np.int64]) -> Batch:
-    """The documents ``rows`` of ``docs`` as a new batch."""
-    return Batch.from_docs([docs.doc(int(d)) for d in rows])

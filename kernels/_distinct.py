@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import sparse
 
-from ._batch import Batch, take_docs
+from ._batch import Batch
 
 __all__ = ["DUPLICATE_COSINE", "distinct_documents", "distinct_rows"]
 
@@ -48,4 +48,4 @@ def distinct_rows(docs: Batch, similar: float = DUPLICATE_COSINE) -> NDArray[np.
 def distinct_documents(docs: Batch, similar: float = DUPLICATE_COSINE) -> Batch:
     """``docs`` without the documents that have no token and without copies (:func:`distinct_rows`)."""
     keep = distinct_rows(docs, similar)
-    return docs if keep.size == docs.n_docs else take_docs(docs, keep)
+    return docs if keep.size == docs.n_docs else docs.take(keep)

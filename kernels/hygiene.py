@@ -89,7 +89,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ._background_merge import heldout_background_merge
 from ._base import check_interval, check_non_negative_int, check_positive_int, mass_topics
-from ._batch import Batch, RecentDocs, as_batch, recent_batch, take_docs
+from ._batch import Batch, RecentDocs, as_batch, recent_batch
 from ._birth import birth_proposal
 from ._cooccur import correlated_merges
 from ._delete import heldout_deletes
@@ -329,7 +329,7 @@ class TopicHygiene:
             events += merges
         if docs is not None and docs.n_docs >= 4 and (self.max_births > 0 or (warm and self.max_splits > 0)):
             idx = np.arange(docs.n_docs)
-            build, valid = take_docs(docs, idx[0::2]), take_docs(docs, idx[1::2])
+            build, valid = docs.take(idx[0::2]), docs.take(idx[1::2])
             if warm and self.max_splits > 0:
                 merged = {e.into for e in events if e.kind == "merge"}
                 events += self._splits(model, build, valid, merged, keep)

@@ -20,6 +20,19 @@ def test_copies_and_empty_documents_count_once() -> None:
     assert distinct_rows(docs, similar=0.99).tolist() == [0, 3, 4]
 
 
+def test_taking_documents_keeps_each_whole_in_the_order_asked() -> None:
+    rng = np.random.default_rng(0)
+    docs = [(rng.choice(50, size=n, replace=False), rng.integers(1, 5, size=n).astype(float)) for n in (3, 0, 5, 1, 4)]
+    batch = Batch.from_docs(docs)
+    rows = [4, 1, 0, 4, 2]
+    taken = batch.take(rows)
+    assert taken.n_docs == len(rows)
+    for i, d in enumerate(rows):
+        np.testing.assert_array_equal(taken.doc(i)[0], docs[d][0])
+        np.testing.assert_array_equal(taken.doc(i)[1], docs[d][1])
+    assert batch.take([]).n_docs == 0
+
+
 def _trained() -> tuple[OnlineHDP, TopicHygiene, Batch]:
     _, docs = block_topics_corpus(seed=0)
     model = OnlineHDP(n_topics=12, n_words=240, seed=0, window=len(docs), batch_size=100, eta=0.1)
