@@ -40,6 +40,7 @@ from kernels import Batch, TopicModel
 from kernels.hygiene import Event, RecentDocs, SupportsTopicMoves, TopicHygiene
 
 from .checkpoint import Capture, SnapshotWriter, snapshot_summary
+from .duplicates import RecentTexts, text_hashes
 from .history import SummaryHistory
 from .inflight import InFlight, ModelRef
 from .kafka import make_admin, topic_id
@@ -141,6 +142,8 @@ class Learner(BatchWorker):
         # A kernel without a move these settings use (the particle filter has merges only) is refused before
         # this, by service.compat's kernel_param_problems; this keeps hygiene off if one gets here all the same.
         self.hygiene = tidy if tidy is not None and not tidy.missing_moves(self.model) else None
+        #: The latest texts learned: their copies are answered, not learned again (None: every copy is learned).
+        self._texts = RecentTexts(s.duplicate_window) if s.duplicate_window > 0 else None
         #: The latest documents learned, that hygiene is planned on.
         self._recent = RecentDocs(self.hygiene.recent_window if self.hygiene is not None else 1)
         #: With held-out moves: the latest UNSEEN_DOCS documents learned since the last capture that hygiene was
@@ -277,11 +280,25 @@ class Learner(BatchWorker):
         batch.model = replace(batch.model, topic_ids=tuple(self.lineage.slot_ids))
         if not batch.decoded.good:
             return np.zeros((0, self.settings.topics))
+        docs = batch.encoded.batch
+        new = self._texts.first_seen(text_hashes(docs)) if self._texts is not None else None
+        if new is None or new.all():
+            return self._learn(docs)
+        # Copies of texts learned lately (service/duplicates.py): answered by the model, after it learned the rest.
+        theta = np.empty((docs.n_docs, self.settings.topics))
+        if new.any():
+            theta[new] = self._learn(docs.take(np.flatnonzero(new)))
+        theta[~new] = self.in_pieces(docs.take(np.flatnonzero(~new)), self.model.transform)
+        self.metrics.duplicates.inc(int(np.count_nonzero(~new)))
+        return theta
+
+    def _learn(self, docs: Batch) -> NDArray[np.float64]:
+        """The kernel learns ``docs`` and returns their mixtures; hygiene keeps them as its recent documents."""
         if self.hygiene is not None:
-            self._recent.append(batch.encoded.batch)
+            self._recent.append(docs)
             if self._unseen is not None:
-                self._unseen.append(batch.encoded.batch)
-        return self.in_pieces(batch.encoded.batch, self.model.partial_fit_transform)
+                self._unseen.append(docs)
+        return self.in_pieces(docs, self.model.partial_fit_transform)
 
     def between_batches(self, finished: InFlight | None) -> None:
         if finished is not None:

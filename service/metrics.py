@@ -84,6 +84,11 @@ class Metrics:
             "topic (text only of stop words or of words too new to have a slot, or in a script written without "
             "spaces between words, which the tokenizer cannot split: README, Events)",
         )
+        self.duplicates = counter(
+            "topicstream_articles_duplicate_total",
+            "Articles whose text the learner learned among its last TOPICSTREAM_DUPLICATE_WINDOW texts: published "
+            "with the model's mixture, not learned again",
+        )
         self.batches = counter("topicstream_batches_total", "Batches processed")
 
         # Latency.

@@ -91,6 +91,13 @@ class Settings(BaseSettings):
         "field (de-AT counts as de), lose that language's stop words (stopwords-iso) instead of the English ones; "
         "other articles keep the English list; give the learner and the replicas the same list",
     )
+    duplicate_window: int = Field(
+        100_000,
+        ge=0,
+        description="How many of the latest texts learned the learner remembers: an article whose text (its words "
+        "and counts) is one of them gets its mixture without being learned again (a story syndicated under many "
+        "ids would otherwise take the topics over); 0 learns every copy",
+    )
     vocab_admit_count: float = Field(
         2.0, gt=0, description="Articles that must use a new word before it gets a slot (an article counts once)"
     )
