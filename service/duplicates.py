@@ -11,7 +11,9 @@ as it stands (``transform``, as a replica would answer it) instead of being lear
 caught: a story edited by one word is another text.
 
 The window is a bounded FIFO (constant memory: about 100 bytes a text) and lives in the process: after a restart
-the learner remembers nothing, and a copy of a text learned before the restart is learned once more.
+the learner remembers nothing, and a copy of a text learned before the restart is learned once more. Copies still
+count in a snapshot's ``articles_learned`` (the articles the learner has taken in); the kernel's own document count
+(``n_docs_seen``) leaves them out.
 """
 
 from __future__ import annotations
