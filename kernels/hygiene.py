@@ -278,8 +278,9 @@ class TopicHygiene:
     def apply(
         self, model: SupportsTopicMoves, recent_docs: Batch | None = None, unseen_docs: Batch | None = None
     ) -> list[Event]:
-        """Retire, delete (held-out, scored on ``unseen_docs``), merge, split, then try births (on ``recent_docs``)
-        on ``model`` in place; return what was done, in order."""
+        """Retire, delete and merge into the background (held-out, scored on ``unseen_docs``), merge, split, then
+        try births (on ``recent_docs``) on ``model`` in place; return what was done, in order. Each move reads each
+        document once (:func:`kernels._distinct.distinct_documents`)."""
         missing = self.missing_moves(model)
         if missing:
             raise TypeError(

@@ -425,7 +425,7 @@ class ParticleFilterLDA(TopicModel):
         whole document–topic counts n_d· in the heaviest particle: a document uses topic k when n_dk > 0. Every
         article uses the generic words, a desk's words only its own articles, so the background is the topic that
         stands out by documents, as the online HDP's does by tables (``OnlineHDP.background_topic``); the test on
-        φ that SCVB0 uses picked the football desk on the particle filter's demo stream.
+        φ (:func:`kernels.background.background_topic`) picked the football desk on the particle filter's demo stream.
         """
         docs = self.doc_rows_
         held = np.flatnonzero(docs.slot_refs[:-1] > 0)  # the last slot is scratch

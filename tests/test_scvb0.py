@@ -277,7 +277,7 @@ def test_batches_of_one_article_forget_no_faster_than_full_minibatches() -> None
     """A quiet stream makes batches of a few articles. A minibatch of fewer than B documents counts as a fraction of
     a step (its tokens over a full minibatch's), so
     200 new articles (other words) take as much of the model's memory one at a time as in two minibatches of
-    100. With a whole step each, one at a time they left 0.1 % of the mass on the old words, against 77 %."""
+    100. With a whole step each, one at a time they left 0.03 % of the mass on the old words, against 77 %."""
     rng = np.random.default_rng(0)
     model = SCVB0(n_topics=10, n_words=2000, seed=0)
     for _ in range(30):
