@@ -250,6 +250,18 @@ def test_lineage_events_a_stopped_learner_never_pushed_are_pushed_after_a_restar
         again.close()
 
 
+def replace_the_largest_topic(learner: Learner) -> int:
+    """Give the largest topic's slot another topic (20 words it did not use) without a hygiene move, as the online
+    HDP refills a slot its own learning emptied (here the kernel's own delete and birth); returns the slot."""
+    model = learner.model
+    k = int(np.argmax(model.topic_weights()))
+    used = np.flatnonzero(model.topic_word()[k] > 10.0 / model.n_words)
+    unused = np.setdiff1d(np.arange(model.n_words), used)[:20]
+    model.delete_topic(k)
+    model.birth_topic(k, unused, np.full(unused.size, 1.0 / unused.size), 0.2)
+    return k
+
+
 def test_a_slot_whose_topic_changed_without_a_move_gets_a_fresh_id(settings: Settings) -> None:
     """Past the warm-up, a slot's topic is replaced by another without any hygiene move (as the online HDP refills
     a slot its own learning emptied; here the kernel's own delete and birth, called directly): the snapshot after
@@ -263,13 +275,8 @@ def test_a_slot_whose_topic_changed_without_a_move_gets_a_fresh_id(settings: Set
         consume_into(learner, 400)  # past 40 documents per slot
         learner.checkpoint()
         assert learner.lineage is not None
-        model = learner.model
-        k = int(np.argmax(model.topic_weights()))
+        k = replace_the_largest_topic(learner)
         old_id = learner.lineage.slot_ids[k]
-        used = np.flatnonzero(model.topic_word()[k] > 10.0 / model.n_words)
-        unused = np.setdiff1d(np.arange(model.n_words), used)[:20]
-        model.delete_topic(k)
-        model.birth_topic(k, unused, np.full(unused.size, 1.0 / unused.size), 0.2)
         consume_into(learner, 50)
         learner.checkpoint()  # its drift is seen when this snapshot is written
         assert learner.lineage.slot_ids[k] == old_id
@@ -303,13 +310,8 @@ def test_the_first_snapshot_after_a_restart_measures_drift_from_the_restored_top
     again.subscribe()
     try:
         assert again.lineage is not None and again.version > 0
-        model = again.model
-        k = int(np.argmax(model.topic_weights()))
+        k = replace_the_largest_topic(again)
         old_id = again.lineage.slot_ids[k]
-        used = np.flatnonzero(model.topic_word()[k] > 10.0 / model.n_words)
-        unused = np.setdiff1d(np.arange(model.n_words), used)[:20]
-        model.delete_topic(k)
-        model.birth_topic(k, unused, np.full(unused.size, 1.0 / unused.size), 0.2)
         consume_into(again, 50)
         again.checkpoint()  # the first snapshot of this process
         summary = again.store.summary()
