@@ -25,15 +25,16 @@ import argparse
 import os
 from typing import Any
 
-import numpy as np
-
 _THREADS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
 OURS = ("scvb0", "pf")
 PEERS = ("vw-lda", "sklearn-lda", "gensim-lda")
 
 
 def one_pass(corpus_name: str, K: int, method: str, seed: int) -> dict[str, Any]:
-    """Held-out NPMI, whole-corpus NPMI and topics used of ``method`` at ``K`` after one pass."""
+    """Held-out NPMI, whole-corpus NPMI and topics used of ``method`` at ``K`` after one pass (numpy and the
+    libraries are imported here, after :func:`main` limited every thread pool to one thread)."""
+    import numpy as np
+
     from benchmarks._corpus import prepare
     from benchmarks.peers import make_method, safe_infer
     from evaluation import PreparedCorpus, iter_batches, npmi_coherence, score_model

@@ -83,8 +83,12 @@ class Batch:
         return Batch(self.indptr[start : stop + 1] - lo, self.word_ids[lo:hi], self.counts[lo:hi])
 
     def take(self, rows: ArrayLike) -> Batch:
-        """The documents ``rows`` (indices, in the order given) as a new batch."""
-        rows = np.asarray(rows, dtype=np.int64)
+        """The documents ``rows`` (indices, in the order given) as a new batch. A boolean mask is refused: read as
+        indices it would take documents 0 and 1 (use ``np.flatnonzero``)."""
+        given = np.asarray(rows)
+        if given.dtype == np.bool_:
+            raise TypeError("Batch.take wants document indices, not a boolean mask (use np.flatnonzero)")
+        rows = given.astype(np.int64, copy=False)
         lo, hi = self.indptr[rows], self.indptr[rows + 1]
         indptr = np.zeros(rows.size + 1, dtype=np.int64)
         np.cumsum(hi - lo, out=indptr[1:])

@@ -33,11 +33,12 @@ def _writable(path: Path) -> bool:
     return True
 
 
-def _user_cache_dir(environ: MutableMapping[str, str]) -> Path:
-    """numba's user-wide cache directory (``numba.misc.appdirs.user_cache_dir``) on Linux and macOS."""
-    if sys.platform == "darwin":
-        return Path("~/Library/Caches/numba").expanduser()
-    return Path(environ.get("XDG_CACHE_HOME") or Path("~/.cache").expanduser()) / "numba"
+def _user_cache_dir(environ: MutableMapping[str, str]) -> Path | None:
+    """numba's user-wide cache directory (``numba.misc.appdirs.user_cache_dir``) on Linux and macOS; None where
+    there is no home to put it in (no ``HOME``, and a user id without a passwd entry: ``docker run --user 12345``)."""
+    base = "~/Library/Caches" if sys.platform == "darwin" else environ.get("XDG_CACHE_HOME") or "~/.cache"
+    expanded = os.path.expanduser(base)  # leaves "~" where it finds no home (pathlib raises instead)
+    return None if expanded.startswith("~") else Path(expanded) / "numba"
 
 
 def _private_dir() -> str:
@@ -64,7 +65,8 @@ def ensure_numba_cache(source_dir: Path, environ: MutableMapping[str, str] = os.
     chosen = environ.get("NUMBA_CACHE_DIR")
     if chosen and _writable(Path(chosen)):
         return None
-    if _writable(source_dir / "__pycache__") or _writable(_user_cache_dir(environ)):
+    user = _user_cache_dir(environ)
+    if _writable(source_dir / "__pycache__") or (user is not None and _writable(user)):
         return None
     if not hasattr(os, "getuid"):  # Windows: numba's own error stands
         return None
@@ -77,7 +79,7 @@ def ensure_numba_cache(source_dir: Path, environ: MutableMapping[str, str] = os.
         "numba can write its cache neither beside %s nor in %s%s: compiled kernels are cached in %s "
         "(set NUMBA_CACHE_DIR to a writable directory to choose)",
         source_dir,
-        _user_cache_dir(environ),
+        user or "a home directory (there is none)",
         f" nor in NUMBA_CACHE_DIR={chosen}" if chosen else "",
         fallback,
     )

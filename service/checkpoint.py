@@ -76,6 +76,7 @@ class Capture:
     events: list[Any] = field(default_factory=list)  # lineage events of the hygiene moves made just before
     model_class: Any = None  # the kernel's class, to rebuild the captured state on the writer thread
     slot_words: list[str] = field(default_factory=list)
+    docs_learned: int = 0  # the documents the kernel has learned (TopicModel.n_docs_seen_; copies answered are not)
     topic_ids: list[int] = field(default_factory=list)  # stable id of each slot
     next_id: int = 0  # the topic lineage's next fresh id
     hygiene_docs: Any = None  # recent documents (a kernels.Batch) when topic hygiene is to be planned on this copy
@@ -157,6 +158,7 @@ class SnapshotWriter:
         cap = Capture(seq, payload, meta, None, weights, empty, model.topics_used(), time.time())
         cap.model_class = type(model)
         cap.slot_words = slot_words
+        cap.docs_learned = int(model.n_docs_seen_)
         return cap
 
     def _describe(self, cap: Capture) -> float:

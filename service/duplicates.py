@@ -3,20 +3,22 @@
 A news stream repeats itself: a wire story syndicated by hundreds of outlets under their own ids, a feed that
 re-sends its items, a producer replaying a batch. A one-pass model learns each copy as a new document. Measured on
 SCVB0 (10 topics learned on BBC News, then 5,000 copies of one story): every topic was about that story afterwards,
-and 8 of 10 still were after 700 ordinary articles. So the learner remembers a hash of each text it learned (its
-title's and body's words and their counts, after tokenizing: the same story under other ids or URLs is the same
-text) for the
+and 8 of 10 still were after 700 ordinary articles. So the learner remembers a hash of each text it learned for the
 last ``TOPICSTREAM_DUPLICATE_WINDOW`` texts, and an article whose text is among them gets its mixture from the model
-as it stands (``transform``, as a replica would answer it) instead of being learned again. Only exact copies are
-caught: a story edited by one word is another text. In the corpora of ``docs/benchmarks.md``, through the service's
-tokenizer, copies of an earlier text are 4.9 % of BBC News (republished stories, in pairs), 2.5 % of the Reuters
-stream (short notices, up to 18 times) and 0.2 % of 20 Newsgroups. (``topicstream eval`` and the benchmarks feed the
-kernels directly and learn every copy.)
+as it stands (``transform``, as a replica would answer it) instead of being learned again; its words do not count
+in the vocabulary either (a flood would otherwise push other words out of their slots).
 
-The window is a bounded FIFO (constant memory: about 100 bytes a text) and lives in the process: after a restart
-the learner remembers nothing, and a copy of a text learned before the restart is learned once more. Copies still
-count in a snapshot's ``articles_learned`` (the articles the learner has taken in); the kernel's own document count
-(``n_docs_seen``) leaves them out.
+A text is the bag of words the tokenizer makes of the title and body: the same story under other ids or URLs is
+the same text, and so is one that differs only in what the tokenizer drops (numbers, stop words, words of one or
+two letters). Any other edit makes another text. In the corpora of ``docs/benchmarks.md``, copies of an earlier
+text are 4.9 % of BBC News (republished stories, in pairs), 2.5 % of the Reuters stream (short notices, up to 18
+times) and 0.2 % of 20 Newsgroups. (``topicstream eval`` and the benchmarks feed the kernels directly and learn
+every copy.)
+
+The window is a bounded FIFO (about 90 bytes a text: 9 MB at the default 100,000) and lives in the process: after
+a restart the learner remembers nothing, and a copy of a text learned before the restart is learned once more.
+Copies still count in a snapshot's ``articles_learned`` (the articles the learner has taken in); the kernel's own
+document count (``n_docs_seen``) leaves them out.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from collections import deque
 import numpy as np
 from numpy.typing import NDArray
 
-from kernels import Batch
+from .text import FlatBags
 
 __all__ = ["RecentTexts", "text_hashes"]
 
@@ -42,13 +44,16 @@ def _mix(x: NDArray[np.uint64]) -> NDArray[np.uint64]:
     return x ^ (x >> np.uint64(31))
 
 
-def text_hashes(docs: Batch) -> NDArray[np.uint64]:
-    """A 64-bit hash of each document's bag of words (word ids and counts; their order does not matter), 0 for a
-    document without words."""
+def text_hashes(bags: FlatBags) -> NDArray[np.uint64]:
+    """A 64-bit hash of each document's bag of words (its words and their counts, in any order), 0 for a document
+    without words. Computed from the words themselves, before the vocabulary maps them: a text is the same text
+    whichever of its words hold slots."""
     with np.errstate(over="ignore"):
-        pairs = _mix(docs.word_ids.astype(np.uint64) * _GOLDEN ^ _mix(docs.counts.astype(np.float64).view(np.uint64)))
+        counts = np.asarray(bags.counts, dtype=np.float64)
+        pairs = _mix(bags.word_hashes() * _GOLDEN ^ _mix(counts.view(np.uint64)))
         sums = np.concatenate(([np.uint64(0)], np.cumsum(pairs, dtype=np.uint64)))  # wraps: a sum modulo 2^64
-        out = sums[docs.indptr[1:]] - sums[docs.indptr[:-1]]
+        ends = np.searchsorted(bags.doc, np.arange(bags.n_docs + 1))  # rows are sorted by document
+        out = sums[ends[1:]] - sums[ends[:-1]]
     return np.asarray(out, dtype=np.uint64)
 
 

@@ -142,7 +142,8 @@ class Learner(BatchWorker):
         # A kernel without a move these settings use (the particle filter has merges only) is refused before
         # this, by service.compat's kernel_param_problems; this keeps hygiene off if one gets here all the same.
         self.hygiene = tidy if tidy is not None and not tidy.missing_moves(self.model) else None
-        #: The latest texts learned: their copies are answered, not learned again (None: every copy is learned).
+        #: The latest texts learned (main thread): their copies are answered, not learned again (None: every copy is
+        #: learned). A batch's mask of texts new to it travels as ``InFlight.context`` (None: all new).
         self._texts = RecentTexts(s.duplicate_window) if s.duplicate_window > 0 else None
         #: The latest documents learned, that hygiene is planned on.
         self._recent = RecentDocs(self.hygiene.recent_window if self.hygiene is not None else 1)
@@ -260,7 +261,10 @@ class Learner(BatchWorker):
         self.publisher.dead_letter(msg, rejection, batch.tracker)
 
     def encode(self, batch: InFlight, bags: FlatBags) -> None:
-        batch.encoded = self.vocab.encode(bags)
+        # Copies of texts learned lately (service/duplicates.py) are only mapped; compute answers them.
+        new = self._texts.first_seen(text_hashes(bags)) if self._texts is not None else None
+        batch.context = None if new is None or new.all() else new
+        batch.encoded = self.vocab.encode(bags, counted=batch.context)
         # The topic ids are set on the kernel lane, when the mixtures are computed (:meth:`compute`).
         s = self.settings
         batch.model = ModelRef(self.labels, s.algorithm, self.version, s.topics, names=self._names)
@@ -280,9 +284,8 @@ class Learner(BatchWorker):
         batch.model = replace(batch.model, topic_ids=tuple(self.lineage.slot_ids))
         if not batch.decoded.good:
             return np.zeros((0, self.settings.topics))
-        docs = batch.encoded.batch
-        new = self._texts.first_seen(text_hashes(docs)) if self._texts is not None else None
-        if new is None or new.all():
+        docs, new = batch.encoded.batch, batch.context
+        if new is None:
             return self._learn(docs)
         # Copies of texts learned lately (service/duplicates.py): answered by the model, after it learned the rest.
         theta = np.empty((docs.n_docs, self.settings.topics))

@@ -35,9 +35,10 @@ RENEW_WEIGHT = 0.01
 def renewals(cap: Capture) -> tuple[list[int], list[float]]:
     """The slots of written capture ``cap`` whose topic changed meaning since the snapshot before without a move
     (drift over :data:`RENEW_DRIFT` at a weight of at least :data:`RENEW_WEIGHT`), past the hygiene warm-up of 40
-    documents per slot (before, every topic is still forming), and their drifts."""
+    documents per slot learned by the kernel (before, every topic is still forming; counted as hygiene counts them,
+    without the copies the learner answered), and their drifts."""
     K = len(cap.drift)
-    if int(cap.meta.get("articles_learned", 0)) < 40 * K:
+    if cap.docs_learned < 40 * K:
         return [], []
     moved = moved_slots(cap.events, cap.topic_ids)  # a move changed them, and said so
     slots = [k for k in range(K) if cap.drift[k] > RENEW_DRIFT and cap.weights[k] >= RENEW_WEIGHT and k not in moved]

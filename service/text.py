@@ -378,6 +378,15 @@ class FlatBags:
     #: The words' 64-bit hashes (:func:`_hash_words`) when the tokenizer computed them, else ``None``.
     hashes: NDArray[np.uint64] | None = None
 
+    def word_hashes(self) -> NDArray[np.uint64]:
+        """Each row's word as a 64-bit hash (:func:`_hash_words`): the tokenizer's, or computed now."""
+        if self.hashes is not None:
+            return self.hashes
+        import polars as pl
+
+        words = self.words if not isinstance(self.words, list) else pl.Series(self.words, dtype=pl.String)
+        return _hash_words(words)
+
     def words_at(self, rows: NDArray[np.int64]) -> list[str]:
         """The words of the given rows, as Python strings."""
         if isinstance(self.words, list):
@@ -478,10 +487,14 @@ class Vocabulary:
         return len(self._candidates)
 
     # ------------------------------------------------------------------ encoding
-    def encode(self, docs: Sequence[Counter[str]] | FlatBags, *, learn: bool = True) -> EncodedBatch:
+    def encode(
+        self, docs: Sequence[Counter[str]] | FlatBags, *, learn: bool = True, counted: NDArray[np.bool_] | None = None
+    ) -> EncodedBatch:
         """Map bags of words to ids; with ``learn`` (the learner), update counts and admit new words first.
 
-        Replicas and evaluation use ``learn=False``: the vocabulary is then read-only.
+        Replicas and evaluation use ``learn=False``: the vocabulary is then read-only. ``counted`` (one flag a
+        document; default all): the documents whose words count when learning; the others (the learner's copies of
+        texts it learned lately) are only mapped, so a flood of one story cannot push other words out of their slots.
         """
         flat = docs if isinstance(docs, FlatBags) else FlatBags.from_counters(docs)
         index = self._index
@@ -490,15 +503,17 @@ class Vocabulary:
             ids = np.fromiter(map(index.get, words, repeat(-1)), dtype=np.int64, count=len(words))
         else:
             ids = self._lookup.ids(words, flat, index)
+        rows_counted = None if counted is None or counted.all() else counted[flat.doc]
         # Python loops only over the (rare, once the vocabulary is warm) words without a slot.
         unknown = np.flatnonzero(ids < 0)
         recycled: list[int] = []
         if learn:
-            self._decay(float(cnts.sum()))
+            self._decay(float(cnts.sum() if rows_counted is None else cnts[rows_counted].sum()))
             if unknown.size:
                 unknown_words = flat.words_at(unknown)
                 new_words: dict[str, float] = {}
-                for w in unknown_words:  # one entry per (document, word): a word counts once per document
+                counting = unknown_words if rows_counted is None else flat.words_at(unknown[rows_counted[unknown]])
+                for w in counting:  # one entry per (document, word): a word counts once per document
                     new_words[w] = new_words.get(w, 0.0) + 1.0
                 recycled = self._admit(new_words)
                 if recycled:  # rows of words that lost their slots to new words just now: out of vocabulary
@@ -511,7 +526,8 @@ class Vocabulary:
         if n_docs:
             np.cumsum(np.bincount(flat.doc[keep], minlength=n_docs), out=indptr[1:])
         if learn and id_arr.size:
-            self._counts += np.bincount(id_arr, weights=cnt_arr, minlength=self.capacity)
+            learned = keep if rows_counted is None else keep & rows_counted
+            self._counts += np.bincount(ids[learned], weights=cnts[learned], minlength=self.capacity)
         return EncodedBatch(Batch(indptr, id_arr, cnt_arr), np.asarray(recycled, dtype=np.int64), round(oov))
 
     def _decay(self, n_tokens: float) -> None:

@@ -495,7 +495,7 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
         # The hold ended early (told to stop, a failed delivery), or a stop came while the kernel finished the
         # previous batch (a slow kernel's step: the particle filter's refinements take seconds, and a SIGTERM then
         # waited for this batch too): hand the batch to nobody. Its positions have not moved: it is read again,
-        # here or by another member.
+        # here or by another member (its dead letters, already sent, may be sent again then; nothing is lost).
         if self.must_hold() or self._stop.is_set():
             self._turn_done()
             return 0

@@ -135,3 +135,15 @@ def test_off_by_default_and_checked() -> None:
     with pytest.raises(ValueError, match="merge_correlation"):
         TopicHygiene(merge_correlation=1.0)
     assert OnlineHDP.hygiene_defaults is not None and OnlineHDP.hygiene_defaults["merge_correlation"] == 0.3
+
+
+def test_the_same_proportions_in_every_document_correlate_nothing() -> None:
+    """Copies of one document, or documents without words (the online HDP's prior mixture): every column of θ is
+    one value repeated, whose mean differs from it by rounding; the ±1e-17 left over, scaled to unit norm,
+    correlated ±1 with every other such column and merged unrelated topics."""
+    weights = np.array([0.088, 0.075, 0.121, 0.089, 0.111, 0.102, 0.109, 0.118, 0.1, 0.087])
+    theta = np.tile(weights / weights.sum(), (1024, 1))
+    model = FixedMixtures(theta, weights)
+    events = correlated_merges(model, Batch.from_docs([([0], [1.0])] * 1024), threshold=0.3, empty_below=1e-3,
+                               min_docs=2.0, limit=10)  # fmt: skip
+    assert events == [] and model.merges == []

@@ -4,6 +4,7 @@ token, in its windows are one document's evidence, not a thousand's."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from kernels import Batch, OnlineHDP
 from kernels._distinct import distinct_rows
@@ -31,6 +32,8 @@ def test_taking_documents_keeps_each_whole_in_the_order_asked() -> None:
         np.testing.assert_array_equal(taken.doc(i)[0], docs[d][0])
         np.testing.assert_array_equal(taken.doc(i)[1], docs[d][1])
     assert batch.take([]).n_docs == 0
+    with pytest.raises(TypeError, match="not a boolean mask"):
+        batch.take(np.array([True, False, True, False, True]))
 
 
 def _trained() -> tuple[OnlineHDP, TopicHygiene, Batch]:

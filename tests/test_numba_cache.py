@@ -57,3 +57,17 @@ def test_nothing_changes_where_numba_has_a_place_of_its_own(tmp_path: Path) -> N
     chosen = {"NUMBA_CACHE_DIR": str(tmp_path / "numba"), "XDG_CACHE_HOME": str(NOWHERE)}
     assert ensure_numba_cache(NOWHERE / "kernels", chosen) is None  # the user's choice
     assert chosen["NUMBA_CACHE_DIR"] == str(tmp_path / "numba")
+
+
+def test_no_home_at_all_is_no_place_for_numba(private_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user id without a passwd entry and no HOME (``docker run --user 12345``): the check itself raised
+    "Could not determine home directory" at import, in the very case it is meant for."""
+    import pwd
+
+    def no_entry(uid: int) -> pwd.struct_passwd:
+        raise KeyError(uid)
+
+    monkeypatch.delenv("HOME", raising=False)
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    chosen = ensure_numba_cache(NOWHERE / "kernels", {})
+    assert chosen == str(private_tmp / f"topicstream-numba-{os.getuid()}")
