@@ -67,4 +67,5 @@ def test_a_window_of_copies_or_of_empty_documents_moves_no_topic() -> None:
     # the same windows with real documents in them still allow the moves the documents support
     copy = OnlineHDP.from_state(model.state_dict())
     mixed = Batch.from_docs([one] * 512 + [normal.doc(d) for d in range(1, 513)])
+    assert distinct_rows(mixed).size == 1 + distinct_rows(normal.slice(1, 513)).size  # the copies count once
     hygiene.apply(copy, mixed, mixed)  # runs; whether it moves topics is the data's business
