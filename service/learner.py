@@ -190,6 +190,7 @@ class Learner(BatchWorker):
         self._batches_since_snapshot = 0
         self._last_snapshot = time.monotonic()
         self._last_gauges = 0.0
+        self._gauges_due = True  # the model's gauges describe another model than this one (the restored one)
         self._republish = threading.Event()
         self._ids_moving = False  # the capture being written changes topic ids (:meth:`must_hold`)
         self._ids_published = threading.Event()  # set once a snapshot and its lineage events are out
@@ -306,10 +307,14 @@ class Learner(BatchWorker):
     def between_batches(self, finished: InFlight | None) -> None:
         if finished is not None:
             self._batches_since_snapshot += 1
-            now = time.monotonic()
-            if now - self._last_gauges >= 1.0:  # K gauges: at most once a second
-                self._last_gauges = now
-                self._model_gauges()
+            self._gauges_due = True
+        # K gauges: at most once a second, and on a quiet turn too, so that neither the last batches of a burst nor
+        # a restored model nor hygiene's moves (a snapshot written on a quiet turn) wait for the next batch to show.
+        now = time.monotonic()
+        if self._gauges_due and now - self._last_gauges >= 1.0:
+            self._last_gauges = now
+            self._gauges_due = False
+            self._model_gauges()
         if self._snapshot_due() and self.writer.ready() and not self.broken:
             self._take_snapshot()
         self.whole_topic.check(self.assigned)
@@ -515,7 +520,8 @@ class Learner(BatchWorker):
         ids, background = cap.topic_ids, cap.background
         m.snapshot_seen(info.version, info.created_at, info.size_bytes)
         m.background_topic.set(-1 if background is None else ids[background])
-        m.set_topics(ids, drift=cap.drift)
+        m.set_topics(ids, drift=cap.drift)  # ids gone lose their series; the new ones' prevalence follows:
+        self._gauges_due = True
         for e in cap.events:
             m.topic_events.labels(kind=e.kind).inc()
         self.lineage_feed.publish(stamp(cap.events, info.version, info.created_at))

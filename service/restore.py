@@ -129,7 +129,7 @@ def restore_or_create(
     _check_tokenizer(tokenizer.fingerprint(), payload.get("tokenizer"), loaded.version)
     start.articles_learned = int(payload.get("articles_learned", 0))
     start.input_topic_id = payload.get("input_topic_id")
-    metrics.snapshot_seen(start.version, float(meta["created_at"]))
+    metrics.snapshot_seen(start.version, float(meta["created_at"]), int(meta["size_bytes"]))
     log.info(
         "restored snapshot %d (%d articles learned); offsets %s",
         loaded.version,
