@@ -272,3 +272,14 @@ def test_no_hygiene_move_empties_the_background_slot(planted: tuple[np.ndarray, 
     hygiene = TopicHygiene(max_births=3, retire_below=0.05, delete_tries=8, warmup_docs=0)
     for e in hygiene.apply(model, recent_docs=docs.slice(0, 400), unseen_docs=docs.slice(400, 600)):
         assert 0 not in e.topics, e
+
+    # Light but not empty (as while the background grows over its warm-up): retirement passes it over, not only
+    # because it is free.
+    generic = model.phi_[:, 1:].sum(axis=1)
+    model.phi_[:, 0] = generic / generic.sum() * 0.02 * model.nz_[1:].sum()
+    model.nz_[0] = model.phi_[:, 0].sum()
+    assert hygiene.empty_below < model.topic_weights()[0] < 0.05
+    events = TopicHygiene(max_births=0, retire_below=0.05, warmup_docs=0).apply(model)
+    assert any(e.kind == "retire" for e in events)  # other light topics are retired meanwhile
+    assert all(0 not in e.topics for e in events), events
+    assert model.topic_weights()[0] > hygiene.empty_below

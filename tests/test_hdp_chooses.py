@@ -10,11 +10,13 @@ And the service's default hygiene for the HDP on the demo generator's stream (16
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 
 from kernels import Batch
-from kernels._delete import completion_halves
+from kernels._delete import completion_halves, heldout_deletes
 from kernels.hygiene import RecentDocs, TopicHygiene, hellinger_matrix, mass_topics
 from kernels.ohdp import OnlineHDP
 from tests.synthetic import block_topics_corpus
@@ -57,6 +59,26 @@ def test_without_the_delete_move_the_truncation_chooses() -> None:
     """The same runs without hygiene: the count is far from the planted number at T = 150 (what the move fixes)."""
     model, _ = _fit(150, None)
     assert mass_topics(model.topic_weights(), 0.95) > PLANTED + 2
+
+
+def test_the_delete_tolerance_is_the_completion_loss_a_deletion_may_cost() -> None:
+    """``tolerance`` nats per token of completion may be lost by a deletion: none (the default) keeps topics that
+    the held-out documents need; any loss at all deletes every candidate, in as few tries as halving allows."""
+    model, _ = _fit(50, None)
+    _, docs = block_topics_corpus(seed=1, n_docs=200)
+    unseen = Batch.from_docs(docs)
+    weights = model.topic_weights()
+    candidates = {int(k) for k in np.flatnonzero((weights >= 1e-4) & (weights < 0.05))}
+    assert len(candidates) >= 4
+
+    def deleted(tolerance: float) -> set[int]:
+        trial = copy.deepcopy(model)
+        done = heldout_deletes(trial, unseen, candidates_below=0.05, empty_below=1e-4, tolerance=tolerance, max_tries=8)
+        return {k for k, _ in done}
+
+    strict, anything = deleted(0.0), deleted(1e9)
+    assert anything == candidates
+    assert strict < candidates  # some of the light topics explain held-out words
 
 
 def test_completion_halves_deal_every_token_once() -> None:

@@ -15,6 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.dev.localstack import free_port
+from service.schemas import Article
 from service.settings import Settings
 from service.snapshot import SnapshotStore
 
@@ -49,7 +50,15 @@ def test_metrics_and_sigterm(settings: Settings) -> None:
     env["TOPICSTREAM_MAX_ARTICLE_BYTES"] = "4096"
     env["TOPICSTREAM_SNAPSHOT_EVERY_S"] = "3600"
     env["TOPICSTREAM_SNAPSHOT_EVERY_BATCHES"] = "1000"  # only the SIGTERM snapshot
-    good = good_articles(300, seed=3)
+    # Two valid articles about nothing the vocabulary holds: stop words only, and one word of one article (a word
+    # needs two documents to be given a slot).
+    wordless = [
+        json.dumps({"id": "stop-words", "title": "The", "text": "and of the"}).encode(),
+        json.dumps({"id": "one-word", "title": "Zyzzogeton", "text": "zyzzogeton zyzzogeton"}).encode(),
+    ]
+    good = good_articles(300, seed=3) + wordless
+    tokenizer = s.tokenizer()
+    tokens_in = sum(len(tokenizer(Article.model_validate_json(m).content())) for m in good)
     last = produce(s, good + list(BAD))
     n_all = len(good) + len(BAD)
 
@@ -80,7 +89,11 @@ def test_metrics_and_sigterm(settings: Settings) -> None:
         assert value(samples, "topicstream_articles_published_total") == len(good)
         assert total(samples, "topicstream_articles_dead_lettered_total") == len(BAD)
         assert value(samples, "topicstream_articles_dead_lettered_total", reason="oversize") == 1
-        assert value(samples, "topicstream_tokens_total") > 10 * len(good)
+        # Every token the tokenizer keeps is counted once: learned (in the vocabulary) or dropped (no slot).
+        learned_tokens = value(samples, "topicstream_tokens_total")
+        assert learned_tokens > 10 * len(good) and value(samples, "topicstream_oov_tokens_total") >= 3
+        assert learned_tokens + value(samples, "topicstream_oov_tokens_total") == tokens_in
+        assert value(samples, "topicstream_articles_without_words_total") == len(wordless)
         assert value(samples, "topicstream_batches_total") >= 1
         for stage in ("decode", "tokenize", "kernel", "publish", "commit"):
             assert value(samples, "topicstream_batch_duration_seconds_count", stage=stage) >= 1
