@@ -7,8 +7,8 @@ words, each in a fixed *slot* (the word id the kernels see), and recycles slots 
 * every slot carries an exponentially decayed count of its word (half-life ``half_life_tokens`` tokens);
 * a word not in the vocabulary is counted in a bounded candidate table by the documents that use it, once per
   document whatever its count there, so one article alone, however long, cannot push its words in (at most
-  ``max_candidates`` entries; when it overflows, the weaker half is dropped, so one-off words are forgotten and
-  recurring ones survive — a lossy heavy-hitter sketch);
+  ``max_candidates`` entries; when it overflows, the weaker half is dropped, of equal counts the words seen
+  longest ago, so one-off words are forgotten and recurring ones survive — a lossy heavy-hitter sketch);
 * a candidate whose count reaches ``admit_count`` takes a free slot, or — when none is free — the slot of the
   weakest word, provided the candidate's count is higher (LFU eviction with ageing). The evicted slots are
   returned to the caller, who must reset the kernel's statistics for them (``TopicModel.reset_words``) so the
@@ -540,8 +540,8 @@ class Vocabulary:
         """Count unknown words as candidates, give slots to those that qualify; return recycled slots."""
         cand = self._candidates
         for w, c in unknown.items():
-            cand[w] = cand.get(w, 0.0) + c
-        ready = sorted(((c, w) for w, c in cand.items() if c >= self.admit_count), key=lambda cw: (-cw[0], cw[1]))
+            cand[w] = cand.pop(w, 0.0) + c  # the table's order is the order words were last seen, oldest first
+        ready = sorted(((c, w) for w, c in cand.items() if c >= self.admit_count), key=lambda cw: -cw[0])
         recycled: list[int] = []
         if ready:
             n_free = min(len(self._free), len(ready))
@@ -551,8 +551,11 @@ class Vocabulary:
             if rest:
                 recycled = self._evict_for(rest)
         if len(cand) > self.max_candidates:
-            keep = heapq.nlargest(self.max_candidates // 2, cand.items(), key=lambda wc: (wc[1], wc[0]))
-            self._candidates = dict(keep)
+            # The larger counts stay, and of equal counts (most are 1) the words seen last. Before, ties went by
+            # spelling: a new name early in the alphabet was dropped at every clean-out and never got a slot.
+            words = list(cand.items())
+            keep = heapq.nlargest(self.max_candidates // 2, range(len(words)), key=lambda i: (words[i][1], i))
+            self._candidates = dict(words[i] for i in sorted(keep))
         return recycled
 
     def _evict_for(self, ready: list[tuple[float, str]]) -> list[int]:
