@@ -296,12 +296,11 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
         return good
 
     def _prepare(self, msgs: list[Message]) -> tuple[InFlight, FlatBags]:
-        """Decode, reject the bad ones and tokenize (main thread; overlaps the kernel lane)."""
+        """Decode and tokenize (main thread; overlaps the kernel lane). The bad messages are rejected when the
+        batch is handed to the lane (:meth:`_submit`), not here: a batch handed to nobody is read again."""
         t0 = time.perf_counter()
         self._seq += 1
         batch = InFlight(self._seq, msgs, decode_batch(msgs, self.settings.max_article_bytes))
-        for msg, rejection in batch.decoded.bad:
-            self.reject(msg, rejection, batch)
         t1 = time.perf_counter()
         bags = tokenize(self.tokenizer, [a for _, a in batch.decoded.good])
         batch.timings["decode"] = t1 - t0
@@ -311,9 +310,9 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
     def _without_given_up(self, batch: InFlight, bags: FlatBags) -> tuple[InFlight, FlatBags]:
         """``batch`` without the messages of the partitions given up while the previous batch drained. Whoever
         owns them next reads them again (a replica from the group's committed offset, the learner from its
-        positions when they come back), so handing them to the kernel would publish them twice. Dead letters
-        already sent for them may be sent again by the next reader; nothing is lost. The batch keeps its number
-        and its delivery tracker (the dead letters of the messages kept are awaited as before)."""
+        positions when they come back), so handing them to the kernel would publish them twice (and dead-letter
+        them twice: the batch's bad messages are rejected when it is handed to the lane). The batch keeps its
+        number and its delivery tracker."""
         kept = [m for m in batch.msgs if partition_of(m) not in self._given_up]
         if len(kept) == len(batch.msgs):
             return batch, bags
@@ -332,8 +331,12 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
 
     def _submit(self, batch: InFlight, bags: FlatBags) -> None:
         t0 = time.perf_counter()
+        for msg, rejection in batch.decoded.bad:  # dead letters go out only for a batch that goes on
+            self.reject(msg, rejection, batch)
+        t1 = time.perf_counter()
+        batch.timings["decode"] += t1 - t0
         self.encode(batch, bags)
-        batch.timings["tokenize"] += time.perf_counter() - t0
+        batch.timings["tokenize"] += time.perf_counter() - t1
         batch.next_offsets = next_offsets(batch.msgs)
         self.positions.update(batch.next_offsets)
         batch.result = self.lane.submit(self._run_kernel, batch)
@@ -495,7 +498,7 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
         # The hold ended early (told to stop, a failed delivery), or a stop came while the kernel finished the
         # previous batch (a slow kernel's step: the particle filter's refinements take seconds, and a SIGTERM then
         # waited for this batch too): hand the batch to nobody. Its positions have not moved: it is read again,
-        # here or by another member (its dead letters, already sent, may be sent again then; nothing is lost).
+        # here or by another member (its dead letters are sent then: :meth:`_submit`).
         if self.must_hold() or self._stop.is_set():
             self._turn_done()
             return 0

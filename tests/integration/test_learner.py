@@ -952,10 +952,13 @@ def test_a_stop_while_the_kernel_finishes_a_batch_learns_no_further_batch(settin
     """The loop reads and prepares the next batch while the kernel learns the previous one. A stop that came
     meanwhile still handed the prepared batch to the kernel, so with a slow kernel (the particle filter's
     refinements take seconds) a SIGTERM waited for two batches, not one. Now that batch goes to nobody; its
-    articles are read again by the next learner: none is lost."""
+    articles are read again by the next learner: none is lost. Its bad messages are dead-lettered by the learner
+    that goes on with it (they were sent as the batch was prepared, and again by the next learner)."""
     s = settings.model_copy(update={"batch_size": 50, "topic_hygiene": False})
-    values = good_articles(100, seed=83)
-    produce(s, values)
+    good = good_articles(94, seed=83)
+    bad = [v for v, reason in BAD.items() if reason != "oversize"]
+    values = good[:50] + bad + good[50:]  # the second batch: 44 articles and 6 bad messages
+    produce(s, values, partition=0)
     learner = StopsWhileTheKernelFinishes(s)
     learner.subscribe()
     try:
@@ -976,8 +979,9 @@ def test_a_stop_while_the_kernel_finishes_a_batch_learns_no_further_batch(settin
         consume_into(again, 50)
     finally:
         again.close()
-    ids = {json.loads(m.value())["id"] for m in read_all(s, s.output_topic, 100)}
-    assert ids == {json.loads(v)["id"] for v in values}
+    ids = {json.loads(m.value())["id"] for m in read_all(s, s.output_topic, len(good))}
+    assert ids == {json.loads(v)["id"] for v in good}
+    assert sorted(m.value() for m in read_all(s, s.dlq_topic, len(bad))) == sorted(bad)  # each once
 
 
 class StopsDuringAHold(Learner):
