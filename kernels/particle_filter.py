@@ -102,6 +102,11 @@ class ParticleFilterLDA(TopicModel):
         Gibbs sweeps; number of chains N of the best-of-N choice by held-out perplexity; held-out fraction.
     pool_factor
         Count-row pool size in units of W (1 ≤ pool_factor ≤ P; P = never collapse).
+    window
+        Tokens the counts stand for: before a batch, when a particle's counts hold more, every count is halved
+        (:func:`kernels._pf_halve.halve_counts`), so that new tokens weigh twice as much as old ones and a topic
+        that starts late in a long stream is learned (``docs/particle-filter.md``, "Forgetting"); 0 = never (the
+        counts are still halved before an int32 count could wrap).
     """
 
     algorithm: ClassVar[str] = "pf"
@@ -153,6 +158,7 @@ class ParticleFilterLDA(TopicModel):
     init_restarts: int = 4
     init_holdout: float = 0.2
     pool_factor: float = 2.0
+    window: int = 4_000_000
 
     # ------------------------------------------------------------------ settings
     def _validate_params(self) -> None:
@@ -182,6 +188,7 @@ class ParticleFilterLDA(TopicModel):
         if self.n_particles == 1 and self.pool_factor != 1.0:  # else "must be in [1.0, 1.0]" leaves one guessing
             raise ValueError(f"pool_factor must be 1 with n_particles = 1 (no copies to share), got {self.pool_factor}")
         check_interval("pool_factor", self.pool_factor, 1.0, float(max(self.n_particles, 1)))
+        check_non_negative_int("window", self.window)
 
     @classmethod
     def params_from_state(cls, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -297,8 +304,10 @@ class ParticleFilterLDA(TopicModel):
     def _filter(self, batch: Batch) -> NDArray[np.float64]:
         """Steps 1–6 over every token of ``batch`` (:func:`kernels._pf_filter.filter_docs`); the mixtures."""
         counts = self._int_counts(batch)
+        nk = self.particles_.nk
         limit = _pf_halve.COUNT_LIMIT - int(counts.sum())  # n_k bounds every n_kw: the cheap test first
-        if self.particles_.nk.max() > limit and self.words_.rows.max() > limit:
+        forget = 0 < self.window < nk.sum(axis=1).max()  # at most once a batch: the reservoir floors the counts
+        if forget or (nk.max() > limit and self.words_.rows.max() > limit):
             _pf_halve.halve_counts(self._bundles())
         cs = np.concatenate(([0], np.cumsum(counts)))
         per_doc = cs[batch.indptr[1:]] - cs[batch.indptr[:-1]]
@@ -489,6 +498,7 @@ class ParticleFilterLDA(TopicModel):
             "buffered_docs": float(self.buf_docs_),
             "next_gibbs_at_docs": float(self.gibbs_at_),
             "state_mb": self.memory_bytes() / 1e6,
+            "model_tokens": float(self.particles_.nk.sum(axis=1).max()),
         }
 
     @property

@@ -996,8 +996,8 @@ class StopsDuringAHold(Learner):
 
 
 def outputs_naming_unknown_ids(learner: Learner, s: Settings, n: int) -> list[tuple[int, int, list[int]]]:
-    """(offset, version, ids) of each output whose topic ids are not all ids of the snapshot version it names, or
-    whose dominant-topic header is not the first of them."""
+    """(offset, version, ids) of each output whose topic ids (the listed ones and the dominant one) are not all ids
+    of the snapshot version it names, or whose dominant-topic header is not the first listed id."""
     from service.history import SummaryHistory
 
     records = SummaryHistory(learner.store.r, s.redis_prefix).read()
@@ -1009,9 +1009,12 @@ def outputs_naming_unknown_ids(learner: Learner, s: Settings, n: int) -> list[tu
         version = int(headers[H_VERSION])
         listed = [int(t) for t in headers[H_TOPICS].decode().split(",") if t]
         named = set(listed)
-        # The dominant-topic header is the first listed id (a stable id, not a slot: ids and slots part at merges).
+        # The dominant-topic header is a stable id of that version, not a slot (ids and slots part at merges): the
+        # first listed one, or the largest of a mixture none of whose weights qualifies for the list.
         dominant = headers[H_TOPIC].decode()
-        if dominant != (str(listed[0]) if listed else "") or not named <= ids_of[version]:
+        if dominant:
+            named.add(int(dominant))
+        if not named <= ids_of[version] or (listed and dominant != str(listed[0])):
             wrong.append((m.offset(), version, sorted(named - ids_of[version])))
     return wrong
 
