@@ -173,12 +173,14 @@ def check_articles(path: Path, max_bytes: int, out: IO[str] | None = None) -> in
         Console(stderr=True).print(
             f"[red]{path} holds no article among its first {judged} lines ({first}); {fields}[/red]",
             highlight=False,
+            soft_wrap=True,  # a long path is not cut in two (the terminal folds the line)
         )
         raise SystemExit(2)
     Console(file=out, stderr=out is None).print(
         f"[yellow]{tally.invalid} of the first {judged} lines of {path} are no article ({first}): the learner "
         f"dead-letters them; {fields}[/yellow]",
         highlight=False,
+        soft_wrap=True,
     )
     return judged - tally.invalid
 
