@@ -6,7 +6,8 @@ days at the benchmark's speed), and a wrapped count is negative: the proposal's 
 would stop meaning anything. :func:`halve_counts` halves every count instead, rounding up, so the filter keeps
 its topics (φ̂_kw = (n_kw + β)/(n_k + Wβ) moves by β-sized amounts only) and from then on weighs new tokens twice
 as much as old ones: a forgetting step, as the power prior of a model that has seen 2^30 tokens of one word in
-one topic can afford.
+one topic can afford. The filter also halves whenever its counts hold more than its ``window`` of tokens: that is
+how it forgets, so that a topic starting late in a long stream is learned (``docs/particle-filter.md``).
 
 Two things must stay true for the filter's later steps (``docs/particle-filter.md``, "Storage"):
 

@@ -26,7 +26,10 @@ particle restarts from it. The filter's own mixtures are returned meanwhile; the
 
 Token counts: a document's word counts are rounded to integers (at least 1 per listed word): the filter
 samples one topic per token. Counts are int32 per (topic, word) and int64 per topic; before a batch could take a
-count past 2^30, every topic–word count is halved (:func:`kernels._pf_halve.halve_counts`), so none can wrap.
+count past 2^30, every topic–word count is halved (:func:`kernels._pf_halve.halve_counts`), so none can wrap. The
+same halving, whenever the counts hold more than ``window`` tokens, is how the filter forgets: without it a topic
+that starts late in a long stream would have to outweigh the whole history (``docs/particle-filter.md``,
+"Forgetting").
 """
 
 from __future__ import annotations
@@ -158,7 +161,7 @@ class ParticleFilterLDA(TopicModel):
     init_restarts: int = 4
     init_holdout: float = 0.2
     pool_factor: float = 2.0
-    window: int = 4_000_000
+    window: int = 1_000_000
 
     # ------------------------------------------------------------------ settings
     def _validate_params(self) -> None:

@@ -1,8 +1,9 @@
-"""The particle filter's topic–word counts are halved before an int32 count could wrap (``kernels/_pf_halve.py``).
+"""The particle filter's topic–word counts are halved before an int32 count could wrap (``kernels/_pf_halve.py``),
+and whenever they hold more than ``window`` tokens, so that the filter follows the stream.
 
-A real stream needs days at full speed to get there, so these tests lower the limit; the halving itself is checked
-against what it must keep: the copy-on-write bookkeeping, n_k = Σ_w n_kw, the reservoir's tokens in their counts,
-and the topics."""
+A real stream needs days at full speed to reach the int32 limit, so these tests lower it; the halving itself is
+checked against what it must keep: the copy-on-write bookkeeping, n_k = Σ_w n_kw, the reservoir's tokens in their
+counts, and the topics."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from kernels import ParticleFilterLDA, _pf_halve
 from kernels import _pf_state as st
 from kernels.hygiene import hellinger_matrix
 from tests.pf_support import batch_of, check_invariants, reservoir_tokens
+from tests.test_hygiene import lda_corpus
 
 
 def _planted_docs(rng: np.random.Generator, n: int) -> list[list[int]]:
@@ -92,3 +94,27 @@ def test_a_count_never_falls_below_the_reservoir_tokens_it_holds() -> None:
     for _ in range(3):
         m.partial_fit(batch_of(_planted_docs(rng, 50)))
         check_invariants(m)
+
+
+def test_a_window_lets_a_topic_that_starts_late_in_a_long_stream_be_learned() -> None:
+    """Without forgetting, a topic that starts after N articles must outweigh the whole history, so the filter
+    learns it ever more slowly as N grows (a long-stream review: 7 planted topics for 200,000 articles, then the
+    8th; after 41,000 more it was still 0.51 from every learned topic). With a window of 1,000,000 tokens it was
+    learned after 6,144 articles, the old topics intact. Here at a small scale: 6,000 articles of 7 topics (600,000
+    tokens), then all 8; no refinement, so that Gibbs does not learn the new topic from its buffer."""
+    phi, docs = lda_corpus(12_000, seed=3, late_topic=True)  # topic 7 from article 6,000 on
+
+    def after(window: int, late_docs: int) -> tuple[float, float]:
+        """(distance of the late topic, of the worst old topic) to their nearest learned topics."""
+        m = ParticleFilterLDA(n_topics=8, n_words=400, seed=0, window=window, refine_docs=0)
+        for start in range(0, 6000 + late_docs, 100):
+            m.partial_fit(docs.slice(start, start + 100))
+        if window:
+            assert m.diagnostics()["model_tokens"] <= window + 100 * 100  # halved before the next batch
+        nearest = hellinger_matrix(np.vstack([phi, m.topic_word()]))[:8, 8:].min(axis=1)
+        return float(nearest[7]), float(nearest[:7].max())
+
+    late, old = after(50_000, 1000)
+    assert late < 0.25 and old < 0.25, (late, old)
+    late, old = after(0, 1000)  # the counts hold every token: 690,000 by then
+    assert late > 0.3 and old < 0.25, (late, old)
