@@ -283,6 +283,7 @@ def show_topics(
     ] = False,
 ) -> None:
     """Print the current topics (top words, prevalence, drift) from the newest snapshot in Redis."""
+    from .lease import Lease
     from .lineage import LineageStore, render_lineage
     from .names import TopicNames
     from .snapshot import SnapshotStore
@@ -293,8 +294,16 @@ def show_topics(
         summary = store.summary()
         names = TopicNames(store.r, s.redis_prefix).all()
         events = LineageStore(store.r, s.redis_prefix).recent(10)
+        holder = Lease(store.r, s.redis_prefix).holder() if summary is None else None
     if summary is None:
-        err.print(f"no snapshot under Redis prefix {s.redis_prefix!r} yet: is the learner running?")
+        if holder is None:
+            err.print(f"no snapshot under Redis prefix {s.redis_prefix!r} yet: is the learner running?")
+        else:  # a cold start: learning, not yet snapshotted
+            err.print(
+                f"no snapshot under Redis prefix {s.redis_prefix!r} yet: the learner on {holder.host} (pid "
+                f"{holder.pid}) holds the lease and writes its first snapshot within TOPICSTREAM_SNAPSHOT_EVERY_S of "
+                "its first articles"
+            )
         raise typer.Exit(1)
     if as_json:  # the summary, with the names as they are now and the recent lineage events
         for t in summary["topics"]:

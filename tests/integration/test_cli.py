@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from service.cli import app
 from service.learner import Learner
+from service.lease import Lease
 from service.lineage import LineageEvent, LineageStore
 from service.settings import Settings
 
@@ -123,8 +124,19 @@ def test_a_metrics_port_in_use_is_one_line(settings: Settings) -> None:
 
 
 def test_topics_without_a_snapshot_says_so(settings: Settings) -> None:
+    """No snapshot: whether a learner is running (before, a cold start learning a backlog for its first 30 s was
+    asked "is the learner running?")."""
     result = CliRunner().invoke(app, ["topics"], env=env_for(settings))
-    assert result.exit_code == 1 and "no snapshot" in result.output
+    said = " ".join(result.output.split())
+    assert result.exit_code == 1 and "no snapshot" in said and "is the learner running?" in said
+    lease = Lease.from_url(settings.redis_url, settings.redis_prefix, ttl_s=30)
+    assert lease.try_acquire()
+    try:
+        result = CliRunner().invoke(app, ["topics"], env=env_for(settings))
+    finally:
+        lease.release()
+    said = " ".join(result.output.split())
+    assert result.exit_code == 1 and f"(pid {os.getpid()}) holds the lease and writes its first snapshot" in said
 
 
 def test_a_redis_key_of_another_type_is_named_in_one_line(settings: Settings) -> None:
