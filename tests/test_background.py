@@ -107,26 +107,31 @@ def test_scvb0_marks_the_topic_most_documents_use_on_the_demo_stream(
 def test_the_slots_prior_grown_over_a_warm_up_keeps_it_to_the_generic_words() -> None:
     """The demo generator's articles through the service's tokenizer and vocabulary (W = 65,536), SCVB0 K = 20,
     b = 0.2, batches of 500 and hygiene every 12, as ``make run`` learns them: with b from the start the slot
-    swallows desks while the topics are still flat (38 % of its mass is generic words after 12,000 articles);
-    grown over the first 10,000 documents it holds the generic words (92 %)."""
+    swallows desks while the topics are still flat (25-36 % of its mass is generic words after 12,000 articles,
+    seeds 0-2); grown over the first 10,000 documents it holds more of them in every seed (59-93 %; how much
+    depends on the run: docs/scvb0.md, "The slot's warm-up")."""
     from service.dev.generator import generate_articles, planted_distributions
     from service.text import Tokenizer, Vocabulary
 
     texts = [f"{a.get('title') or ''}\n{a['text']}" for a in generate_articles(12_000, seed=0)]
-    generic_share = {}
-    for warmup in (0.0, 10_000.0):
-        tokenizer, vocab = Tokenizer(), Vocabulary(capacity=65_536)
-        model = SCVB0(n_topics=20, n_words=65_536, seed=0, background=0.2, background_warmup=warmup)
-        hygiene = TopicHygiene()
-        for n, start in enumerate(range(0, len(texts), 500), 1):
-            batch = vocab.encode(tokenizer.count_many(texts[start : start + 500])).batch
-            model.partial_fit(batch)
-            if n % 12 == 0:
-                hygiene.apply(model, batch)
-        generic = planted_distributions(vocab.slot_words(), background=True)[-1] > 0
-        generic_share[warmup] = model.topic_word()[0][generic].sum()
-        assert model.background_topic() == 0
-    assert generic_share[0.0] < 0.6 and generic_share[10_000.0] > 0.85, generic_share
+    generic_share: dict[tuple[float, int], float] = {}
+    for seed in (0, 1, 2):
+        for warmup in (0.0, 10_000.0):
+            tokenizer, vocab = Tokenizer(), Vocabulary(capacity=65_536)
+            model = SCVB0(n_topics=20, n_words=65_536, seed=seed, background=0.2, background_warmup=warmup)
+            hygiene = TopicHygiene()
+            for n, start in enumerate(range(0, len(texts), 500), 1):
+                batch = vocab.encode(tokenizer.count_many(texts[start : start + 500])).batch
+                model.partial_fit(batch)
+                if n % 12 == 0:
+                    hygiene.apply(model, batch)
+            generic = planted_distributions(vocab.slot_words(), background=True)[-1] > 0
+            generic_share[warmup, seed] = float(model.topic_word()[0][generic].sum())
+            assert model.background_topic() == 0
+    for seed in (0, 1, 2):
+        assert generic_share[10_000.0, seed] > generic_share[0.0, seed] + 0.1, generic_share
+    assert np.mean([generic_share[0.0, s] for s in (0, 1, 2)]) < 0.45, generic_share
+    assert np.mean([generic_share[10_000.0, s] for s in (0, 1, 2)]) > 0.75, generic_share
 
 
 def test_an_empty_document_uses_no_topic() -> None:
