@@ -541,7 +541,7 @@ class Vocabulary:
         cand = self._candidates
         for w, c in unknown.items():
             cand[w] = cand.pop(w, 0.0) + c  # the table's order is the order words were last seen, oldest first
-        ready = sorted(((c, w) for w, c in cand.items() if c >= self.admit_count), key=lambda cw: -cw[0])
+        ready = sorted(((c, w) for w, c in cand.items() if c >= self.admit_count), key=lambda cw: (-cw[0], cw[1]))
         recycled: list[int] = []
         if ready:
             n_free = min(len(self._free), len(ready))
