@@ -112,7 +112,7 @@ def test_a_new_name_gets_a_slot_however_it_is_spelt(name: str) -> None:
 def test_one_long_article_cannot_evict_the_vocabulary() -> None:
     """A hostile article repeating 2,500 made-up words five times each (over 100 KB) into a warm, full vocabulary
     of 2,000 slots gets none of its words in: a new word counts once per article and needs ``admit_count``
-    articles. Its 12,500 tokens still age the slots, so words already waiting as candidates may take a few (62
+    articles. Its 12,500 tokens still age the slots, so words already waiting as candidates may take a few (56
     here, 3 %; 106 while the candidate table's clean-out kept words by their spelling; 67 while a word evicted in a
     batch still gave that batch's tokens to the word that took its slot, which made newly admitted words look
     stronger); counted by tokens, its own words took 798 slots."""
@@ -127,9 +127,8 @@ def test_one_long_article_cannot_evict_the_vocabulary() -> None:
     assert not any(w in v for w in hostile)
     assert enc.recycled.size < 0.08 * v.capacity
     assert all(v.word(int(s)) in words for s in enc.recycled)
-    # The same words in more articles are words the news uses: once their count passes the weakest slot's (here
-    # at the third article) they take the weakest slots.
-    assert sum(v.encode([hostile]).recycled.size for _ in range(2)) > 0
+    # The same words in a second article are words the news uses: they may now take the weakest slots.
+    assert v.encode([hostile]).recycled.size > 0
 
 
 def _zipf(n: int) -> np.ndarray:
