@@ -42,10 +42,12 @@ $(NUMBA_STAMP): $(NUMBA_SOURCES) $(STAMP)
 run: $(STAMP) $(NUMBA_STAMP)
 	$(BIN)/topicstream demo $(if $(ARTICLES),--articles $(ARTICLES)) --rate $(RATE) $(ARGS)
 
+# Two pytest workers (pytest-xdist), each with its own broker and Redis: most integration tests wait on brokers,
+# timeouts and child processes, so two share two cores well (about 9 instead of 12 minutes).
 test: $(STAMP) $(NUMBA_STAMP)
 	$(BIN)/ruff check kernels service evaluation tests benchmarks
 	$(BIN)/mypy
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2
 
 lint: $(STAMP)
 	$(BIN)/ruff check kernels service evaluation tests benchmarks
