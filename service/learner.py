@@ -190,7 +190,7 @@ class Learner(BatchWorker):
         self._batches_since_snapshot = 0
         self._last_snapshot = time.monotonic()
         self._last_gauges = 0.0
-        self._gauges_due = True  # the model's gauges describe another model than this one (the restored one)
+        self._gauges_due = True  # the model gauges do not describe this model yet (restored, or new)
         self._republish = threading.Event()
         self._ids_moving = False  # the capture being written changes topic ids (:meth:`must_hold`)
         self._ids_published = threading.Event()  # set once a snapshot and its lineage events are out
