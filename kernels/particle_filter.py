@@ -106,10 +106,10 @@ class ParticleFilterLDA(TopicModel):
     pool_factor
         Count-row pool size in units of W (1 ≤ pool_factor ≤ P; P = never collapse).
     window
-        Tokens the counts stand for: before a batch, when a particle's counts hold more, every count is halved
-        (:func:`kernels._pf_halve.halve_counts`), so that new tokens weigh twice as much as old ones and a topic
-        that starts late in a long stream is learned (``docs/particle-filter.md``, "Forgetting"); 0 = never (the
-        counts are still halved before an int32 count could wrap).
+        Tokens the counts stand for: before a batch, while a particle's counts hold more, every count is halved
+        (:func:`kernels._pf_halve.halve_counts`), so that new tokens weigh more than old ones and a topic that
+        starts late in a long stream is learned (``docs/particle-filter.md``, "Forgetting"); 0 = never (the counts
+        are still halved before an int32 count could wrap). Not used with ``rejuvenation="history"``.
     """
 
     algorithm: ClassVar[str] = "pf"
@@ -195,8 +195,9 @@ class ParticleFilterLDA(TopicModel):
 
     @classmethod
     def params_from_state(cls, params: Mapping[str, Any]) -> dict[str, Any]:
-        """Snapshots written before ``refine_docs`` existed never refined: they read as ``refine_docs = 0``."""
-        return {"refine_docs": 0, **params}
+        """Snapshots written before ``refine_docs`` existed never refined: they read as ``refine_docs = 0``; those
+        written before ``window`` never forgot: ``window = 0`` (so a restore with the default says it changes)."""
+        return {"refine_docs": 0, "window": 0, **params}
 
     # ------------------------------------------------------------------ sizes
     def _buffer_sizes(self) -> tuple[int, int]:
@@ -307,11 +308,10 @@ class ParticleFilterLDA(TopicModel):
     def _filter(self, batch: Batch) -> NDArray[np.float64]:
         """Steps 1–6 over every token of ``batch`` (:func:`kernels._pf_filter.filter_docs`); the mixtures."""
         counts = self._int_counts(batch)
-        nk = self.particles_.nk
         limit = _pf_halve.COUNT_LIMIT - int(counts.sum())  # n_k bounds every n_kw: the cheap test first
-        forget = 0 < self.window < nk.sum(axis=1).max()  # at most once a batch: the reservoir floors the counts
-        if forget or (nk.max() > limit and self.words_.rows.max() > limit):
+        if self.particles_.nk.max() > limit and self.words_.rows.max() > limit:
             _pf_halve.halve_counts(self._bundles())
+        self._forget()
         cs = np.concatenate(([0], np.cumsum(counts)))
         per_doc = cs[batch.indptr[1:]] - cs[batch.indptr[:-1]]
         max_len = max(1, int(per_doc.max())) if per_doc.size else 1
@@ -322,6 +322,20 @@ class ParticleFilterLDA(TopicModel):
             raise RuntimeError("particle filter: count-row pool exhausted")
         self.evidence_tokens_ += int(counts.sum())
         return out
+
+    def _forget(self) -> None:
+        """Halve the counts until they hold at most ``window`` tokens (``docs/particle-filter.md``, "Forgetting"):
+        once a batch in a long stream, a few times after a Gibbs refinement installed its whole buffer. A halving
+        that frees nothing ends it (the reservoir's tokens floor the counts). The ``"history"`` mode keeps its own
+        bounded memory, which floors the counts above any smaller window: it is left alone."""
+        if not self.window or self.rejuvenation == "history":
+            return
+        held = int(self.particles_.nk.sum(axis=1).max())
+        while held > self.window:
+            _pf_halve.halve_counts(self._bundles())
+            held, before = int(self.particles_.nk.sum(axis=1).max()), held
+            if held >= before:
+                return
 
     def _keep(self, batch: Batch, counts: NDArray[np.int64], lo: int, hi: int) -> tuple[int, bool]:
         """Append documents ``lo:hi`` of ``batch`` to the Gibbs buffer. Returns (the first document not appended,

@@ -13,7 +13,7 @@ import pytest
 from kernels import ParticleFilterLDA, _pf_halve
 from kernels import _pf_state as st
 from kernels.hygiene import hellinger_matrix
-from tests.pf_support import batch_of, check_invariants, reservoir_tokens
+from tests.pf_support import batch_of, check_invariants, random_stream, reservoir_tokens
 from tests.test_hygiene import lda_corpus
 
 
@@ -118,3 +118,50 @@ def test_a_window_lets_a_topic_that_starts_late_in_a_long_stream_be_learned() ->
     assert late < 0.25 and old < 0.25, (late, old)
     late, old = after(0, 1000)  # the counts hold every token: 690,000 by then
     assert late > 0.3 and old < 0.25, (late, old)
+
+
+def test_after_a_refinement_the_counts_are_halved_down_to_the_window() -> None:
+    """A Gibbs refinement installs its whole buffer in every particle (here 64 documents, 1,280 tokens); the next
+    batch halves until the counts hold at most ``window`` tokens (or as few as the reservoir's tokens allow), not
+    once a batch (a review's learner with a window of 20,000 tokens held 529,160 after its last refinement)."""
+    m = ParticleFilterLDA(
+        4, 30, 0, n_particles=4, ess_threshold=0.5, reservoir_size=50, init_docs=4, refine_docs=64, window=400
+    )
+    m.partial_fit(random_stream(64, 20, 30, 0))  # ends with the refinement at 64 documents
+    assert m.gibbs_at_ == 0 and m.diagnostics()["model_tokens"] > 1000
+    m.partial_fit(random_stream(1, 20, 30, 1))
+    assert m.diagnostics()["model_tokens"] <= 400 + 20
+    check_invariants(m)
+
+
+def test_the_history_mode_keeps_its_own_memory_and_no_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``rejuvenation="history"`` holds its documents' tokens in the counts, above any smaller window: halving
+    there would cost a K×C scan every batch and free nothing, so the window is not applied."""
+    halvings = []
+    halve = _pf_halve.halve_counts
+    monkeypatch.setattr(_pf_halve, "halve_counts", lambda state: (halvings.append(1), halve(state)))
+    m = ParticleFilterLDA(3, 30, 0, rejuvenation="history", init_docs=0, window=100)
+    for seed in range(4):
+        m.partial_fit(random_stream(10, 20, 30, seed))
+    assert m.diagnostics()["model_tokens"] == 4 * 10 * 20 and not halvings
+
+
+def test_a_state_from_before_the_window_never_forgot_and_restores_as_such() -> None:
+    """A snapshot written before ``window`` existed reads as ``window = 0`` (its model never forgot), so the
+    service's restore names the change to the default as it applies it, rather than forgetting silently."""
+    from service.compat import restore_plan
+    from service.settings import load_settings
+    from service.snapshot import pack, unpack
+    from service.text import Vocabulary
+
+    m = ParticleFilterLDA(4, 40, 3, **ParticleFilterLDA._unit_test_params())
+    m.partial_fit(random_stream(6, 5, 40, 0))
+    old = m.state_dict()
+    del old["params"]["window"]
+    assert ParticleFilterLDA.from_state(old).window == 0
+    params = {k: v for k, v in m.get_params().items() if k not in ("n_topics", "n_words", "seed", "window")}
+    s = load_settings(algorithm="pf", topics=4, vocab_size=40, seed=3, kernel_params=params)
+    payload = unpack(pack({"kernel": old, "vocabulary": Vocabulary(40).state_dict(), "offsets": []}))
+    plan = restore_plan(s, payload)
+    assert plan.ok and plan.kernel == {"window": 1_000_000}
+    assert any(line.startswith("TOPICSTREAM_KERNEL_PARAMS window: 0 in the snapshot") for line in plan.applied)
