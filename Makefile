@@ -37,13 +37,15 @@ $(STAMP): pyproject.toml
 
 $(NUMBA_STAMP): $(NUMBA_SOURCES) $(STAMP)
 	find kernels service evaluation \( -name '*.nbi' -o -name '*.nbc' \) -delete
+	rm -rf $(VENV)/numba-cache
 	@touch $@
 
 run: $(STAMP) $(NUMBA_STAMP)
 	$(BIN)/topicstream demo $(if $(ARTICLES),--articles $(ARTICLES)) --rate $(RATE) $(ARGS)
 
-# Two pytest workers (pytest-xdist), each with its own broker and Redis: most integration tests wait on brokers,
-# timeouts and child processes, so two share two cores well (about 9 instead of 12 minutes).
+# Two pytest workers (pytest-xdist), each with its own broker, Redis and numba cache ($(VENV)/numba-cache, set in
+# tests/conftest.py): most integration tests wait on brokers, timeouts and child processes, so two share two cores
+# well (about 9 instead of 12 minutes).
 test: $(STAMP) $(NUMBA_STAMP)
 	$(BIN)/ruff check kernels service evaluation tests benchmarks
 	$(BIN)/mypy

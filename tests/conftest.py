@@ -12,12 +12,21 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+# Each pytest-xdist worker (``make test`` runs two) compiles into a numba cache of its own, in the virtual
+# environment: numba does not lock its cache index, and two processes saving two signatures of one function at once
+# (a float32 and a float64 array, a C and an F layout) can leave the index naming the other one's machine code,
+# which then runs on the wrong types (numba issue 10128). Set before anything imports numba (this is an initial
+# conftest, loaded before the doctest modules are collected); the processes a test starts inherit it.
+if (worker := os.environ.get("PYTEST_XDIST_WORKER")) and "NUMBA_CACHE_DIR" not in os.environ:
+    os.environ["NUMBA_CACHE_DIR"] = str(Path(sys.prefix) / "numba-cache" / worker)
 
 from service.dev.localstack import LocalStack, run_names
 from service.kafka import ensure_topics
