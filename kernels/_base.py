@@ -307,6 +307,12 @@ class TopicModel(abc.ABC):
     def topic_weights(self) -> NDArray[np.float64]:
         """Corpus-level prevalence of each topic, shape ``(n_topics,)``, sums to 1."""
 
+    def token_shares(self) -> NDArray[np.float64]:
+        """Each topic's share of the tokens the statistics hold, shape ``(n_topics,)``, sums to 1: the prevalence
+        itself for kernels that weigh topics by their tokens (SCVB0, the particle filter). The online HDP's
+        prevalence is E[β] instead, which a topic that articles stopped using keeps for long (docs/ohdp.md)."""
+        return self.topic_weights()
+
     def topics_used(self, threshold: float = 0.01) -> int:
         """Number of topics whose prevalence is at least ``threshold`` (in [0, 1])."""
         check_interval("threshold", threshold, 0.0, 1.0)

@@ -308,6 +308,16 @@ class OnlineHDPBase(TopicModel):
         beta = self._beta()
         return beta / beta.sum()
 
+    def token_shares(self) -> NDArray[np.float64]:
+        """Each topic's share of the tokens in G (Σ_w G_wk over Σ G). E[β] follows the expected tables, and a topic
+        whose subject left the stream can keep a table in most documents from stray words (a review's run: E[β]
+        0.07–0.11 for 80,000 documents after its subject left, on 1.2–1.7 % of the tokens)."""
+        total = np.maximum(self.topic_total_, 0.0)
+        whole = float(total.sum())
+        if not whole > 0:
+            return np.full(int(self.n_topics), 1.0 / int(self.n_topics))
+        return total / whole
+
     def reset_words(self, word_ids: ArrayLike) -> None:
         ids = self._check_word_ids(word_ids)
         if ids.size == 0:

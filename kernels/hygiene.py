@@ -23,7 +23,8 @@ retire
     the held-out move below instead.
 delete (held-out)
     Off by default (``delete_tries=0``). With ``unseen_docs`` (documents the model has not learned yet) and
-    past the warm-up, live topics under ``delete_below`` are deleted, smallest first in groups, when document
+    past the warm-up, live topics under ``delete_below`` (by prevalence or by share of the tokens, whichever is
+    smaller: :meth:`~kernels.TopicModel.token_shares`) are deleted, smallest first in groups, when document
     completion on ``unseen_docs`` does not drop by more than ``delete_tolerance`` (:mod:`kernels._delete`); they
     are retire events. Scored on documents already learned, the topics born from them would pass. For the HDP.
 background merge (held-out)
@@ -174,8 +175,9 @@ class TopicHygiene:
         was two parts of one planted topic, and no two planted topics' parts correlated above 0.24
         (``docs/ohdp.md``).
     delete_tries, delete_below, delete_tolerance
-        Scored proposals per call of the held-out delete move (0 disables), the weight under which a topic is a
-        candidate, and the drop of the completion score (nats per token) still accepted.
+        Scored proposals per call of the held-out delete move (0 disables), the weight (prevalence or share of the
+        tokens) under which a topic is a candidate, and the drop of the completion score (nats per token) still
+        accepted.
     merge_background : bool
         Try the held-out background merge (above) once per call.
     recent_window : int
