@@ -158,6 +158,8 @@ def test_topic_word_and_topic_weights_are_distributions(cls: type[TopicModel], t
         held = model.topics_holding()
         top = np.sort(weights)[::-1]
         assert 1 <= held <= K and top[:held].sum() >= 0.95 - 1e-12 and top[: held - 1].sum() < 0.95
+        shares = model.token_shares()  # the topics' shares of the tokens (the HDP's weights are E[β] instead)
+        assert shares.shape == (K,) and np.all(shares >= 0) and shares.sum() == pytest.approx(1.0, abs=1e-12)
 
 
 def test_background_topic_is_a_topic_or_none_with_or_without_phi(trained: TopicModel) -> None:
