@@ -298,19 +298,25 @@ def test_a_slot_whose_topic_changed_without_a_move_gets_a_fresh_id(settings: Set
         learner.close()
 
 
+def learn_and_stop(s: Settings, n: int) -> Learner:
+    """A learner that learns ``n`` articles, writes its snapshot and stops (its metrics stay readable)."""
+    learner = Learner(s)
+    learner.subscribe()
+    try:
+        consume_into(learner, n)
+        learner.checkpoint()
+    finally:
+        learner.close()
+    return learner
+
+
 def test_the_first_snapshot_after_a_restart_measures_drift_from_the_restored_topics(settings: Settings) -> None:
     """A learner restarts (a SIGKILL, a rolling restart, a standby taking over) and a slot's topic changes before
     its first snapshot. That snapshot had drift 0 for every topic: the writer had no earlier topics to compare
     with, so the drift alert missed the change and the slot kept its id for its new meaning."""
     s = settings.model_copy(update={"batch_size": 50, "topic_hygiene": False})
     produce(s, good_articles(600, seed=81))
-    first = Learner(s)
-    first.subscribe()
-    try:
-        consume_into(first, 400)
-        first.checkpoint()
-    finally:
-        first.close()
+    learn_and_stop(s, 400)
     again = Learner(s)
     again.subscribe()
     try:
@@ -356,13 +362,7 @@ def test_the_model_gauges_follow_a_restore_and_new_ids_on_a_quiet_input(settings
     0.77) until the next batch."""
     s = settings.model_copy(update={"batch_size": 50, "topic_hygiene": False})
     produce(s, good_articles(400, seed=83))
-    first = Learner(s)
-    first.subscribe()
-    try:
-        consume_into(first, 400)
-        first.checkpoint()
-    finally:
-        first.close()
+    first = learn_and_stop(s, 400)
     written_size = sample(first.metrics, "topicstream_snapshot_size_bytes")
     assert written_size > 0
 
