@@ -326,8 +326,9 @@ class ParticleFilterLDA(TopicModel):
     def _forget(self) -> None:
         """Halve the counts until they hold at most ``window`` tokens (``docs/particle-filter.md``, "Forgetting"):
         once a batch in a long stream, a few times after a Gibbs refinement installed its whole buffer. A halving
-        that frees nothing ends it (the reservoir's tokens floor the counts). The ``"history"`` mode keeps its own
-        bounded memory, which floors the counts above any smaller window: it is left alone."""
+        that frees nothing ends it (the reservoir's tokens floor the counts; counts are rounded down, so the words a
+        topic holds once do not). The ``"history"`` mode keeps its own bounded memory, which floors the counts above
+        any smaller window: it is left alone."""
         if not self.window or self.rejuvenation == "history":
             return
         held = int(self.particles_.nk.sum(axis=1).max())

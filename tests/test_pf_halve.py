@@ -46,12 +46,12 @@ def test_halving_keeps_the_topics_and_every_invariant() -> None:
     used = m.words_.refcnt > 0
     _pf_halve.halve_counts(m._bundles())
     after = m.words_.rows
-    assert np.all(after[used] >= (before[used] + 1) // 2)  # halved, rounded up, or raised to the reservoir's floor
-    assert np.all(after[used] <= np.maximum((before[used] + 1) // 2, m.reservoir_size))
+    assert np.all(after[used] >= before[used] // 2)  # halved, rounded down, or raised to the reservoir's floor
+    assert np.all(after[used] <= np.maximum(before[used] // 2, m.reservoir_size))
     assert after[used].sum() < 0.6 * before[used].sum()
     check_invariants(m)  # n_k = Σ_w n_kw again, the pools untouched
     _check_reservoir_floor(m)
-    # The topics stay where they were (a count of 1 and 2 both become 1: only small counts move).
+    # The topics stay where they were (only small counts move: a count of 1 goes, unless the reservoir holds it).
     assert np.diag(hellinger_matrix(np.vstack([phi, m.topic_word()]))[:3, 3:]).max() < 0.05
     # Rejuvenation keeps taking reservoir tokens out of their counts: no count goes negative.
     for _ in range(5):
@@ -165,3 +165,19 @@ def test_a_state_from_before_the_window_never_forgot_and_restores_as_such() -> N
     plan = restore_plan(s, payload)
     assert plan.ok and plan.kernel == {"window": 1_000_000}
     assert any(line.startswith("TOPICSTREAM_KERNEL_PARAMS window: 0 in the snapshot") for line in plan.applied)
+
+
+def test_a_window_below_the_distinct_word_topic_cells_keeps_the_topics() -> None:
+    """Halving rounded up kept every count of 1 for good, so the counts could never hold fewer tokens than their
+    distinct (word, topic) cells, which a stream only adds to; halving towards a window below that left every count
+    at 1 (a review: Reuters with a window of 50,000, 99.8 % of the counts 1, held-out −8.43 nats/word against −6.76
+    without forgetting). Rounded down, a word a topic holds once leaves it, and the topics stay: 3,000 articles of
+    8 planted topics with a window of 1,500 tokens, each planted topic within Hellinger 0.25 of a learned one
+    (rounded up: 0.33)."""
+    phi, docs = lda_corpus(3000, seed=4)
+    m = ParticleFilterLDA(n_topics=8, n_words=400, seed=0, window=1500, refine_docs=0)
+    for start in range(0, 3000, 100):
+        m.partial_fit(docs.slice(start, start + 100))
+    nearest = hellinger_matrix(np.vstack([phi, m.topic_word()]))[:8, 8:].min(axis=1)
+    assert nearest.max() < 0.25, nearest
+    check_invariants(m)
