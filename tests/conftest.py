@@ -24,9 +24,10 @@ import pytest
 # environment: numba does not lock its cache index, and two processes saving two signatures of one function at once
 # (a float32 and a float64 array, a C and an F layout) can leave the index naming the other one's machine code,
 # which then runs on the wrong types (numba issue 10128). Set before anything imports numba (this is an initial
-# conftest, loaded before the doctest modules are collected); the processes a test starts inherit it.
-if (worker := os.environ.get("PYTEST_XDIST_WORKER")) and "NUMBA_CACHE_DIR" not in os.environ:
-    os.environ["NUMBA_CACHE_DIR"] = str(Path(sys.prefix) / "numba-cache" / worker)
+# conftest, loaded before the doctest modules are collected); the processes a test starts inherit it. Outside a
+# virtual environment, or with NUMBA_CACHE_DIR set, numba's own choice stands.
+if (worker := os.environ.get("PYTEST_XDIST_WORKER")) and sys.prefix != sys.base_prefix:
+    os.environ.setdefault("NUMBA_CACHE_DIR", str(Path(sys.prefix) / "numba-cache" / worker))
 
 from service.dev.localstack import LocalStack, run_names
 from service.kafka import ensure_topics
