@@ -331,12 +331,16 @@ class ParticleFilterLDA(TopicModel):
         any smaller window: it is left alone."""
         if not self.window or self.rejuvenation == "history":
             return
-        held = int(self.particles_.nk.sum(axis=1).max())
+        held = self._tokens_held()
         while held > self.window:
             _pf_halve.halve_counts(self._bundles())
-            held, before = int(self.particles_.nk.sum(axis=1).max()), held
+            held, before = self._tokens_held(), held
             if held >= before:
                 return
+
+    def _tokens_held(self) -> int:
+        """The most tokens any particle's counts hold (Σ_k n_k): what ``window`` bounds."""
+        return int(self.particles_.nk.sum(axis=1).max())
 
     def _keep(self, batch: Batch, counts: NDArray[np.int64], lo: int, hi: int) -> tuple[int, bool]:
         """Append documents ``lo:hi`` of ``batch`` to the Gibbs buffer. Returns (the first document not appended,
@@ -516,7 +520,7 @@ class ParticleFilterLDA(TopicModel):
             "buffered_docs": float(self.buf_docs_),
             "next_gibbs_at_docs": float(self.gibbs_at_),
             "state_mb": self.memory_bytes() / 1e6,
-            "model_tokens": float(self.particles_.nk.sum(axis=1).max()),
+            "model_tokens": float(self._tokens_held()),
         }
 
     @property
