@@ -919,8 +919,7 @@ def test_copies_of_one_story_are_answered_but_learned_once(settings: Settings) -
     learner.subscribe()
     try:
         consume_into(learner, len(values))
-        samples = {m.name: m.samples for m in learner.metrics.registry.collect()}
-        (total,) = [x.value for x in samples["topicstream_articles_duplicate"] if x.name.endswith("_total")]
+        total = sample(learner.metrics, "topicstream_articles_duplicate_total")
         assert learner.model.n_docs_seen_ + total == len(values)
         assert total >= len(copies)  # every copy (and any text the generator itself repeated)
     finally:
@@ -952,8 +951,8 @@ def test_a_stop_while_the_kernel_finishes_a_batch_learns_no_further_batch(settin
     """The loop reads and prepares the next batch while the kernel learns the previous one. A stop that came
     meanwhile still handed the prepared batch to the kernel, so with a slow kernel (the particle filter's
     refinements take seconds) a SIGTERM waited for two batches, not one. Now that batch goes to nobody; its
-    articles are read again by the next learner: none is lost. Its bad messages are dead-lettered by the learner
-    that goes on with it (they were sent as the batch was prepared, and again by the next learner)."""
+    articles are read again by the next learner: none is lost. Its bad messages are dead-lettered once, by the
+    learner that goes on with it (before, they were sent as the batch was prepared, and again by the next learner)."""
     s = settings.model_copy(update={"batch_size": 50, "topic_hygiene": False})
     good = good_articles(94, seed=83)
     bad = [v for v, reason in BAD.items() if reason != "oversize"]
