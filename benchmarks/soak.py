@@ -40,8 +40,6 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from service.pipeline import H_VERSION
 from tests.faults.procs import FaultStack, Feeder, Proc
 
-ACTIVE = "holding the learner lease"
-
 
 def records(seed: int, bad_every: int) -> Iterator[tuple[bytes, bytes]]:
     """An endless stream of generated articles (key = id) with an invalid message every ``bad_every``."""

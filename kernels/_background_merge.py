@@ -28,6 +28,7 @@ from ._batch import Batch
 from ._delete import completion_halves, completion_score
 from ._events import Event, SupportsTopicMoves
 from ._moves import swap_for_merge
+from .summaries import hellinger
 
 __all__ = ["heldout_background_merge"]
 
@@ -52,6 +53,6 @@ def heldout_background_merge(
     if completion_score(trial, observed, held_out) < completion_score(model, observed, held_out) - tolerance:
         return None
     phi = model.topic_word()
-    distance = float(np.sqrt(max(0.0, 1.0 - float(np.sqrt(phi[into] * phi[src]).sum()))))
+    distance = hellinger(phi[into], phi[src])
     model.merge_topics(into, src)
     return Event("merge", (src,), into, distance)

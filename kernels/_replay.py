@@ -25,6 +25,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ._events import Event, SupportsTopicMoves
+from .summaries import hellinger
 
 __all__ = ["REPLAY_DISTANCE_SLACK", "REPLAY_WEIGHT_SLACK", "replay_moves"]
 
@@ -34,10 +35,6 @@ __all__ = ["REPLAY_DISTANCE_SLACK", "REPLAY_WEIGHT_SLACK", "replay_moves"]
 REPLAY_DISTANCE_SLACK = 0.1
 #: ... and a planned retirement only if the live topic's weight is at most twice the planned one plus this.
 REPLAY_WEIGHT_SLACK = 0.001
-
-
-def _hellinger(p: NDArray[np.float64], q: NDArray[np.float64]) -> float:
-    return float(np.sqrt(max(0.0, 1.0 - float(np.sqrt(p * q).sum()))))
 
 
 def replay_moves(
@@ -62,7 +59,7 @@ def replay_moves(
         elif e.kind == "merge" and e.into is not None and live[k] and live[e.into]:
             if phi is None or touched & {k, e.into}:  # rows a move made here has changed: read them again
                 phi, touched = model.topic_word(), set()
-            if _hellinger(phi[k], phi[e.into]) > e.score + REPLAY_DISTANCE_SLACK:
+            if hellinger(phi[k], phi[e.into]) > e.score + REPLAY_DISTANCE_SLACK:
                 continue
             model.merge_topics(e.into, k)
         elif e.kind == "birth" and e.proposal is not None and not live[k]:

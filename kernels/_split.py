@@ -31,6 +31,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ._batch import Batch
+from .summaries import hellinger
 
 __all__ = ["SplitProposal", "muddled_topics", "propose_split"]
 
@@ -94,7 +95,7 @@ def propose_split(
         psi_a /= psi_a.sum()
     n_b = float((x * rho).sum())
     n_a = n - n_b
-    distance = float(np.sqrt(max(0.0, 1.0 - float(np.sqrt(psi_a * psi_b).sum()))))
+    distance = hellinger(psi_a, psi_b)
     small, n_s, n_l, psi_l = (psi_b, n_b, n_a, psi_a) if n_b <= n_a else (psi_a, n_a, n_b, psi_b)
     fractions = n_s * small / np.maximum(n_s * small + n_l * psi_l, 1e-300)
     share = n_s / n if n > 0 else 0.0

@@ -72,7 +72,6 @@ class Capture:
     weights: NDArray[np.float64]
     drift: NDArray[np.float64]
     topics_used: int
-    taken_at: float
     events: list[Any] = field(default_factory=list)  # lineage events of the hygiene moves made just before
     model_class: Any = None  # the kernel's class, to rebuild the captured state on the writer thread
     slot_words: list[str] = field(default_factory=list)
@@ -155,7 +154,7 @@ class SnapshotWriter:
         }
         weights = model.topic_weights()
         empty = np.zeros(len(weights))
-        cap = Capture(seq, payload, meta, None, weights, empty, model.topics_used(), time.time())
+        cap = Capture(seq, payload, meta, None, weights, empty, model.topics_used())
         cap.model_class = type(model)
         cap.slot_words = slot_words
         cap.docs_learned = int(model.n_docs_seen_)

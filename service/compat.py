@@ -211,7 +211,7 @@ def size_problems(
     vocab = VOCAB_BYTES_PER_SLOT * s.vocab_size
     shape = f"W = {s.vocab_size:,}, K = {s.topics:,}"
     problems = []
-    snap = state + vocab
+    snap = snapshot_bytes(s)
     if snap > redis_max_bytes:
         problems.append(
             f"TOPICSTREAM_VOCAB_SIZE × TOPICSTREAM_TOPICS: a {s.algorithm} snapshot at {shape} is "
