@@ -9,8 +9,9 @@ has acknowledged (otherwise a crash after the write would resume past outputs th
    planned by an earlier snapshot are made just before it, which costs row updates only), except that a capture
    whose moves changed topic ids holds the next batch until the write below has published them
    (``Learner.must_hold``);
-2. **describe** (writer thread, :meth:`SnapshotWriter._describe`): φ, the topic labels and the drift against the
-   previous snapshot, from a model rebuilt from the copy; then, for a capture that carries recent documents,
+2. **describe** (writer thread, :meth:`SnapshotWriter._describe`): φ, the topic labels, the drift against the
+   previous snapshot and each topic's distance from what its id stood for (:mod:`service.anchors`), from a model
+   rebuilt from the copy; then, for a capture that carries recent documents,
    the ``plan`` hook, which may change that throw-away model at will (the learner plans topic hygiene on it:
    one to three seconds of a core that hold up no batch, but the one after a capture that changed ids);
 3. **wait** (writer thread) until every batch up to the captured one is acknowledged; a failed delivery discards
@@ -43,7 +44,9 @@ from kernels import TopicModel
 from kernels.hygiene import mass_topics
 from kernels.summaries import hellinger_rows
 
+from .anchors import TopicAnchors
 from .backoff import Backoff
+from .lineage import moved_slots
 from .metrics import Metrics
 from .pipeline import TopicLabels
 from .snapshot import FencedOut, SnapshotInfo, SnapshotStore
@@ -86,6 +89,8 @@ class Capture:
     #: φ (float32) of this capture, set by the writer: the next snapshot's drift is measured against it once this
     #: one is written (a failed write leaves the last written φ as the reference, so no change goes unseen).
     phi: NDArray[np.float32] | None = None
+    #: Each slot's Hellinger distance from its anchor (:class:`service.anchors.TopicAnchors`), set by the writer.
+    anchor_drift: NDArray[np.float64] | None = None
 
 
 @dataclass(eq=False)
@@ -116,14 +121,17 @@ class SnapshotWriter:
         self._idle.set()
         self._stop = threading.Event()
         self._prev_phi: NDArray[np.float32] | None = None
+        self.anchors = TopicAnchors()  # what each topic id stood for once formed (writer thread)
         self._thread = threading.Thread(target=self._loop, name="snapshot-writer", daemon=True)
         self._thread.start()
 
-    def drift_from(self, phi: NDArray[np.floating]) -> None:
-        """Measure the next snapshot's drift from ``phi`` (a restored model's topics; call before the first capture).
-        Without it the first snapshot after a restart had drift 0 for every topic: the drift alert missed what changed
-        while the learner was away, and topics that changed meaning kept their ids."""
+    def drift_from(self, phi: NDArray[np.floating], ids: list[int], weights: NDArray[np.floating]) -> None:
+        """Measure the next snapshot's drift from ``phi`` (a restored model's topics, with their ``ids`` and
+        ``weights``; call before the first capture), and anchor those topics there. Without it the first snapshot
+        after a restart had drift 0 for every topic: the drift alert missed what changed while the learner was away,
+        and topics that changed meaning kept their ids."""
         self._prev_phi = np.asarray(phi, dtype=np.float32).copy()
+        self.anchors.restore(self._prev_phi, ids, weights)
 
     @property
     def busy(self) -> bool:
@@ -171,6 +179,7 @@ class SnapshotWriter:
         cap.labels = TopicLabels(phi, cap.slot_words)
         if self._prev_phi is not None and self._prev_phi.shape == phi.shape:
             cap.drift = hellinger_rows(phi, self._prev_phi)
+        cap.anchor_drift = self.anchors.distances(phi, cap.topic_ids)
         cap.phi = phi.astype(np.float32)
         del phi
         if self.plan is None or (shadow is None and cap.unseen_docs is None):
@@ -238,6 +247,9 @@ class SnapshotWriter:
             return
         self.backoff.succeeded()
         del cap.payload  # the packed copy is in Redis now
+        assert cap.phi is not None  # described above
+        changed = moved_slots(cap.events, cap.topic_ids)
+        self.anchors.update(cap.phi, cap.topic_ids, cap.weights, cap.docs_learned, changed)
         self._prev_phi, cap.phi = cap.phi, None  # the reference of the next snapshot's drift
         try:
             self.on_written(cap, info)

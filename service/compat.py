@@ -60,9 +60,9 @@ KERNEL_CODE_BYTES = {"scvb0": 0, "ohdp": 51 * 1024**2, "pf": 106 * 1024**2}
 #: Copies of the kernel state S at the learner's peak, while it describes a snapshot: the live model, the
 #: ``state_dict`` copy, the model rebuilt from it for the summary and φ in float64 (4·S; the labels and the drift
 #: made a fifth, a row-order copy of φ, until ``topic_word`` returned φ in row order: measured in process at the
-#: defaults, 125 → 75 MiB above the arrays held); φ in float32 for drift, now and at the last snapshot, and the
-#: packed snapshot come after some of those are freed. Topic hygiene adds the copy it plans on, held between
-#: snapshots, and its planner's working arrays (3·S).
+#: defaults, 125 → 75 MiB above the arrays held); φ in float32 for drift, now and at the last snapshot, the
+#: topics' anchors (one more, service/anchors.py) and the packed snapshot come after some of those are freed.
+#: Topic hygiene adds the copy it plans on, held between snapshots, and its planner's working arrays (3·S).
 LEARNER_STATE_COPIES, HYGIENE_STATE_COPIES = 4, 3
 #: A replica's peak, while it loads a snapshot: the model served, the snapshot's bytes (twice, briefly, in the Redis
 #: client), the new model and φ for the labels.

@@ -4,8 +4,9 @@
 Kafka lineage topic for subscribers that read Kafka only, and along them the names people gave topics
 (:meth:`service.names.TopicNames.follow`). What fails (Redis away) is kept and done with the next snapshot,
 stamped as it was. :func:`renewals` says which slots of a written snapshot hold another topic than their id stood
-for, without a move (the online HDP refills a slot its own learning emptied): the next capture gives them fresh
-ids (:meth:`service.lineage.Lineage.renew`), since a topic id must not change meaning.
+for, without a move (the online HDP refills a slot its own learning emptied; a subject grows, step by step, in the
+slot another left: :mod:`service.anchors`): the next capture gives them fresh ids
+(:meth:`service.lineage.Lineage.renew`), since a topic id must not change meaning.
 """
 
 from __future__ import annotations
@@ -13,14 +14,16 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import numpy as np
 from confluent_kafka import KafkaException, Message, Producer
 
+from .anchors import ANCHOR_DRIFT, RENEW_WEIGHT
 from .checkpoint import Capture
 from .lineage import DEFAULT_KEEP, LineageEvent, LineageStore, moved_slots
 from .metrics import Metrics
 from .names import TopicNames
 
-__all__ = ["RENEW_DRIFT", "RENEW_WEIGHT", "LineageFeed", "renewals"]
+__all__ = ["RENEW_DRIFT", "LineageFeed", "renewals"]
 
 log = logging.getLogger(__name__)
 
@@ -28,21 +31,25 @@ log = logging.getLogger(__name__)
 #: another topic: it gets a fresh id. Between snapshots a topic moves by a few hundredths once formed (0.01–0.2 on
 #: the benchmark streams); the online HDP refilling a slot its learning emptied moves it by 0.6–0.9.
 RENEW_DRIFT = 0.5
-#: ... if it weighs at least this much: a nearly empty slot's word distribution is noise, and may jump for nothing.
-RENEW_WEIGHT = 0.01
 
 
 def renewals(cap: Capture) -> tuple[list[int], list[float]]:
-    """The slots of written capture ``cap`` whose topic changed meaning since the snapshot before without a move
-    (drift over :data:`RENEW_DRIFT` at a weight of at least :data:`RENEW_WEIGHT`), past the hygiene warm-up of 40
-    documents per slot learned by the kernel (before, every topic is still forming; counted as hygiene counts them,
-    without the copies the learner answered), and their drifts."""
+    """The slots of written capture ``cap`` whose topic changed meaning without a move, at a weight of at least
+    :data:`RENEW_WEIGHT`: since the snapshot before (drift over :data:`RENEW_DRIFT`, past the hygiene warm-up of 40
+    documents per slot learned by the kernel: before, every topic is still forming; counted as hygiene counts them,
+    without the copies the learner answered), or since their topic formed (over
+    :data:`service.anchors.ANCHOR_DRIFT` from its anchor); and for each the larger of the two distances."""
     K = len(cap.drift)
     if cap.docs_learned < 40 * K:
         return [], []
     moved = moved_slots(cap.events, cap.topic_ids)  # a move changed them, and said so
-    slots = [k for k in range(K) if cap.drift[k] > RENEW_DRIFT and cap.weights[k] >= RENEW_WEIGHT and k not in moved]
-    return slots, [float(cap.drift[k]) for k in slots]
+    far = cap.anchor_drift if cap.anchor_drift is not None else np.zeros(K)
+    slots = [
+        k
+        for k in range(K)
+        if (cap.drift[k] > RENEW_DRIFT or far[k] > ANCHOR_DRIFT) and cap.weights[k] >= RENEW_WEIGHT and k not in moved
+    ]
+    return slots, [max(float(cap.drift[k]), float(far[k])) for k in slots]
 
 
 class LineageFeed:

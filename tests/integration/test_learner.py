@@ -298,6 +298,47 @@ def test_a_slot_whose_topic_changed_without_a_move_gets_a_fresh_id(settings: Set
         learner.close()
 
 
+def test_a_slot_whose_topic_moves_to_another_subject_step_by_step_gets_a_fresh_id(settings: Settings) -> None:
+    """Past the warm-up, the largest topic's words are moved to 20 words it did not use, a quarter of the way per
+    snapshot (the kernel's own delete and birth, called directly, with articles learned in between): no snapshot
+    sees a jump of 0.5, but once the slot is more than 0.7 from the topic its id was anchored on, the next capture
+    gives it a fresh id, a birth whose parent is the old id. Before, the old id took the new meaning for good."""
+    s = settings.model_copy(update={"batch_size": 50, "topic_hygiene": False})
+    produce(s, good_articles(1200, seed=81))
+    learner = Learner(s)
+    learner.subscribe()
+    try:
+        consume_into(learner, 800)  # past 40 documents per slot, twice: the topics have formed and are anchored
+        learner.checkpoint()
+        assert learner.lineage is not None
+        model = learner.model
+        k = int(np.argmax(model.topic_weights()))
+        old_id = learner.lineage.slot_ids[k]
+        start = model.topic_word()[k].copy()
+        new = np.zeros_like(start)
+        new[np.setdiff1d(np.arange(model.n_words), np.flatnonzero(start > 10.0 / model.n_words))[:20]] = 1 / 20
+        summaries, ids = [], []
+        for t in (0.25, 0.5, 0.75, 1.0):
+            share = float(model.topic_weights()[k])
+            model.delete_topic(k)
+            probs = (1 - t) * start + t * new
+            model.birth_topic(k, np.flatnonzero(probs), probs[probs > 0], share)
+            consume_into(learner, 20)
+            learner.checkpoint()
+            summaries.append(learner.store.summary())
+            ids.append(learner.lineage.slot_ids[k])
+        consume_into(learner, 20)
+        learner.checkpoint()  # the capture after the snapshot that saw the distance renews the id
+        ids.append(learner.lineage.slot_ids[k])
+        drifts = [next(tp["drift"] for tp in sm["topics"] if tp["slot"] == k) for sm in summaries]
+        assert max(drifts) < 0.5, drifts  # no jump the snapshot-to-snapshot rule would see
+        assert ids[0] == old_id and ids[-1] != old_id and ids[-1] not in range(s.topics)
+        (renewal,) = [e for e in LineageStore(learner.store.r, s.redis_prefix).recent(20) if e.parent == old_id]
+        assert (renewal.kind, renewal.topic, renewal.slot) == ("birth", ids[-1], k) and renewal.score > 0.7
+    finally:
+        learner.close()
+
+
 def learn_and_stop(s: Settings, n: int) -> Learner:
     """A learner that learns ``n`` articles, writes its snapshot and stops (its metrics stay readable)."""
     learner = Learner(s)

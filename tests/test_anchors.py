@@ -1,0 +1,137 @@
+"""A topic id keeps its meaning: a slot that moves to another subject in small steps gets a fresh id
+(:mod:`service.anchors` with :func:`service.lineage_feed.renewals`), a topic that only evolves keeps its id.
+
+Each test plays the snapshot writer's part on hand-made word distributions: describe (drift since the snapshot
+before, distance from the anchors), ask ``renewals``, anchor the written snapshot, and give the renewed slots
+fresh ids at the next capture as the learner does."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numpy.typing import NDArray
+
+from kernels.summaries import hellinger_rows
+from service.anchors import ANCHOR_AFTER_DOCS, ANCHOR_DRIFT, RENEW_WEIGHT, TopicAnchors
+from service.checkpoint import Capture
+from service.lineage_feed import RENEW_DRIFT, renewals
+
+K, W = 4, 60
+
+
+def subject(first: int, rng: np.random.Generator) -> NDArray[np.float64]:
+    """A topic over 10 words of its own (from ``first``), with a little mass on every word."""
+    p = np.full(W, 1e-4)
+    p[first : first + 10] = rng.dirichlet(np.ones(10)) + 0.05
+    return p / p.sum()
+
+
+class Stream:
+    """Snapshots of a K-slot model, written one after the other; ``ids`` as the lineage gives them out."""
+
+    def __init__(self, phi: NDArray[np.float64], weights: NDArray[np.float64] | None = None) -> None:
+        self.anchors = TopicAnchors()
+        self.ids = list(range(K))
+        self.next_id = K
+        self.prev: NDArray[np.float64] | None = None
+        self.docs = 0
+        self.renewed: list[tuple[int, int, float]] = []  # (documents, slot, score)
+        self.pending: list[int] = []
+        self.weights = np.full(K, 1 / K) if weights is None else weights
+        self.snapshot(phi, docs=ANCHOR_AFTER_DOCS * K)
+
+    def snapshot(self, phi: NDArray[np.float64], docs: int = 200, changed: tuple[int, ...] = ()) -> None:
+        for k in self.pending:  # the capture after a written snapshot gives its renewals fresh ids
+            self.ids[k], self.next_id = self.next_id, self.next_id + 1
+        self.docs += docs
+        cap = Capture(0, {}, {}, None, self.weights.copy(), np.zeros(K), K)
+        cap.topic_ids, cap.docs_learned = list(self.ids), self.docs
+        if self.prev is not None:
+            cap.drift = hellinger_rows(phi, self.prev)
+        cap.anchor_drift = self.anchors.distances(phi, cap.topic_ids)
+        slots, scores = renewals(cap)
+        self.renewed += [(self.docs, k, s) for k, s in zip(slots, scores, strict=True)]
+        self.pending = slots
+        self.anchors.update(phi.astype(np.float32), cap.topic_ids, cap.weights, cap.docs_learned, changed)
+        self.prev = phi
+
+
+@pytest.fixture
+def topics() -> NDArray[np.float64]:
+    rng = np.random.default_rng(3)
+    return np.array([subject(10 * k, rng) for k in range(K + 1)])  # the last: a subject no slot has yet
+
+
+def test_a_subject_that_grows_step_by_step_in_another_subjects_slot_gets_a_fresh_id(
+    topics: NDArray[np.float64],
+) -> None:
+    """Slot 0 moves from its subject to a new one in 20 steps, each far below the jump the snapshot-to-snapshot
+    rule needs (0.5): once it is more than 0.7 from the topic its id was anchored on, the next capture renews it,
+    once, with that distance as the score. Before, the id kept the new subject for good."""
+    stream = Stream(topics[:K])
+    path = np.array([(1 - t) * topics[0] + t * topics[K] for t in np.linspace(0.0, 1.0, 21)])
+    assert hellinger_rows(path[1:], path[:-1]).max() < RENEW_DRIFT / 2  # each step far below a jump
+    for row in path[1:]:
+        phi = topics[:K].copy()
+        phi[0] = row
+        stream.snapshot(phi)
+    assert [(k, s > ANCHOR_DRIFT) for _, k, s in stream.renewed] == [(0, True)]
+    assert stream.ids == [K, 1, 2, 3]
+
+
+def test_a_topic_that_evolves_within_its_subject_keeps_its_id(topics: NDArray[np.float64]) -> None:
+    """Every slot's words reshuffle within its subject, snapshot after snapshot (the ranks change, as a story's
+    names do): none is renewed."""
+    rng = np.random.default_rng(5)
+    stream = Stream(topics[:K])
+    for _ in range(30):
+        phi = np.array([subject(10 * k, rng) for k in range(K)])
+        stream.snapshot(phi)
+    assert stream.renewed == [] and stream.ids == list(range(K))
+
+
+def test_a_forming_topic_follows_its_slot_and_is_anchored_once_formed(topics: NDArray[np.float64]) -> None:
+    """While an id is younger than ANCHOR_AFTER_DOCS documents per slot the anchor follows the slot: a topic still
+    forming may move anywhere. A slot whose words a move changed (``changed``) starts over too."""
+    stream = Stream(topics[:K])
+    stream.snapshot(topics[:K], changed=(1,))  # a merge into slot 1: its id is kept, its anchor starts over
+    phi = topics[:K].copy()
+    for t in np.linspace(0.1, 1.0, 10):  # all of it inside the young period
+        phi[1] = (1 - t) * topics[1] + t * topics[K]
+        stream.snapshot(phi, docs=ANCHOR_AFTER_DOCS * K // 10 - 1)
+    assert stream.renewed == [] and not stream.anchors.formed[1]
+    stream.snapshot(phi)
+    assert stream.anchors.formed[1]  # formed on the new subject: moving back is a change of meaning now
+    for t in np.linspace(0.9, 0.0, 10):
+        phi[1] = (1 - t) * topics[1] + t * topics[K]
+        stream.snapshot(phi)
+    assert [k for _, k, _ in stream.renewed] == [1]
+
+
+def test_a_light_slot_is_anchored_when_it_first_weighs_enough(topics: NDArray[np.float64]) -> None:
+    """A slot under RENEW_WEIGHT holds noise: it is not anchored while light, so a subject that grows in an empty
+    slot keeps the id under which it became visible, and only a later change of that subject renews it."""
+    weights = np.array([RENEW_WEIGHT / 2, 0.4, 0.3, 0.3 - RENEW_WEIGHT / 2])
+    stream = Stream(topics[:K], weights)
+    phi = topics[:K].copy()
+    for t in np.linspace(0.1, 1.0, 10):
+        phi[0] = (1 - t) * topics[0] + t * topics[K]
+        stream.snapshot(phi)
+    assert stream.renewed == [] and not stream.anchors.formed[0]
+    stream.weights = np.array([0.1, 0.3, 0.3, 0.3])
+    stream.snapshot(phi)
+    assert stream.anchors.formed[0] and stream.renewed == []
+
+
+def test_a_restored_model_is_anchored_where_it_was_restored(topics: NDArray[np.float64]) -> None:
+    """After a restart the anchors start at the restored topics (formed where they weigh enough): a slot that then
+    moves to another subject in small steps is renewed as it would have been without the restart."""
+    stream = Stream(topics[:K])
+    stream.anchors = TopicAnchors()
+    stream.anchors.restore(topics[:K], list(range(K)), np.full(K, 1 / K))
+    assert stream.anchors.formed.all()
+    phi = topics[:K].copy()
+    for t in np.linspace(0.05, 1.0, 20):
+        phi[2] = (1 - t) * topics[2] + t * topics[K]
+        stream.snapshot(phi)
+    assert [k for _, k, _ in stream.renewed] == [2]
