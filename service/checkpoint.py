@@ -89,8 +89,10 @@ class Capture:
     #: φ (float32) of this capture, set by the writer: the next snapshot's drift is measured against it once this
     #: one is written (a failed write leaves the last written φ as the reference, so no change goes unseen).
     phi: NDArray[np.float32] | None = None
-    #: Each slot's Hellinger distance from its anchor (:class:`service.anchors.TopicAnchors`), set by the writer.
+    #: Each slot's Hellinger distance from its anchor, and the share of its anchor's first words' weight it kept
+    #: (:meth:`service.anchors.TopicAnchors.compare`), set by the writer.
     anchor_drift: NDArray[np.float64] | None = None
+    anchor_kept: NDArray[np.float64] | None = None
 
 
 @dataclass(eq=False)
@@ -125,13 +127,16 @@ class SnapshotWriter:
         self._thread = threading.Thread(target=self._loop, name="snapshot-writer", daemon=True)
         self._thread.start()
 
-    def drift_from(self, phi: NDArray[np.floating], ids: list[int], weights: NDArray[np.floating]) -> None:
+    def drift_from(
+        self, phi: NDArray[np.floating], ids: list[int], weights: NDArray[np.floating], docs_learned: int
+    ) -> None:
         """Measure the next snapshot's drift from ``phi`` (a restored model's topics, with their ``ids`` and
-        ``weights``; call before the first capture), and anchor those topics there. Without it the first snapshot
+        ``weights``, after ``docs_learned`` documents; call before the first capture), and anchor those topics
+        there. Without it the first snapshot
         after a restart had drift 0 for every topic: the drift alert missed what changed while the learner was away,
         and topics that changed meaning kept their ids."""
         self._prev_phi = np.asarray(phi, dtype=np.float32).copy()
-        self.anchors.restore(self._prev_phi, ids, weights)
+        self.anchors.restore(self._prev_phi, ids, weights, docs_learned)
 
     @property
     def busy(self) -> bool:
@@ -179,7 +184,7 @@ class SnapshotWriter:
         cap.labels = TopicLabels(phi, cap.slot_words)
         if self._prev_phi is not None and self._prev_phi.shape == phi.shape:
             cap.drift = hellinger_rows(phi, self._prev_phi)
-        cap.anchor_drift = self.anchors.distances(phi, cap.topic_ids)
+        cap.anchor_drift, cap.anchor_kept = self.anchors.compare(phi, cap.topic_ids)
         cap.phi = phi.astype(np.float32)
         del phi
         if self.plan is None or (shadow is None and cap.unseen_docs is None):

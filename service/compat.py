@@ -60,10 +60,13 @@ KERNEL_CODE_BYTES = {"scvb0": 0, "ohdp": 51 * 1024**2, "pf": 106 * 1024**2}
 #: Copies of the kernel state S at the learner's peak, while it describes a snapshot: the live model, the
 #: ``state_dict`` copy, the model rebuilt from it for the summary and φ in float64 (4·S; the labels and the drift
 #: made a fifth, a row-order copy of φ, until ``topic_word`` returned φ in row order: measured in process at the
-#: defaults, 125 → 75 MiB above the arrays held); φ in float32 for drift, now and at the last snapshot, the
-#: topics' anchors (one more, service/anchors.py) and the packed snapshot come after some of those are freed.
+#: defaults, 125 → 75 MiB above the arrays held); φ in float32 for drift, now and at the last snapshot, and the
+#: packed snapshot come after some of those are freed. The topics' anchors, φ in float32 held for the process's
+#: life (service/anchors.py), are counted apart: :data:`ANCHOR_BYTES_PER_ENTRY`.
 #: Topic hygiene adds the copy it plans on, held between snapshots, and its planner's working arrays (3·S).
 LEARNER_STATE_COPIES, HYGIENE_STATE_COPIES = 4, 3
+#: The learner's topic anchors: one float32 per word and topic.
+ANCHOR_BYTES_PER_ENTRY = 4
 #: A replica's peak, while it loads a snapshot: the model served, the snapshot's bytes (twice, briefly, in the Redis
 #: client), the new model and φ for the labels.
 REPLICA_STATE_COPIES = 4
@@ -162,8 +165,11 @@ def _runtime_bytes(settings: Settings) -> int:
 
 def learner_peak_bytes(settings: Settings) -> int:
     """The learner's memory while it describes and writes a snapshot, its peak: :func:`learner_state_copies` × the
-    kernel state S, the vocabulary (48 B·W) and the runtime (:data:`PROCESS_BYTES`, and the kernel's code)."""
-    return learner_state_copies(settings) * _state_bytes(settings) + _runtime_bytes(settings)
+    kernel state S, the topics' anchors (4 B·W·K), the vocabulary (48 B·W) and the runtime (:data:`PROCESS_BYTES`,
+    and the kernel's code)."""
+    s = settings
+    anchors = ANCHOR_BYTES_PER_ENTRY * s.vocab_size * s.topics
+    return learner_state_copies(s) * _state_bytes(s) + anchors + _runtime_bytes(s)
 
 
 def replica_peak_bytes(settings: Settings) -> int:
@@ -222,11 +228,12 @@ def size_problems(
     free = available_memory_bytes() if memory_bytes is None else memory_bytes
     if need > free:
         copies, runtime = learner_state_copies(s), _runtime_bytes(s) - vocab
-        terms = f"{copies} × {_mb(state)} + {_mb(vocab)} + {_mb(runtime)}"
+        anchors = ANCHOR_BYTES_PER_ENTRY * s.vocab_size * s.topics
+        terms = f"{copies} × {_mb(state)} + {_mb(anchors)} + {_mb(vocab)} + {_mb(runtime)}"
         problems.append(
             f"TOPICSTREAM_VOCAB_SIZE × TOPICSTREAM_TOPICS: while writing a snapshot the learner needs {copies} × "
-            f"state + {VOCAB_BYTES_PER_SLOT} B × W + runtime = {terms} = {_mb(need)} at {shape}, and {_mb(free)} is "
-            "available; lower W or K, or give it more memory"
+            f"state + {ANCHOR_BYTES_PER_ENTRY} B × W × K + {VOCAB_BYTES_PER_SLOT} B × W + runtime = {terms} = "
+            f"{_mb(need)} at {shape}, and {_mb(free)} is available; lower W or K, or give it more memory"
         )
     return problems
 

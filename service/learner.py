@@ -185,7 +185,8 @@ class Learner(BatchWorker):
             plan=self._plan_hygiene if self.hygiene is not None else None,
         )
         if start.restored_version:  # the first snapshot's drift is measured from the restored topics
-            self.writer.drift_from(phi, list(self.lineage.slot_ids), self.model.topic_weights())
+            model = self.model
+            self.writer.drift_from(phi, list(self.lineage.slot_ids), model.topic_weights(), int(model.n_docs_seen_))
         del phi
         self._batches_since_snapshot = 0
         self._last_snapshot = time.monotonic()

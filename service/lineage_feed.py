@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from confluent_kafka import KafkaException, Message, Producer
 
-from .anchors import ANCHOR_DRIFT, RENEW_WEIGHT
+from .anchors import ANCHOR_DRIFT, ANCHOR_KEPT, RENEW_WEIGHT
 from .checkpoint import Capture
 from .lineage import DEFAULT_KEEP, LineageEvent, LineageStore, moved_slots
 from .metrics import Metrics
@@ -38,17 +38,16 @@ def renewals(cap: Capture) -> tuple[list[int], list[float]]:
     :data:`RENEW_WEIGHT`: since the snapshot before (drift over :data:`RENEW_DRIFT`, past the hygiene warm-up of 40
     documents per slot learned by the kernel: before, every topic is still forming; counted as hygiene counts them,
     without the copies the learner answered), or since their topic formed (over
-    :data:`service.anchors.ANCHOR_DRIFT` from its anchor); and for each the larger of the two distances."""
+    :data:`service.anchors.ANCHOR_DRIFT` from its anchor, keeping under :data:`service.anchors.ANCHOR_KEPT` of the
+    weight on its first words); and for each the larger of the two distances."""
     K = len(cap.drift)
     if cap.docs_learned < 40 * K:
         return [], []
     moved = moved_slots(cap.events, cap.topic_ids)  # a move changed them, and said so
     far = cap.anchor_drift if cap.anchor_drift is not None else np.zeros(K)
-    slots = [
-        k
-        for k in range(K)
-        if (cap.drift[k] > RENEW_DRIFT or far[k] > ANCHOR_DRIFT) and cap.weights[k] >= RENEW_WEIGHT and k not in moved
-    ]
+    kept = cap.anchor_kept if cap.anchor_kept is not None else np.ones(K)
+    other = (cap.drift > RENEW_DRIFT) | ((far > ANCHOR_DRIFT) & (kept < ANCHOR_KEPT))
+    slots = [k for k in range(K) if other[k] and cap.weights[k] >= RENEW_WEIGHT and k not in moved]
     return slots, [max(float(cap.drift[k]), float(far[k])) for k in slots]
 
 
