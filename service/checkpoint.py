@@ -132,9 +132,8 @@ class SnapshotWriter:
     ) -> None:
         """Measure the next snapshot's drift from ``phi`` (a restored model's topics, with their ``ids`` and
         ``weights``, after ``docs_learned`` documents; call before the first capture), and anchor those topics
-        there. Without it the first snapshot
-        after a restart had drift 0 for every topic: the drift alert missed what changed while the learner was away,
-        and topics that changed meaning kept their ids."""
+        there. Without it the first snapshot after a restart had drift 0 for every topic: the drift alert missed
+        what changed while the learner was away, and topics that changed meaning kept their ids."""
         self._prev_phi = np.asarray(phi, dtype=np.float32).copy()
         self.anchors.restore(self._prev_phi, ids, weights, docs_learned)
 

@@ -168,8 +168,12 @@ def learner_peak_bytes(settings: Settings) -> int:
     kernel state S, the topics' anchors (4 B·W·K), the vocabulary (48 B·W) and the runtime (:data:`PROCESS_BYTES`,
     and the kernel's code)."""
     s = settings
-    anchors = ANCHOR_BYTES_PER_ENTRY * s.vocab_size * s.topics
-    return learner_state_copies(s) * _state_bytes(s) + anchors + _runtime_bytes(s)
+    return learner_state_copies(s) * _state_bytes(s) + _anchor_bytes(s) + _runtime_bytes(s)
+
+
+def _anchor_bytes(settings: Settings) -> int:
+    """The learner's topic anchors: :data:`ANCHOR_BYTES_PER_ENTRY` per word and topic."""
+    return ANCHOR_BYTES_PER_ENTRY * settings.vocab_size * settings.topics
 
 
 def replica_peak_bytes(settings: Settings) -> int:
@@ -228,8 +232,7 @@ def size_problems(
     free = available_memory_bytes() if memory_bytes is None else memory_bytes
     if need > free:
         copies, runtime = learner_state_copies(s), _runtime_bytes(s) - vocab
-        anchors = ANCHOR_BYTES_PER_ENTRY * s.vocab_size * s.topics
-        terms = f"{copies} × {_mb(state)} + {_mb(anchors)} + {_mb(vocab)} + {_mb(runtime)}"
+        terms = f"{copies} × {_mb(state)} + {_mb(_anchor_bytes(s))} + {_mb(vocab)} + {_mb(runtime)}"
         problems.append(
             f"TOPICSTREAM_VOCAB_SIZE × TOPICSTREAM_TOPICS: while writing a snapshot the learner needs {copies} × "
             f"state + {ANCHOR_BYTES_PER_ENTRY} B × W × K + {VOCAB_BYTES_PER_SLOT} B × W + runtime = {terms} = "
