@@ -8,7 +8,9 @@ id that was never used before, and a birth gets a fresh id too. An id therefore 
 reused, also across a crash while Redis was down (:meth:`Lineage.reserve`); a merged-away id points to the id that
 now carries its words (:meth:`Lineage.successor`). A split topic keeps its id and the larger half of its words (a
 narrower meaning than the muddle it was); the other half gets a fresh id in a freed slot, and its event names the id
-it came from (``parent``).
+it came from (``parent``). An id that never weighed enough to be seen (:meth:`Lineage.record`'s ``seen``) is no
+topic yet: when a move ends it, its slot keeps it and no event is told (the online HDP deletes and merges a few such
+slivers every hygiene round, whose events filled the bounded history).
 
 :class:`LineageStore` keeps the events in Redis as a bounded list, newest first (``P:lineage``, ``LPUSH`` +
 ``LTRIM``), with counts by kind (hash ``P:lineage:counts``) for dashboards. :func:`render_lineage` formats them
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
@@ -204,8 +206,12 @@ class Lineage:
             out.append(LineageEvent("birth", self._fresh(k), k, None, float(score), 0, 0.0, parent=old))
         return out
 
-    def record(self, events: Iterable[Event], version: int, at: float) -> list[LineageEvent]:
-        """Apply hygiene ``events`` (slot ids, in the order they happened) and return them in stable ids."""
+    def record(
+        self, events: Iterable[Event], version: int, at: float, seen: Container[int] | None = None
+    ) -> list[LineageEvent]:
+        """Apply hygiene ``events`` (slot ids, in the order they happened) and return them in stable ids. With
+        ``seen`` (the ids that ever weighed enough to be shown), a merge or retirement of an id not in it is no
+        event: that id never named a topic anyone saw, so its slot keeps it for whatever forms there."""
         out: list[LineageEvent] = []
         n = len(self.slot_ids)
         for e in events:
@@ -216,11 +222,15 @@ class Lineage:
                 if e.into is None:
                     raise ValueError(f"merge event without 'into': {e}")
                 gone, into = self.slot_ids[slot], self.slot_ids[e.into]
+                if seen is not None and gone not in seen:
+                    continue
                 self._remember_merge(gone, into)
                 self._fresh(slot)
                 out.append(LineageEvent("merge", gone, slot, into, e.score, version, at))
             elif e.kind == "retire":
                 gone = self.slot_ids[slot]  # no longer in slot_ids: successor() says None
+                if seen is not None and gone not in seen:
+                    continue
                 self._fresh(slot)
                 out.append(LineageEvent("retire", gone, slot, None, e.score, version, at))
             elif e.kind == "split":

@@ -213,6 +213,18 @@ def test_a_restore_past_unreadable_snapshots_skips_a_reserve_for_each():
     assert restored.next_id >= at_11 + restored.reserve()
 
 
+def test_moves_that_end_an_id_nobody_saw_are_no_events_and_the_slot_keeps_it():
+    """With ``seen``, a merge or retirement of an id that never weighed enough to be shown is no event and gives
+    out no fresh id: the slot keeps the id for whatever forms there. Moves of seen ids are told as before."""
+    lin = Lineage(4)
+    events = [Event("retire", (1,), None, 0.002), Event("merge", (2,), 0, 0.0), Event("retire", (3,), None, 0.3)]
+    out = lin.record(events, 0, 0.0, seen={0, 3})
+    assert [(e.kind, e.topic) for e in out] == [("retire", 3)]
+    assert lin.slot_ids == [0, 1, 2, 4] and lin.next_id == 5 and lin.successor(2) == 2
+    told = Lineage(4).record(events, 0, 0.0)  # without ``seen``: every move is an event
+    assert [(e.kind, e.topic) for e in told] == [("retire", 1), ("merge", 2), ("retire", 3)]
+
+
 def test_renewed_slots_get_fresh_ids_and_moves_name_the_slots_they_changed():
     lin = Lineage(5)
     events = lin.record([Event("merge", (3,), 1, 0.1), Event("split", (0, 4), None, 0.01)], 2, 0.0)
