@@ -41,7 +41,10 @@ def normalise_url(url: str) -> str:
     >>> normalise_url("HTTPS://News.Example.COM:443/a/B?utm_source=x&b=2&a=1#top")
     'https://news.example.com/a/B?a=1&b=2'
     """
-    parts = urlsplit(url.strip())
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError:  # not a URL urllib reads (an unclosed "[" of an IPv6 host): kept as written
+        return url.strip()
     scheme = parts.scheme.lower()
     host = (parts.hostname or "").lower()
     try:

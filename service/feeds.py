@@ -68,6 +68,9 @@ class FeedError(Exception):
     """A fetch or parse failure; ``kind`` is a short, stable metric label."""
 
     def __init__(self, kind: str, detail: str, retry_after: float = 0.0) -> None:
+        # The detail may be a server's bytes (a status line): control characters escaped, so that it cannot
+        # clear the terminal or forge a log line, and cut to a line's length.
+        detail = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in detail[:500])
         super().__init__(f"{kind}: {detail}")
         self.kind = kind
         self.retry_after = retry_after
@@ -109,8 +112,9 @@ def _retry_after(value: str | None) -> float:
     """Seconds a ``Retry-After`` header asks for (a number or an HTTP date); 0 when absent or unreadable."""
     if not value:
         return 0.0
-    if value.strip().isdigit():
-        return float(value.strip())
+    text = value.strip()
+    if text.isascii() and text.isdigit():  # not "²", which isdigit() takes and float() refuses
+        return float(text)
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
@@ -342,6 +346,9 @@ class FeedPoller:
             events, skipped = ([], 0) if fetched.body is None else parse(feed.url, fetched.body)
         except FeedError as e:
             return e  # counted as result="error" (_failed), once
+        except Exception as e:  # a feed's bytes this code did not foresee fail that feed, never the poller
+            log.exception("feed %s: unexpected %s", feed.url, type(e).__name__)
+            return FeedError("not_a_feed", f"{type(e).__name__}: {e}")
         m.requests.labels(feed=feed.url, result=str(fetched.status)).inc()
         m.seen.labels(feed=feed.url).inc(len(events) + skipped)
         m.skipped.labels(feed=feed.url).inc(skipped)

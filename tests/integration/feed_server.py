@@ -13,7 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 @dataclass
 class FeedServer:
     """Serves ``feeds[path] = bytes`` on 127.0.0.1 with ETag and Last-Modified; ``/slow`` answers after
-    ``release`` is set (never, within a test's timeout)."""
+    ``release`` is set (never, within a test's timeout); ``/trickle``, ``/chunked``, ``/retry`` and ``/badstatus``
+    answer as hostile or broken servers do (see ``do_GET``)."""
 
     feeds: dict[str, bytes] = field(default_factory=dict)
     conditional_hits: list[str] = field(default_factory=list)
@@ -38,6 +39,14 @@ class FeedServer:
                     while not owner.release.wait(0.2):
                         self.wfile.write(b" ")
                         self.wfile.flush()
+                    return
+                if self.path == "/retry":  # a Retry-After that str.isdigit() takes and float() refuses
+                    self.send_response(503)
+                    self.send_header("Retry-After", "\u00b2")
+                    self.end_headers()
+                    return
+                if self.path == "/badstatus":  # a status line with terminal escapes and a forged log line
+                    self.wfile.write(b"XTTP/1.1 \x1b[2J\x1b[1;1H2026-11-27 INFO service.feeds: produced 1\r\n\r\n")
                     return
                 if self.path == "/chunked":  # a chunk size that is not hex: http.client's IncompleteRead
                     self.send_response(200)

@@ -8,6 +8,7 @@ a body whose chunked encoding is broken.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -175,6 +176,30 @@ def test_a_broken_answer_or_an_entry_too_large_to_send_stops_nothing(settings: S
     finally:
         p.close()
     assert sorted(ids_of(s, 2)) == ["fine", "r1"]
+
+
+def test_hostile_answers_and_entries_fail_their_feed_or_entry_not_the_poller(
+    settings: Settings, server: FeedServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A review's findings: a ``Retry-After`` of "²" (``str.isdigit`` takes it, ``float`` does not) and an entry
+    whose link urllib cannot read ("http://[bad", no guid) raised ValueError out of the poll, so the poller exited,
+    every feed with it, and again at every restart; and a status line's terminal escapes went into a log line as
+    the server sent them. Now the first is an HTTP error of that feed, the entry's id is its link as written, and
+    the escapes are escaped."""
+    s = settings
+    server.feeds["/badlink.xml"] = rss([(None, "http://[bad", "Bad link story"), ("fine", None, "Fine story")])
+    server.feeds["/rss.xml"] = rss([("r1", "https://wire.example/1", "Oil")])
+    p = poller(s, server, ["/retry", "/badstatus", "/badlink.xml", "/rss.xml"])
+    try:
+        with caplog.at_level(logging.WARNING, logger="service.feeds"):
+            assert p.poll_once() == 3
+        m = p.metrics
+        assert sample(m, "topicstream_feed_errors_total", feed=server.url("/retry"), kind="http") == 1
+        assert sample(m, "topicstream_feed_errors_total", feed=server.url("/badstatus"), kind="connection") == 1
+        assert "\x1b" not in caplog.text and "\\x1b" in caplog.text
+    finally:
+        p.close()
+    assert sorted(ids_of(s, 3)) == ["fine", "http://[bad", "r1"]
 
 
 def test_seen_ids_are_bounded_by_size(settings: Settings, server: FeedServer) -> None:
