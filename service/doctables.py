@@ -76,6 +76,10 @@ HEADER_DOCS: dict[str, tuple[str, str]] = {
         "`true` when the value was cut to `TOPICSTREAM_DLQ_MAX_BYTES` (or left out: the producer refused it)",
     ),
     "H_ORIGINAL_SHA256": ("dead letter", "sha256 of the whole original value, when it was cut"),
+    "H_ORIGINAL_KEY_SHA256": (
+        "dead letter",
+        "sha256 of the original key, when it was longer than 1,024 bytes (the dead letter then has no key)",
+    ),
     "H_HEADERS_DROPPED": (
         "dead letter",
         "how many original headers were dropped because together they exceeded 16 KiB, or `unreadable` when a "

@@ -7,7 +7,8 @@ Header names on the wire (stable; subscribers filter on them without parsing bod
 * dead letters: ``topicstream-error-reason``, ``topicstream-error-detail``, ``topicstream-source-topic``,
   ``topicstream-source-partition``, ``topicstream-source-offset``, ``topicstream-original-bytes`` (length of the
   original value) and, when the value had to be cut to ``TOPICSTREAM_DLQ_MAX_BYTES``, ``topicstream-truncated``
-  (``"true"``) and ``topicstream-original-sha256``. The original headers are kept too, unless together they exceed
+  (``"true"``) and ``topicstream-original-sha256``; when the key is longer than 1,024 bytes, the dead letter has no
+  key and ``topicstream-original-key-sha256``. The original headers are kept too, unless together they exceed
   16 KiB (then ``topicstream-headers-dropped`` says how many were dropped); one whose name starts with
   ``topicstream-`` (a dead letter replayed, or a forgery) is kept as ``original-topicstream-...``, so that every
   ``topicstream-*`` header of a dead letter is this service's.
@@ -65,11 +66,16 @@ H_ORIGINAL_BYTES = "topicstream-original-bytes"
 H_TRUNCATED = "topicstream-truncated"
 H_ORIGINAL_SHA256 = "topicstream-original-sha256"
 H_HEADERS_DROPPED = "topicstream-headers-dropped"
+H_ORIGINAL_KEY_SHA256 = "topicstream-original-key-sha256"
 
 #: The prefix of this service's header names.
 _OURS = "topicstream-"
 #: The most bytes of original headers a dead letter carries over.
 MAX_DLQ_ORIGINAL_HEADER_BYTES = 16 * 1024
+#: The longest original key a dead letter carries (a longer one, with a value near TOPICSTREAM_DLQ_MAX_BYTES, could
+#: exceed the dead-letter topic's message size: the broker would refuse it, and the learner stop on it at every
+#: restart).
+MAX_DLQ_KEY_BYTES = 1024
 
 Headers = list[tuple[str, str | bytes | None]]
 
@@ -102,9 +108,12 @@ def latency_start(msg: Message, consumed_at: float) -> float:
     return consumed_at
 
 
-def dead_letter_record(msg: Message, rejection: Rejection, max_bytes: int) -> tuple[bytes, Headers]:
-    """The value and headers of ``msg``'s dead letter, bounded in size (see the module docstring)."""
+def dead_letter_record(msg: Message, rejection: Rejection, max_bytes: int) -> tuple[bytes | None, bytes, Headers]:
+    """The key, value and headers of ``msg``'s dead letter, bounded in size (see the module docstring)."""
     value = msg.value() or b""
+    key = msg.key()
+    if isinstance(key, str):
+        key = key.encode("utf-8", "surrogatepass")
     try:
         original, readable = msg.headers() or [], True
     except (UnicodeDecodeError, SystemError):  # a header key that is not UTF-8: confluent-kafka reads none of them
@@ -130,7 +139,10 @@ def dead_letter_record(msg: Message, rejection: Rejection, max_bytes: int) -> tu
     if len(value) > max_bytes:
         ours += [(H_TRUNCATED, b"true"), (H_ORIGINAL_SHA256, hashlib.sha256(value).hexdigest().encode())]
         value = value[:max_bytes]
-    return value, kept + ours
+    if key is not None and len(key) > MAX_DLQ_KEY_BYTES:
+        ours.append((H_ORIGINAL_KEY_SHA256, hashlib.sha256(key).hexdigest().encode()))
+        key = None
+    return key, value, kept + ours
 
 
 @dataclass
@@ -211,9 +223,9 @@ class Publisher:
 
     def dead_letter(self, msg: Message, rejection: Rejection, tracker: DeliveryTracker) -> None:
         """Send ``msg`` to the dead-letter topic with the reason; never raises on the message's own bytes."""
-        value, headers = dead_letter_record(msg, rejection, self.settings.dlq_max_bytes)
+        key, value, headers = dead_letter_record(msg, rejection, self.settings.dlq_max_bytes)
         try:
-            self._produce(tracker, self.settings.dlq_topic, msg.key(), value, headers)
+            self._produce(tracker, self.settings.dlq_topic, key, value, headers)
         except KafkaException as e:
             # Refused locally (e.g. larger than the producer's message.max.bytes): a reference-only dead letter
             # still tells the operator where the message is and why it was rejected.
@@ -227,9 +239,7 @@ class Publisher:
             )
             reference = [(k, v) for k, v in headers if k.startswith(_OURS)]
             reference.append((H_TRUNCATED, b"true"))
-            key = msg.key()
-            small_key = key if key is None or len(key) <= 1024 else None
-            self._produce(tracker, self.settings.dlq_topic, small_key, b"", reference)
+            self._produce(tracker, self.settings.dlq_topic, key, b"", reference)
         self.metrics.dead_lettered.labels(reason=rejection.reason).inc()
 
     def publish(

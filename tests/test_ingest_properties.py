@@ -36,12 +36,14 @@ from service.pipeline import (
     H_DETAIL,
     H_HEADERS_DROPPED,
     H_ORIGINAL_BYTES,
+    H_ORIGINAL_KEY_SHA256,
     H_ORIGINAL_SHA256,
     H_REASON,
     H_SRC_OFFSET,
     H_SRC_PARTITION,
     H_SRC_TOPIC,
     H_TRUNCATED,
+    MAX_DLQ_KEY_BYTES,
     MAX_DLQ_ORIGINAL_HEADER_BYTES,
     dead_letter_record,
     decode_batch,
@@ -349,8 +351,9 @@ def test_a_batch_loses_nothing_and_every_dead_letter_says_where_and_why(
     for msg, rejection in decoded.bad:
         assert rejection == decode_article(values[_offset(msg)], 1000)
         _check_rejection(rejection)
-        value, out = dead_letter_record(msg, rejection, dlq_max_bytes)
+        key, value, out = dead_letter_record(msg, rejection, dlq_max_bytes)
         got = dict(out)
+        assert key == msg.key() and H_ORIGINAL_KEY_SHA256 not in got
         assert got[H_REASON] == rejection.reason.encode()
         assert got[H_DETAIL] == rejection.detail[:2000].encode()
         assert (got[H_SRC_TOPIC], got[H_SRC_PARTITION], got[H_SRC_OFFSET]) == (
@@ -394,10 +397,24 @@ def test_a_message_whose_headers_cannot_be_read_is_dead_lettered_without_them() 
     crashed on its dead letter at every restart (a crash loop: no later message answered)."""
     msg = _UnreadableHeaders(topic="articles", partition=0, offset=7, value=b"not json")
     ((_, rejection),) = decode_batch([msg], max_bytes=1000).bad
-    value, out = dead_letter_record(msg, rejection, 1000)
+    _, value, out = dead_letter_record(msg, rejection, 1000)
     got = dict(out)
     assert value == b"not json" and got[H_REASON] == b"not_json" and got[H_HEADERS_DROPPED] == b"unreadable"
     assert all(k.startswith("topicstream-") for k, _ in out)
+
+
+def test_a_dead_letters_key_is_bounded_too() -> None:
+    """The value and the headers were bounded, the key was not: a 700,000-byte key beside a value near
+    TOPICSTREAM_DLQ_MAX_BYTES made a dead letter larger than a dead-letter topic may take, and a refusal stops the
+    learner at every restart (a review's finding). A key over MAX_DLQ_KEY_BYTES is left out, its hash kept."""
+    long_key = b"k" * (MAX_DLQ_KEY_BYTES + 1)
+    msg = Message(topic="articles", partition=0, offset=3, key=long_key, value=b"not json")
+    ((_, rejection),) = decode_batch([msg], max_bytes=1000).bad
+    key, value, out = dead_letter_record(msg, rejection, 1000)
+    assert key is None and value == b"not json"
+    assert dict(out)[H_ORIGINAL_KEY_SHA256] == hashlib.sha256(long_key).hexdigest().encode()
+    short = Message(topic="articles", partition=0, offset=4, key=long_key[:MAX_DLQ_KEY_BYTES], value=b"not json")
+    assert dead_letter_record(short, rejection, 1000)[0] == long_key[:MAX_DLQ_KEY_BYTES]
 
 
 # ---------------------------------------------------------------------------------------------- the producer's key
