@@ -93,6 +93,8 @@ class Capture:
     #: (:meth:`service.anchors.TopicAnchors.compare`), set by the writer.
     anchor_drift: NDArray[np.float64] | None = None
     anchor_kept: NDArray[np.float64] | None = None
+    #: The documents the model had learned at the snapshot ``drift`` is measured from (0: no such snapshot).
+    drift_since_docs: int = 0
 
 
 @dataclass(eq=False)
@@ -123,6 +125,7 @@ class SnapshotWriter:
         self._idle.set()
         self._stop = threading.Event()
         self._prev_phi: NDArray[np.float32] | None = None
+        self._prev_docs = 0  # the documents learned by the model of _prev_phi
         self.anchors = TopicAnchors()  # what each topic id stood for once formed (writer thread)
         self._thread = threading.Thread(target=self._loop, name="snapshot-writer", daemon=True)
         self._thread.start()
@@ -134,7 +137,7 @@ class SnapshotWriter:
         ``weights``, after ``docs_learned`` documents; call before the first capture), and anchor those topics
         there. Without it the first snapshot after a restart had drift 0 for every topic: the drift alert missed
         what changed while the learner was away, and topics that changed meaning kept their ids."""
-        self._prev_phi = np.asarray(phi, dtype=np.float32).copy()
+        self._prev_phi, self._prev_docs = np.asarray(phi, dtype=np.float32).copy(), docs_learned
         self.anchors.restore(self._prev_phi, ids, weights, docs_learned)
 
     @property
@@ -183,6 +186,7 @@ class SnapshotWriter:
         cap.labels = TopicLabels(phi, cap.slot_words)
         if self._prev_phi is not None and self._prev_phi.shape == phi.shape:
             cap.drift = hellinger_rows(phi, self._prev_phi)
+            cap.drift_since_docs = self._prev_docs
         cap.anchor_drift, cap.anchor_kept = self.anchors.compare(phi, cap.topic_ids)
         cap.phi = phi.astype(np.float32)
         del phi
@@ -255,6 +259,7 @@ class SnapshotWriter:
         changed = moved_slots(cap.events, cap.topic_ids)
         self.anchors.update(cap.phi, cap.topic_ids, cap.weights, cap.docs_learned, changed)
         self._prev_phi, cap.phi = cap.phi, None  # the reference of the next snapshot's drift
+        self._prev_docs = cap.docs_learned
         try:
             self.on_written(cap, info)
         except Exception:

@@ -35,20 +35,23 @@ RENEW_DRIFT = 0.5
 
 def renewals(cap: Capture) -> tuple[list[int], list[float]]:
     """The slots of written capture ``cap`` whose topic changed meaning without a move, at a weight of at least
-    :data:`RENEW_WEIGHT`: since the snapshot before (drift over :data:`RENEW_DRIFT`, past the hygiene warm-up of 40
-    documents per slot learned by the kernel: before, every topic is still forming; counted as hygiene counts them,
-    without the copies the learner answered), or since their topic formed (over
+    :data:`RENEW_WEIGHT`: since the snapshot before (drift over :data:`RENEW_DRIFT`, when both snapshots are past the
+    hygiene warm-up of 40 documents per slot learned by the kernel: before, every topic is still forming; counted as
+    hygiene counts them, without the copies the learner answered), or since their topic formed (over
     :data:`service.anchors.ANCHOR_DRIFT` from its anchor, keeping under :data:`service.anchors.ANCHOR_KEPT` of the
     weight on its first words); and for each the larger of the two distances."""
     K = len(cap.drift)
     if cap.docs_learned < 40 * K:
         return [], []
     moved = moved_slots(cap.events, cap.topic_ids)  # a move changed them, and said so
+    # A snapshot of a model still forming is no reference: on a backlog the first two can be 500 and 7,000
+    # documents apart, and every topic formed in between (a review: 4 of 20 ids renewed for nothing).
+    jump = cap.drift if cap.drift_since_docs >= 40 * K else np.zeros(K)
     far = cap.anchor_drift if cap.anchor_drift is not None else np.zeros(K)
     kept = cap.anchor_kept if cap.anchor_kept is not None else np.ones(K)
-    other = (cap.drift > RENEW_DRIFT) | ((far > ANCHOR_DRIFT) & (kept < ANCHOR_KEPT))
+    other = (jump > RENEW_DRIFT) | ((far > ANCHOR_DRIFT) & (kept < ANCHOR_KEPT))
     slots = [k for k in range(K) if other[k] and cap.weights[k] >= RENEW_WEIGHT and k not in moved]
-    return slots, [max(float(cap.drift[k]), float(far[k])) for k in slots]
+    return slots, [max(float(jump[k]), float(far[k])) for k in slots]
 
 
 class LineageFeed:
