@@ -401,7 +401,7 @@ def subscribe(
         if topic is not None and lineage is not None:
             summary = store.summary()
             no_snapshot = summary is None  # then any id is taken: the first snapshot holds ids 0…K−1
-            fate = topic_fate(topic, summary, lineage.recent())
+            fate = topic_fate(topic, summary, lineage.known([topic]))
             if fate.now is None and not (fate.ended and (from_beginning or start_ms is not None or resume)):
                 err.print(f"[red]{fate.why}: nothing to follow[/red]")
                 raise typer.Exit(2)
@@ -475,7 +475,7 @@ def label(
         if summary is None:  # a mistyped prefix, or a learner that has not written a snapshot yet
             err.print(f"[red]no snapshot under Redis prefix {s.redis_prefix!r} yet: no topic to name[/red]")
             raise typer.Exit(1)
-        fate = topic_fate(topic, summary, LineageStore(store.r, s.redis_prefix).recent())
+        fate = topic_fate(topic, summary, LineageStore(store.r, s.redis_prefix).known([topic]))
         if fate.why:  # not a topic of the newest snapshot (a merged one: its successor's name is the one shown)
             err.print(f"[red]{fate.why}{f': name topic {fate.now}' if fate.now is not None else ''}[/red]")
             raise typer.Exit(2)

@@ -64,6 +64,11 @@ KEYS: tuple[RedisKey, ...] = (
     ),
     RedisKey("lineage:counts", "hash", "learner", "event kind → count"),
     RedisKey(
+        "lineage:endings", "hash", "learner",
+        "topic id → the lineage event that ended it (merged away, retired, or its slot given to another topic), "
+        "for the newest 10,000 ids ended: what `subscribe` and `label` follow an id by once `lineage` dropped it",
+    ),
+    RedisKey(
         "topic-names", "hash", "`topicstream label`; the learner moves names along merges and retirements",
         "stable topic id → name given by people",
     ),

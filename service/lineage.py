@@ -13,7 +13,9 @@ topic yet: when a move ends it, its slot keeps it and no event is told (the onli
 slivers every hygiene round, whose events filled the bounded history).
 
 :class:`LineageStore` keeps the events in Redis as a bounded list, newest first (``P:lineage``, ``LPUSH`` +
-``LTRIM``), with counts by kind (hash ``P:lineage:counts``) for dashboards. :func:`render_lineage` formats them
+``LTRIM``), with counts by kind (hash ``P:lineage:counts``) for dashboards, and the event that ended each id
+(hash ``P:lineage:endings``, for :data:`MAX_ENDINGS` ids), so that an id whose end the list has dropped is
+still followed (:meth:`LineageStore.known`). :func:`render_lineage` formats them
 for ``topicstream topics``. The :class:`Lineage` mapping itself belongs in the snapshot payload
 (``state_dict`` / ``from_state``), so that it is restored together with the model it describes.
 """
@@ -49,6 +51,8 @@ __all__ = [
 H_LINEAGE_KIND = "topicstream-lineage-kind"
 H_INTO = "topicstream-into"
 
+#: Ids whose ending event ``P:lineage:endings`` keeps (the oldest dropped past it, with some slack).
+MAX_ENDINGS = 10_000
 #: Events kept in ``P:lineage`` by default.
 DEFAULT_KEEP = 1000
 #: Merged-away ids whose successor is remembered (the oldest are forgotten: memory stays bounded for ever).
@@ -265,7 +269,8 @@ class Lineage:
 
 
 class LineageStore:
-    """The bounded event history in Redis: list ``P:lineage`` (newest first) and hash ``P:lineage:counts``."""
+    """The bounded event history in Redis: list ``P:lineage`` (newest first), hash ``P:lineage:counts`` and hash
+    ``P:lineage:endings`` (id → the event that ended it)."""
 
     def __init__(self, client: redis.Redis, prefix: str = "topicstream", keep: int = DEFAULT_KEEP) -> None:
         if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
@@ -273,6 +278,7 @@ class LineageStore:
         self.client = client
         self.key = f"{prefix}:lineage"
         self.counts_key = f"{prefix}:lineage:counts"
+        self.endings_key = f"{prefix}:lineage:endings"
         self.keep = keep
 
     @classmethod
@@ -288,7 +294,52 @@ class LineageStore:
         pipe.ltrim(self.key, 0, self.keep - 1)
         for e in events:
             pipe.hincrby(self.counts_key, e.kind, 1)
-        pipe.execute()
+        for gone, e in endings(events).items():  # an id ends once: the first event that ended it stays
+            pipe.hsetnx(self.endings_key, str(gone), e.to_json())
+        pipe.hlen(self.endings_key)
+        if pipe.execute()[-1] > MAX_ENDINGS + MAX_ENDINGS // 10:
+            self._trim_endings()
+
+    def _trim_endings(self) -> None:
+        """Drop the oldest endings (by snapshot version) down to MAX_ENDINGS; done once per tenth over it."""
+        ended = self._endings()
+        oldest = sorted(ended, key=lambda topic: ended[topic].version)[: max(0, len(ended) - MAX_ENDINGS)]
+        if oldest:
+            self.client.hdel(self.endings_key, *(str(t) for t in oldest))
+
+    def _endings(self) -> dict[int, LineageEvent]:
+        raw: dict[Any, Any] = self.client.hgetall(self.endings_key)
+        parsed = {int(k): self._parse(v) for k, v in raw.items() if k.isdigit()}
+        return {k: e for k, e in parsed.items() if e is not None}
+
+    def _parse(self, raw: bytes | str) -> LineageEvent | None:
+        try:
+            return LineageEvent.from_json(raw)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            log.warning("%s: skipped an entry that is no lineage event (%s: %s)", self.endings_key, type(e).__name__, e)
+            return None
+
+    def known(self, topics: Iterable[int] = ()) -> list[LineageEvent]:
+        """What a reader follows ``topics`` by: the events kept (:meth:`recent`), then, newest first, the events
+        that ended those ids (and the ids they were merged into) whose end the list has dropped
+        (``P:lineage:endings``). Without them, an id merged away more than DEFAULT_KEEP events ago was "no topic"
+        to ``subscribe`` and ``label``."""
+        events = self.recent()
+        ended = endings(events)
+        older: list[LineageEvent] = []
+        asked: set[int] = set()
+        todo = {int(t) for t in topics}
+        while ask := sorted(t for t in todo if t not in ended and t not in asked):
+            asked.update(ask)
+            todo = set()
+            for topic, raw in zip(ask, self.client.hmget(self.endings_key, [str(t) for t in ask]), strict=True):
+                e = None if raw is None else self._parse(raw)
+                if e is not None:  # the event that ended ``topic`` (a birth names it as its parent)
+                    older.append(e)
+                    ended[topic] = e
+                    if e.kind == "merge" and e.into is not None:
+                        todo.add(e.into)
+        return events + sorted(older, key=lambda e: e.version, reverse=True)
 
     def recent(self, n: int | None = None) -> list[LineageEvent]:
         """The newest ``n`` events (all kept if ``None``), newest first. An entry that is no event (corrupt bytes

@@ -269,7 +269,7 @@ class TopicChoice:
             head = self.lineage.recent(1)
             if latest is None or (latest == self.version and head == self._lineage_head):
                 return False
-            events = self.lineage.recent()
+            events = self.lineage.known(self.fixed)
         except redis.RedisError as e:
             log.warning(
                 "cannot read the topic lineage (%s: %s); following %s meanwhile",

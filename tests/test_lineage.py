@@ -13,7 +13,17 @@ import redis
 from kernels import SCVB0
 from kernels.hygiene import Event, TopicHygiene
 from service.dev.localstack import free_port, local_binary, wait_for_port
-from service.lineage import MAX_MERGED, Lineage, LineageEvent, LineageStore, moved_slots, render_lineage, stamp
+from service.lineage import (
+    MAX_MERGED,
+    Lineage,
+    LineageEvent,
+    LineageStore,
+    endings,
+    follow,
+    moved_slots,
+    render_lineage,
+    stamp,
+)
 from tests.test_hygiene import lda_corpus, stream
 
 
@@ -131,6 +141,22 @@ def test_events_of_a_stream_with_a_merge_and_a_birth_reach_redis_bounded(redis_c
     assert len(lines) == len(kept) and all(
         line.startswith(f"v{ev.version} ") for line, ev in zip(lines, kept, strict=True)
     )
+
+
+def test_the_endings_kept_apart_are_bounded_and_follow_chains(redis_client, monkeypatch):
+    """``P:lineage:endings`` keeps the event that ended each id, newest MAX_ENDINGS of them (a tenth over it
+    trims back), and ``known`` follows a chain of merges through it once the history dropped them."""
+    monkeypatch.setattr("service.lineage.MAX_ENDINGS", 10)
+    store = LineageStore(redis_client, prefix="t-endings", keep=1)
+    store.push([LineageEvent("merge", 1, 1, 2, 0.1, 1, 0.0), LineageEvent("merge", 2, 2, 3, 0.1, 2, 0.0)])
+    store.push([LineageEvent("retire", 100 + v, 5, None, 0.001, v, 0.0) for v in range(3, 12)])
+    assert redis_client.hlen(store.endings_key) == 11  # within a tenth over the bound: not trimmed yet
+    path, now = follow(1, endings(store.known([1])))
+    assert [e.topic for e in path] == [1, 2] and now == 3
+    assert follow(1, endings(store.recent()))[0] == []  # the history alone has forgotten both merges
+    store.push([LineageEvent("retire", 200, 5, None, 0.001, 12, 0.0)])
+    ended = redis_client.hkeys(store.endings_key)
+    assert len(ended) == 10 and b"1" not in ended and b"2" not in ended and b"200" in ended  # the oldest went
 
 
 def test_the_oldest_merges_are_forgotten_first_after_a_restore_too(monkeypatch):

@@ -470,6 +470,39 @@ def test_subscribe_and_label_say_what_became_of_an_id(settings: Settings) -> Non
         assert any(says in line for line in result.output.splitlines()), (args, result.output)  # one line
 
 
+def test_what_became_of_an_id_is_still_known_once_its_event_left_the_history(settings: Settings) -> None:
+    """``P:lineage`` keeps the newest 1,000 events (here 2): an id merged away, retired or faded before them was
+    "no topic" to ``subscribe`` and ``label`` (exit 2, nothing followed; a review trimmed a real learner's history
+    and ``subscribe 9`` of an id merged into 8 stopped working). The event that ended each id is kept apart
+    (``P:lineage:endings``): the same answers as with the events in the history, and a merged id is followed."""
+    s = settings
+    client = redis.Redis.from_url(s.redis_url)
+    store = SnapshotStore(client, prefix=s.redis_prefix)
+    lineage = LineageStore(client, s.redis_prefix, keep=2)
+    lineage.push(
+        [
+            LineageEvent("merge", 3, 3, 5, 0.1, 2, 0.0),
+            LineageEvent("retire", 7, 7, None, 0.001, 3, 0.0),
+            LineageEvent("birth", 12, 8, None, 0.7, 3, 0.0, parent=8),
+        ]
+    )
+    lineage.push([LineageEvent("birth", 20 + i, 9, None, 0.01, 4, 0.0) for i in range(2)])
+    assert {e.topic for e in lineage.recent()} == {20, 21}  # the endings of 3, 7 and 8 left the history
+    publish(store, summary_of(4, {0: "tennis", 5: "energy", 12: "music"}))
+    runner, env = CliRunner(), env_for(s)
+    cases = {
+        ("subscribe", "7"): "topic 7 was retired (snapshot v3): nothing to follow",
+        ("subscribe", "8"): "topic 8 faded and its slot holds a new topic, 12 (snapshot v3): nothing to follow",
+        ("label", "3", "Oil"): "topic 3 was merged into topic 5 (snapshot v2): name topic 5",
+    }
+    for args, says in cases.items():
+        result = runner.invoke(app, list(args), env=env)
+        assert result.exit_code == 2, (args, result.output)
+        assert any(says in line for line in result.output.splitlines()), (args, result.output)
+    choice = TopicChoice(store, fixed=frozenset({3}), lineage=lineage)
+    assert choice.update(now=0) and choice.fixed == {5}
+
+
 def test_a_subscription_to_a_nearly_empty_topic_is_told_so(settings: Settings) -> None:
     """An id whose slot a merge emptied (under its fresh id) is a topic, so it is followed, but it may be long
     before an article is tagged with it: a line says so. Before, the subscription waited in silence."""
