@@ -86,7 +86,7 @@ class TopicAnchors:
         distance from its anchor (0 elsewhere), and the share of the weight its anchor put on the anchor's first
         words that it puts on them now (1 elsewhere)."""
         far, kept = np.zeros(len(ids)), np.ones(len(ids))
-        if self.phi is None or self.phi.shape != phi.shape:
+        if self.phi is None or self.phi.shape != phi.shape or len(ids) != len(phi):
             return far, kept
         checked = self.formed & (np.asarray(ids, dtype=np.int64) == self.ids)
         if checked.any():
@@ -106,6 +106,8 @@ class TopicAnchors:
         """After snapshot ``phi`` (slot ids ``ids``, topic ``weights``, ``docs_learned`` documents) is written:
         new ids and the ``changed`` slots (a move changed their words) start over; rows not formed follow φ."""
         ids_now = np.asarray(ids, dtype=np.int64)
+        if len(ids_now) != len(phi):  # a capture that does not name its slots' ids: nothing to anchor
+            return
         if self.phi is None or self.phi.shape != phi.shape:  # the first snapshot of a new model: ids given at 0
             self.phi = np.asarray(phi, dtype=np.float32).copy()
             n = len(ids_now)

@@ -256,8 +256,11 @@ class SnapshotWriter:
         self.backoff.succeeded()
         del cap.payload  # the packed copy is in Redis now
         assert cap.phi is not None  # described above
-        changed = moved_slots(cap.events, cap.topic_ids)
-        self.anchors.update(cap.phi, cap.topic_ids, cap.weights, cap.docs_learned, changed)
+        try:  # nothing after the write may end this thread: close() would wait for it for ever
+            changed = moved_slots(cap.events, cap.topic_ids)
+            self.anchors.update(cap.phi, cap.topic_ids, cap.weights, cap.docs_learned, changed)
+        except Exception:
+            log.exception("snapshot %d written, but its topics' anchors were not updated", info.version)
         self._prev_phi, cap.phi = cap.phi, None  # the reference of the next snapshot's drift
         self._prev_docs = cap.docs_learned
         try:
