@@ -39,7 +39,6 @@ from typing_extensions import Unpack  # typing.Unpack from Python 3.11
 from kernels import Batch, TopicModel
 from kernels.hygiene import Event, RecentDocs, SupportsTopicMoves, TopicHygiene
 
-from .anchors import RENEW_WEIGHT
 from .checkpoint import Capture, SnapshotWriter, snapshot_summary
 from .duplicates import RecentTexts, text_hashes
 from .history import SummaryHistory
@@ -48,7 +47,7 @@ from .kafka import make_admin, topic_id
 from .keys import eviction_risk
 from .lease import Lease, LeaseKeeper
 from .lineage import DEFAULT_KEEP, Lineage, LineageEvent, LineageStore, moved_slots, stamp
-from .lineage_feed import LineageFeed, renewals
+from .lineage_feed import LineageFeed, renewals, seen_after
 from .names import TopicNames
 from .pipeline import TopicLabels
 from .restore import StateMismatch, restore_or_create
@@ -163,8 +162,8 @@ class Learner(BatchWorker):
         #: Slots whose topic changed meaning without a move (writer thread, from a written snapshot's drift):
         #: the next capture gives them fresh ids (:func:`service.lineage_feed.renewals`).
         self._renew: tuple[list[int], list[float]] = ([], [])
-        #: Ids of the slots that weighed at least RENEW_WEIGHT in a written snapshot or were announced by a birth
-        #: or split (writer thread; a restored model's ids all count): a move that ends any other id is no lineage
+        #: Ids of the slots that weighed at least RENEW_WEIGHT in a written snapshot or were named by a lineage
+        #: event (writer thread; a restored model's ids all count): a move that ends any other id is no lineage
         #: event (:meth:`Lineage.record`).
         self._seen_ids: frozenset[int] = frozenset(self.lineage.slot_ids if start.restored_version else ())
         self.names = TopicNames(self.store.r, s.redis_prefix)
@@ -523,10 +522,7 @@ class Learner(BatchWorker):
         self._unwritten_events = []  # the next capture waits for this write: no race with it
         self._ids_durable = cap.next_id
         self._renew = renewals(cap)
-        # Seen: heavy enough to be shown, or told of (a birth or split announced with this snapshot).
-        heavy = {i for i, w in zip(cap.topic_ids, cap.weights, strict=True) if w >= RENEW_WEIGHT}
-        told = {e.topic for e in cap.events if e.kind in ("birth", "split")}
-        self._seen_ids = frozenset(heavy | ((self._seen_ids | told) & set(cap.topic_ids)))
+        self._seen_ids = seen_after(self._seen_ids, cap)
         m = self.metrics  # the snapshot is in Redis: its gauges first, whatever the writes below meet
         ids, background = cap.topic_ids, cap.background
         m.snapshot_seen(info.version, info.created_at, info.size_bytes)

@@ -301,16 +301,14 @@ class LineageStore:
             self._trim_endings()
 
     def _trim_endings(self) -> None:
-        """Drop the oldest endings (by snapshot version) down to MAX_ENDINGS; done once per tenth over it."""
-        ended = self._endings()
-        oldest = sorted(ended, key=lambda topic: ended[topic].version)[: max(0, len(ended) - MAX_ENDINGS)]
-        if oldest:
-            self.client.hdel(self.endings_key, *(str(t) for t in oldest))
-
-    def _endings(self) -> dict[int, LineageEvent]:
+        """Drop the oldest endings (by snapshot version) down to MAX_ENDINGS, and entries that are none (corrupt
+        bytes, a field that is no id); done once per tenth over the bound."""
         raw: dict[Any, Any] = self.client.hgetall(self.endings_key)
-        parsed = {int(k): self._parse(v) for k, v in raw.items() if k.isdigit()}
-        return {k: e for k, e in parsed.items() if e is not None}
+        parsed = {k: self._parse(v) if k.isdigit() else None for k, v in raw.items()}
+        ended = {k: e for k, e in parsed.items() if e is not None}
+        oldest = sorted(ended, key=lambda k: ended[k].version)[: max(0, len(ended) - MAX_ENDINGS)]
+        if drop := oldest + [k for k, e in parsed.items() if e is None]:
+            self.client.hdel(self.endings_key, *drop)
 
     def _parse(self, raw: bytes | str) -> LineageEvent | None:
         try:

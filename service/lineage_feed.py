@@ -23,7 +23,7 @@ from .lineage import DEFAULT_KEEP, LineageEvent, LineageStore, moved_slots
 from .metrics import Metrics
 from .names import TopicNames
 
-__all__ = ["RENEW_DRIFT", "LineageFeed", "renewals"]
+__all__ = ["RENEW_DRIFT", "LineageFeed", "renewals", "seen_after"]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,16 @@ def renewals(cap: Capture) -> tuple[list[int], list[float]]:
     other = (jump > RENEW_DRIFT) | ((far > ANCHOR_DRIFT) & (kept < ANCHOR_KEPT))
     slots = [k for k in range(K) if other[k] and cap.weights[k] >= RENEW_WEIGHT and k not in moved]
     return slots, [max(float(jump[k]), float(far[k])) for k in slots]
+
+
+def seen_after(seen: frozenset[int], cap: Capture) -> frozenset[int]:
+    """The ids seen once capture ``cap`` is written, from those ``seen`` before: the live ones that weigh at least
+    :data:`RENEW_WEIGHT` (``topicstream topics`` shows them), or that an event written with it names (born, split,
+    or a merge's target, which the merged id's subscribers and name now follow). A move that ends an id not seen is
+    no event (:meth:`service.lineage.Lineage.record`)."""
+    heavy = {i for i, w in zip(cap.topic_ids, cap.weights, strict=True) if w >= RENEW_WEIGHT}
+    told = {i for e in cap.events for i in (e.topic, e.into, e.parent) if i is not None}
+    return frozenset(heavy | ((seen | told) & set(cap.topic_ids)))
 
 
 class LineageFeed:

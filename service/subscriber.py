@@ -45,6 +45,7 @@ from typing import Any, NamedTuple
 import redis
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, Message, TopicPartition
 
+from .anchors import RENEW_WEIGHT
 from .follow import Match, resolve
 from .kafka import make_consumer
 from .lineage import LineageEvent, LineageStore, endings, follow
@@ -374,6 +375,11 @@ def topic_fate(topic: int, summary: dict[str, Any] | None, events: list[LineageE
         empty = (
             f"topic {now} holds next to no articles (prevalence {held['prevalence']:.4f} in snapshot "
             f"v{summary['version']}): it may be long before an article is tagged with it"
+        )
+    elif held is not None and held["prevalence"] < RENEW_WEIGHT:
+        empty = (
+            f"topic {now} weighs under 1 % (prevalence {held['prevalence']:.4f} in snapshot v{summary['version']}): "
+            "it names no topic yet, and may still change without a lineage event"
         )
     return Fate(now, bool(path), "; ".join(what_happened(e) for e in path), empty)
 

@@ -7,6 +7,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import redis
 
@@ -154,9 +155,23 @@ def test_the_endings_kept_apart_are_bounded_and_follow_chains(redis_client, monk
     path, now = follow(1, endings(store.known([1])))
     assert [e.topic for e in path] == [1, 2] and now == 3
     assert follow(1, endings(store.recent()))[0] == []  # the history alone has forgotten both merges
+    redis_client.hset(store.endings_key, mapping={"junk": "{}", "7": "not json"})  # corrupt entries go too
     store.push([LineageEvent("retire", 200, 5, None, 0.001, 12, 0.0)])
     ended = redis_client.hkeys(store.endings_key)
     assert len(ended) == 10 and b"1" not in ended and b"2" not in ended and b"200" in ended  # the oldest went
+
+
+def test_an_id_is_seen_when_it_weighs_1_percent_or_an_event_names_it():
+    """``seen_after``: a merge into a sliver names the sliver's id as the one that carries the merged topic (its
+    subscribers and name follow it there), so a later move that ends it must be told: a review found a faded topic
+    merged into a 0.4 % sliver whose id then took on another topic without an event."""
+    from service.checkpoint import Capture
+    from service.lineage_feed import seen_after
+
+    cap = Capture(0, {}, {}, None, np.array([0.5, 0.004, 0.003, 0.493]), np.zeros(4), 4)
+    cap.topic_ids = [10, 11, 12, 13]
+    cap.events = [LineageEvent("merge", 9, 2, 11, 0.3, 0, 0.0)]  # 9 (in slot 2 before) merged into sliver 11
+    assert seen_after(frozenset({9, 12, 99}), cap) == {10, 11, 12, 13}  # 9 and 99 are gone; 12 stays seen
 
 
 def test_the_oldest_merges_are_forgotten_first_after_a_restore_too(monkeypatch):

@@ -521,6 +521,15 @@ def test_a_subscription_to_a_nearly_empty_topic_is_told_so(settings: Settings) -
         result = CliRunner().invoke(app, ["subscribe", topic, "--from-beginning", "--limit", "1"], env=env_for(s))
         assert result.exit_code == 0, result.output
         assert (says in result.output.splitlines()) == told, result.output
+    # Under 1 %, an id names no topic yet: a move that ends it is no lineage event (a review), so the line says so.
+    summary["topics"][1]["prevalence"] = 0.005
+    publish(store, summary)
+    result = CliRunner().invoke(app, ["subscribe", "13", "--from-beginning", "--limit", "1"], env=env_for(s))
+    assert result.exit_code == 0, result.output
+    assert (
+        "topic 13 weighs under 1 % (prevalence 0.0050 in snapshot v6): it names no topic yet, and may still "
+        "change without a lineage event" in result.output.replace("\n", " ")
+    ), result.output
 
 
 def test_subscribe_to_a_topic_that_ended_gives_its_past_then_exits(settings: Settings) -> None:
