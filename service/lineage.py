@@ -126,6 +126,9 @@ class Lineage:
         self.slot_ids: list[int] = list(range(n_slots))
         self.next_id = n_slots
         self.merged_into: dict[int, int] = {}
+        #: Ids a move ended without an event (nobody saw them) that their slots kept: when a birth or split gives
+        #: such a slot a new topic, the id's end is told then (a retirement), so that its subscribers hear of it.
+        self.quiet: set[int] = set()
 
     def id_of(self, slot: int) -> int:
         """The id the topic in ``slot`` has now."""
@@ -215,7 +218,8 @@ class Lineage:
     ) -> list[LineageEvent]:
         """Apply hygiene ``events`` (slot ids, in the order they happened) and return them in stable ids. With
         ``seen`` (the ids that ever weighed enough to be shown), a merge or retirement of an id not in it is no
-        event: that id never named a topic anyone saw, so its slot keeps it for whatever forms there."""
+        event: that id never named a topic anyone saw, so its slot keeps it for whatever forms there; if a birth or
+        a split then gives that slot a new topic, the id's retirement is told just before it."""
         out: list[LineageEvent] = []
         n = len(self.slot_ids)
         for e in events:
@@ -227,6 +231,7 @@ class Lineage:
                     raise ValueError(f"merge event without 'into': {e}")
                 gone, into = self.slot_ids[slot], self.slot_ids[e.into]
                 if seen is not None and gone not in seen:
+                    self.quiet.add(gone)
                     continue
                 self._remember_merge(gone, into)
                 self._fresh(slot)
@@ -234,6 +239,7 @@ class Lineage:
             elif e.kind == "retire":
                 gone = self.slot_ids[slot]  # no longer in slot_ids: successor() says None
                 if seen is not None and gone not in seen:
+                    self.quiet.add(gone)
                     continue
                 self._fresh(slot)
                 out.append(LineageEvent("retire", gone, slot, None, e.score, version, at))
@@ -241,12 +247,23 @@ class Lineage:
                 if len(e.topics) != 2 or e.topics[0] == e.topics[1]:
                     raise ValueError(f"split event without (split slot, new slot): {e}")
                 parent, new_slot = self.slot_ids[slot], e.topics[1]
+                out += self._tell_quiet(new_slot, version, at)
                 born = self._fresh(new_slot)
                 out.append(LineageEvent("split", born, new_slot, None, e.score, version, at, parent))
             else:  # birth: a new topic in a slot
+                out += self._tell_quiet(slot, version, at)
                 born = self._fresh(slot)
                 out.append(LineageEvent(e.kind, born, slot, e.into, e.score, version, at))
+        self.quiet &= set(self.slot_ids)
         return out
+
+    def _tell_quiet(self, slot: int, version: int, at: float) -> list[LineageEvent]:
+        """The retirement of the id ``slot`` kept after a quiet move, now that the slot gets a new topic."""
+        old = self.slot_ids[slot]
+        if old not in self.quiet:
+            return []
+        self.quiet.discard(old)
+        return [LineageEvent("retire", old, slot, None, 0.0, version, at)]
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-compatible state for the snapshot payload."""
@@ -254,6 +271,7 @@ class Lineage:
             "slot_ids": list(self.slot_ids),
             "next_id": self.next_id,
             "merged_into": [[a, b] for a, b in self.merged_into.items()],  # oldest first: the order of forgetting
+            "quiet": sorted(self.quiet),
         }
 
     @classmethod
@@ -263,6 +281,7 @@ class Lineage:
         lin.slot_ids = slot_ids
         lin.next_id = int(state["next_id"])
         lin.merged_into = {int(a): int(b) for a, b in state["merged_into"]}  # older states' "retired" is unused
+        lin.quiet = {int(t) for t in state.get("quiet", [])} & set(slot_ids)  # older states have none
         if len(set(slot_ids)) != len(slot_ids) or (slot_ids and max(slot_ids) >= lin.next_id):
             raise ValueError("lineage state is inconsistent: slot ids repeat or exceed next_id")
         return lin

@@ -264,6 +264,12 @@ def test_moves_that_end_an_id_nobody_saw_are_no_events_and_the_slot_keeps_it():
     assert lin.slot_ids == [0, 1, 2, 4] and lin.next_id == 5 and lin.successor(2) == 2
     told = Lineage(4).record(events, 0, 0.0)  # without ``seen``: every move is an event
     assert [(e.kind, e.topic) for e in told] == [("retire", 1), ("merge", 2), ("retire", 3)]
+    # Once a birth gives slot 1 a new topic, the id it kept (1) has ended: that is told then, before the birth
+    # (a review: a subscriber of 1 otherwise waited in silence), also after a restore; slot 2 still keeps 2.
+    lin = Lineage.from_state(lin.state_dict())
+    born = lin.record([Event("birth", (1,), None, 0.02)], 1, 0.0, seen={0})
+    assert [(e.kind, e.topic) for e in born] == [("retire", 1), ("birth", 5)] and born[0].score == 0.0
+    assert lin.slot_ids == [0, 5, 2, 4] and lin.quiet == {2}
 
 
 def test_renewed_slots_get_fresh_ids_and_moves_name_the_slots_they_changed():
