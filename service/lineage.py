@@ -10,7 +10,8 @@ now carries its words (:meth:`Lineage.successor`). A split topic keeps its id an
 narrower meaning than the muddle it was); the other half gets a fresh id in a freed slot, and its event names the id
 it came from (``parent``). An id that never weighed enough to be seen (:meth:`Lineage.record`'s ``seen``) is no
 topic yet: when a move ends it, its slot keeps it and no event is told (the online HDP deletes and merges a few such
-slivers every hygiene round, whose events filled the bounded history).
+slivers every hygiene round, whose events filled the bounded history), until a birth or split gives that slot a new
+topic: then the id's retirement is told (:attr:`Lineage.quiet`).
 
 :class:`LineageStore` keeps the events in Redis as a bounded list, newest first (``P:lineage``, ``LPUSH`` +
 ``LTRIM``), with counts by kind (hash ``P:lineage:counts``) for dashboards, and the event that ended each id
@@ -323,17 +324,20 @@ class LineageStore:
         """Drop the oldest endings (by snapshot version) down to MAX_ENDINGS, and entries that are none (corrupt
         bytes, a field that is no id); done once per tenth over the bound."""
         raw: dict[Any, Any] = self.client.hgetall(self.endings_key)
-        parsed = {k: self._parse(v) if k.isdigit() else None for k, v in raw.items()}
+        parsed = {k: self._parse(v, self.endings_key) if k.isdigit() else None for k, v in raw.items()}
         ended = {k: e for k, e in parsed.items() if e is not None}
         oldest = sorted(ended, key=lambda k: ended[k].version)[: max(0, len(ended) - MAX_ENDINGS)]
         if drop := oldest + [k for k, e in parsed.items() if e is None]:
             self.client.hdel(self.endings_key, *drop)
 
-    def _parse(self, raw: bytes | str) -> LineageEvent | None:
+    @staticmethod
+    def _parse(raw: bytes | str, key: str) -> LineageEvent | None:
+        """The event ``raw`` holds, or None (with a warning naming ``key``) for an entry that is none: corrupt bytes
+        in Redis must not stop a learner's restore, nor the tools."""
         try:
             return LineageEvent.from_json(raw)
         except (ValueError, KeyError, TypeError, AttributeError) as e:
-            log.warning("%s: skipped an entry that is no lineage event (%s: %s)", self.endings_key, type(e).__name__, e)
+            log.warning("%s: skipped an entry that is no lineage event (%s: %s)", key, type(e).__name__, e)
             return None
 
     def known(self, topics: Iterable[int] = ()) -> list[LineageEvent]:
@@ -350,7 +354,7 @@ class LineageStore:
             asked.update(ask)
             todo = set()
             for topic, raw in zip(ask, self.client.hmget(self.endings_key, [str(t) for t in ask]), strict=True):
-                e = None if raw is None else self._parse(raw)
+                e = None if raw is None else self._parse(raw, self.endings_key)
                 if e is not None:  # the event that ended ``topic`` (a birth names it as its parent)
                     older.append(e)
                     ended[topic] = e
@@ -359,16 +363,10 @@ class LineageStore:
         return events + sorted(older, key=lambda e: e.version, reverse=True)
 
     def recent(self, n: int | None = None) -> list[LineageEvent]:
-        """The newest ``n`` events (all kept if ``None``), newest first. An entry that is no event (corrupt bytes
-        in Redis) is skipped with a warning: one bad entry must not stop every learner's restore, nor the tools."""
+        """The newest ``n`` events (all kept if ``None``), newest first; an entry that is no event is skipped with a
+        warning (:meth:`_parse`)."""
         raw = self.client.lrange(self.key, 0, -1 if n is None else max(n, 1) - 1)
-        events = []
-        for r in raw:
-            try:
-                events.append(LineageEvent.from_json(r))
-            except (ValueError, KeyError, TypeError, AttributeError) as e:
-                log.warning("%s: skipped an entry that is no lineage event (%s: %s)", self.key, type(e).__name__, e)
-        return events
+        return [e for r in raw if (e := self._parse(r, self.key)) is not None]
 
     def counts(self) -> dict[str, int]:
         """Events ever pushed, by kind (not trimmed)."""
