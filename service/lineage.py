@@ -11,7 +11,8 @@ narrower meaning than the muddle it was); the other half gets a fresh id in a fr
 it came from (``parent``). An id that never weighed enough to be seen (:meth:`Lineage.record`'s ``seen``) is no
 topic yet: when a move ends it, its slot keeps it and no event is told (the online HDP deletes and merges a few such
 slivers every hygiene round, whose events filled the bounded history), until a birth or split gives that slot a new
-topic: then the id's retirement is told (:attr:`Lineage.quiet`).
+topic: then the id's retirement is told (:attr:`Lineage.quiet`), as is that of a seen id whose slot the kernel's
+own learning emptied.
 
 :class:`LineageStore` keeps the events in Redis as a bounded list, newest first (``P:lineage``, ``LPUSH`` +
 ``LTRIM``), with counts by kind (hash ``P:lineage:counts``) for dashboards, and the event that ended each id
@@ -219,10 +220,14 @@ class Lineage:
     ) -> list[LineageEvent]:
         """Apply hygiene ``events`` (slot ids, in the order they happened) and return them in stable ids. With
         ``seen`` (the ids that ever weighed enough to be shown), a merge or retirement of an id not in it is no
-        event: that id never named a topic anyone saw, so its slot keeps it for whatever forms there; if a birth or
-        a split then gives that slot a new topic, the id's retirement is told just before it."""
+        event: that id never named a topic anyone saw, so its slot keeps it for whatever forms there. A birth or a
+        split that gives a slot a new topic ends the id the slot had: if that id is in ``seen`` (and no move of
+        these ``events`` gave it out), or a move kept it quietly, its retirement is told just before (the kernel's
+        own learning may empty a slot, and hygiene retires no empty slot). Without ``seen``, every merge and
+        retirement is told, and a birth or split tells nothing more."""
         out: list[LineageEvent] = []
         n = len(self.slot_ids)
+        given: set[int] = set()  # ids these events gave out: nobody saw them, their end needs no event
         for e in events:
             slot = e.topics[0] if e.topics else -1
             if not all(0 <= t < n for t in e.topics) or not 0 <= slot < n or not 0 <= (e.into or 0) < n:
@@ -235,33 +240,38 @@ class Lineage:
                     self.quiet.add(gone)
                     continue
                 self._remember_merge(gone, into)
-                self._fresh(slot)
+                given.add(self._fresh(slot))
                 out.append(LineageEvent("merge", gone, slot, into, e.score, version, at))
             elif e.kind == "retire":
                 gone = self.slot_ids[slot]  # no longer in slot_ids: successor() says None
                 if seen is not None and gone not in seen:
                     self.quiet.add(gone)
                     continue
-                self._fresh(slot)
+                given.add(self._fresh(slot))
                 out.append(LineageEvent("retire", gone, slot, None, e.score, version, at))
             elif e.kind == "split":
                 if len(e.topics) != 2 or e.topics[0] == e.topics[1]:
                     raise ValueError(f"split event without (split slot, new slot): {e}")
                 parent, new_slot = self.slot_ids[slot], e.topics[1]
-                out += self._tell_quiet(new_slot, version, at)
+                out += self._tell_end(new_slot, version, at, seen, given)
                 born = self._fresh(new_slot)
+                given.add(born)
                 out.append(LineageEvent("split", born, new_slot, None, e.score, version, at, parent))
             else:  # birth: a new topic in a slot
-                out += self._tell_quiet(slot, version, at)
+                out += self._tell_end(slot, version, at, seen, given)
                 born = self._fresh(slot)
+                given.add(born)
                 out.append(LineageEvent(e.kind, born, slot, e.into, e.score, version, at))
         self.quiet &= set(self.slot_ids)
         return out
 
-    def _tell_quiet(self, slot: int, version: int, at: float) -> list[LineageEvent]:
-        """The retirement of the id ``slot`` kept after a quiet move, now that the slot gets a new topic."""
+    def _tell_end(
+        self, slot: int, version: int, at: float, seen: Container[int] | None, given: Container[int]
+    ) -> list[LineageEvent]:
+        """The retirement of the id in ``slot``, now that the slot gets a new topic: told for an id kept after a
+        quiet move, or one in ``seen`` that was not ``given`` out in the same :meth:`record`."""
         old = self.slot_ids[slot]
-        if old not in self.quiet:
+        if old not in self.quiet and (seen is None or old not in seen or old in given):
             return []
         self.quiet.discard(old)
         return [LineageEvent("retire", old, slot, None, 0.0, version, at)]

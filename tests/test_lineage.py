@@ -272,6 +272,28 @@ def test_moves_that_end_an_id_nobody_saw_are_no_events_and_the_slot_keeps_it():
     assert lin.slot_ids == [0, 5, 2, 4] and lin.quiet == {2}
 
 
+def test_a_birth_in_a_slot_the_kernel_emptied_tells_the_end_of_the_id_it_had():
+    """The online HDP's own learning can empty a slot (its weight under ``empty_below``), and hygiene retires no
+    empty slot; a birth there then gave the slot a fresh id and nobody heard that the old id ended (a subscriber
+    of it waited in silence). A seen id's retirement is told before the birth or split; an id never seen, or one
+    a move of the same round gave out, ends without an event."""
+    lin = Lineage(5)
+    moves = [
+        Event("birth", (1,), None, 0.02),  # slot 1: id 1 was seen, then faded to nothing
+        Event("birth", (2,), None, 0.02),  # slot 2: id 2 never weighed 1 %
+        Event("merge", (3,), 0, 0.1),  # slot 3 freed: the fresh id it gets ...
+        Event("birth", (3,), None, 0.02),  # ... is replaced at once, nobody saw it
+        Event("split", (0, 4), None, 0.03),  # slot 4: id 4 was seen, then faded; the split's new half goes there
+    ]
+    out = lin.record(moves, 3, 9.0, seen={0, 1, 3, 4})
+    assert [(e.kind, e.topic, e.slot) for e in out] == [
+        ("retire", 1, 1), ("birth", 5, 1), ("birth", 6, 2), ("merge", 3, 3),
+        ("birth", 8, 3), ("retire", 4, 4), ("split", 9, 4),
+    ]  # fmt: skip
+    assert all(e.score == 0.0 for e in out if e.kind == "retire") and lin.slot_ids == [0, 5, 6, 8, 9]
+    assert follow(1, endings(out)) == ([out[0]], None)
+
+
 def test_renewed_slots_get_fresh_ids_and_moves_name_the_slots_they_changed():
     lin = Lineage(5)
     events = lin.record([Event("merge", (3,), 1, 0.1), Event("split", (0, 4), None, 0.01)], 2, 0.0)
