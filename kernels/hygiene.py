@@ -288,48 +288,11 @@ class TopicHygiene:
             raise TypeError(
                 f"{type(model).__name__} does not support the topic moves these settings use (no {', '.join(missing)})"
             )
-        events: list[Event] = []
-        docs = as_batch(recent_docs, model.n_words) if recent_docs is not None else None
-        if docs is not None and docs.n_docs > self.recent_window:
-            docs = docs.slice(docs.n_docs - self.recent_window, docs.n_docs)
-        # Each document once: copies and empty documents made hygiene merge and delete real topics (_distinct.py).
-        docs = distinct_documents(docs) if docs is not None else None
-        unseen = distinct_documents(as_batch(unseen_docs, model.n_words)) if unseen_docs is not None else None
-        if unseen is not None and unseen.n_docs < MIN_EVIDENCE_DOCS:
-            unseen = None
+        docs, unseen = self._evidence(model, recent_docs, unseen_docs)
         warmup = self.warmup_docs if self.warmup_docs is not None else 40 * int(model.n_topics)
         warm = int(model.n_docs_seen_) >= warmup
         keep = getattr(model, "background_slot", None)  # no move empties it: its prior holds the generic words
-        if warm:
-            events += self._retire(model, keep)
-            if unseen is not None and self.delete_tries > 0:
-                events += [
-                    Event("retire", (k,), None, w)
-                    for k, w in heldout_deletes(
-                        model,
-                        unseen,
-                        candidates_below=self.delete_below,
-                        empty_below=self.empty_below,
-                        tolerance=self.delete_tolerance,
-                        max_tries=self.delete_tries,
-                        keep=keep,
-                    )
-                ]
-            if unseen is not None and self.merge_background:
-                joined = heldout_background_merge(model, unseen, tolerance=self.delete_tolerance, keep=keep)
-                events += [joined] if joined is not None else []
-            merges = self._merge(model, keep)
-            if docs is not None and self.merge_correlation is not None and docs.n_docs >= MIN_EVIDENCE_DOCS:
-                merges += correlated_merges(
-                    model,
-                    docs,
-                    threshold=self.merge_correlation,
-                    empty_below=self.empty_below,
-                    min_docs=CORRELATION_MIN_DOCS,
-                    limit=self._merge_limit(model) - len(merges),
-                    keep=keep,
-                )
-            events += merges
+        events = self._removals(model, docs, unseen, keep) if warm else []
         if docs is not None and docs.n_docs >= 4 and (self.max_births > 0 or (warm and self.max_splits > 0)):
             idx = np.arange(docs.n_docs)
             build, valid = docs.take(idx[0::2]), docs.take(idx[1::2])
@@ -339,6 +302,56 @@ class TopicHygiene:
             if self.max_births > 0:
                 events += self._births(model, build, valid, keep)
         return events
+
+    def _evidence(
+        self, model: SupportsTopicMoves, recent_docs: Batch | None, unseen_docs: Batch | None
+    ) -> tuple[Batch | None, Batch | None]:
+        """The documents the moves read: the newest ``recent_window`` of ``recent_docs``, and ``unseen_docs`` when
+        they are enough to judge by (:data:`MIN_EVIDENCE_DOCS`); each document once, since copies and empty
+        documents made hygiene merge and delete real topics (:mod:`kernels._distinct`)."""
+        docs = as_batch(recent_docs, model.n_words) if recent_docs is not None else None
+        if docs is not None and docs.n_docs > self.recent_window:
+            docs = docs.slice(docs.n_docs - self.recent_window, docs.n_docs)
+        docs = distinct_documents(docs) if docs is not None else None
+        unseen = distinct_documents(as_batch(unseen_docs, model.n_words)) if unseen_docs is not None else None
+        if unseen is not None and unseen.n_docs < MIN_EVIDENCE_DOCS:
+            unseen = None
+        return docs, unseen
+
+    def _removals(
+        self, model: SupportsTopicMoves, docs: Batch | None, unseen: Batch | None, keep: int | None
+    ) -> list[Event]:
+        """The moves that free slots, in order: retirements, held-out deletes and the merge into the background
+        (on ``unseen``), then merges of duplicates (and of correlated topics, on ``docs``)."""
+        events = self._retire(model, keep)
+        if unseen is not None and self.delete_tries > 0:
+            events += [
+                Event("retire", (k,), None, w)
+                for k, w in heldout_deletes(
+                    model,
+                    unseen,
+                    candidates_below=self.delete_below,
+                    empty_below=self.empty_below,
+                    tolerance=self.delete_tolerance,
+                    max_tries=self.delete_tries,
+                    keep=keep,
+                )
+            ]
+        if unseen is not None and self.merge_background:
+            joined = heldout_background_merge(model, unseen, tolerance=self.delete_tolerance, keep=keep)
+            events += [joined] if joined is not None else []
+        merges = self._merge(model, keep)
+        if docs is not None and self.merge_correlation is not None and docs.n_docs >= MIN_EVIDENCE_DOCS:
+            merges += correlated_merges(
+                model,
+                docs,
+                threshold=self.merge_correlation,
+                empty_below=self.empty_below,
+                min_docs=CORRELATION_MIN_DOCS,
+                limit=self._merge_limit(model) - len(merges),
+                keep=keep,
+            )
+        return events + merges
 
     def replay(
         self, model: SupportsTopicMoves, events: Sequence[Event], forgotten: ArrayLike | None = None

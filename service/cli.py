@@ -10,7 +10,7 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -24,6 +24,10 @@ from .keys import check_types
 from .process import stop_on_signals, tune_for_service
 from .settings import Settings, SettingsError, load_settings
 from .tables import matches_table, topics_table
+
+if TYPE_CHECKING:  # imported where used: the commands that need neither Redis nor Kafka start fast
+    from .lineage import LineageStore
+    from .snapshot import SnapshotStore
 
 app = typer.Typer(help="Streaming topic models over Kafka.", no_args_is_help=True, add_completion=False)
 app.command("eval")(eval_command)
@@ -317,6 +321,54 @@ def show_topics(
             Console().print("recent topic events (newest first):\n  " + "\n  ".join(render_lineage(events)))
 
 
+def _subscription_start(
+    topic: int | None, words: str | None, from_beginning: bool, since: str | None, after: list[str] | None
+) -> tuple[int | None, dict[int, int]]:
+    """``subscribe``'s flags checked (exit 2 or a bad parameter): where to start reading, as a broker timestamp in
+    milliseconds (``--since``) or None, and the offsets ``--after`` resumes after, by partition."""
+    from .follow import query_words
+    from .report import parse_duration
+    from .subscriber import parse_after
+
+    if (topic is None) == (words is None):
+        err.print("[red]give a topic id or --words (one of the two)[/red]")
+        raise typer.Exit(2)
+    try:
+        # A duration reaching before 1970 asks for every output (a negative time is no broker's timestamp).
+        start_ms = None if since is None else max(0, int((time.time() - parse_duration(since)) * 1000))
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--since") from None
+    if start_ms is not None and from_beginning:
+        raise typer.BadParameter("give --since or --from-beginning, not both", param_hint="--since")
+    try:
+        resume = parse_after(after or [])
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--after") from None
+    if words is not None:
+        try:
+            query_words(words)
+        except ValueError as e:
+            err.print(f"[red]{e}[/red]")
+            raise typer.Exit(2) from None
+    return start_ms, resume
+
+
+def _check_topic_followed(topic: int, store: SnapshotStore, lineage: LineageStore, asks_past: bool) -> bool:
+    """Exit 2 unless ``topic`` names a topic now, or one that ended while ``asks_past`` (its outputs before its
+    end are asked for); say so when it weighs under 1 %. Returns whether a snapshot exists (before the first one,
+    any id is taken: the first snapshot holds ids 0…K−1)."""
+    from .subscriber import topic_fate
+
+    summary = store.summary()
+    fate = topic_fate(topic, summary, lineage.known([topic]))
+    if fate.now is None and not (fate.ended and asks_past):
+        err.print(f"[red]{fate.why}: nothing to follow[/red]")
+        raise typer.Exit(2)
+    if fate.empty:
+        err.print(fate.empty)
+    return summary is not None
+
+
 @app.command()
 def subscribe(
     ctx: typer.Context,
@@ -345,33 +397,12 @@ def subscribe(
 
     import redis
 
-    from .follow import query_words
     from .lineage import LineageEvent, LineageStore
     from .names import TopicNames
-    from .report import parse_duration
     from .snapshot import SnapshotStore
-    from .subscriber import OutputReader, TopicChoice, matching_articles, move_notice, parse_after, topic_fate
+    from .subscriber import OutputReader, TopicChoice, matching_articles, move_notice
 
-    if (topic is None) == (words is None):
-        err.print("[red]give a topic id or --words (one of the two)[/red]")
-        raise typer.Exit(2)
-    try:
-        # A duration reaching before 1970 asks for every output (a negative time is no broker's timestamp).
-        start_ms = None if since is None else max(0, int((time.time() - parse_duration(since)) * 1000))
-    except ValueError as e:
-        raise typer.BadParameter(str(e), param_hint="--since") from None
-    if start_ms is not None and from_beginning:
-        raise typer.BadParameter("give --since or --from-beginning, not both", param_hint="--since")
-    try:
-        resume = parse_after(after or [])
-    except ValueError as e:
-        raise typer.BadParameter(str(e), param_hint="--after") from None
-    if words is not None:
-        try:
-            query_words(words)
-        except ValueError as e:
-            err.print(f"[red]{e}[/red]")
-            raise typer.Exit(2) from None
+    start_ms, resume = _subscription_start(topic, words, from_beginning, since, after)
     s = _settings(ctx)
     stop = stop_on_signals("stopping")
 
@@ -399,14 +430,8 @@ def subscribe(
         lineage = LineageStore(client, s.redis_prefix) if topic is not None else None
         no_snapshot = False
         if topic is not None and lineage is not None:
-            summary = store.summary()
-            no_snapshot = summary is None  # then any id is taken: the first snapshot holds ids 0…K−1
-            fate = topic_fate(topic, summary, lineage.known([topic]))
-            if fate.now is None and not (fate.ended and (from_beginning or start_ms is not None or resume)):
-                err.print(f"[red]{fate.why}: nothing to follow[/red]")
-                raise typer.Exit(2)
-            if fate.empty:
-                err.print(fate.empty)
+            asks_past = from_beginning or start_ms is not None or bool(resume)
+            no_snapshot = not _check_topic_followed(topic, store, lineage, asks_past)
         choice = TopicChoice(
             store,
             TopicNames(client, s.redis_prefix),

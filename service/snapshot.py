@@ -315,18 +315,7 @@ class SnapshotStore:
             "fencing_token": f.token if f is not None else None,
         }
         data_key, meta_key = self._key("snapshot", version, "data"), self._key("snapshot", version, "meta")
-        meta_json = json.dumps(meta_doc)
-        pipe = self.r.pipeline(transaction=True)
-        pipe.set(data_key, data, ex=self.pending_ttl_s, nx=True)
-        pipe.set(meta_key, meta_json, ex=self.pending_ttl_s, nx=True)
-        wrote = pipe.execute()
-        # Not written: this number is someone's already (a writer that slept through Redis losing its data), or
-        # ours, when redis-py sent the transaction again after a lost reply: then the meta is ours, to the byte.
-        if not all(wrote) and self.r.get(meta_key) != meta_json.encode():
-            mine = [key for key, ok in zip((data_key, meta_key), wrote, strict=True) if ok]
-            if mine:
-                self.r.delete(*mine)
-            raise SnapshotWriteFailed(f"snapshot {version} exists already: another writer has that version")
+        self._write_pending(version, data, json.dumps(meta_doc))
         latest = self._key("snapshot", "latest")
         lease_key, holder = (f.lease_key, f.holder) if f is not None and f.lease_key else (latest, "")
         status, detail, *repaired = self._commit(
@@ -351,6 +340,22 @@ class SnapshotStore:
         if status == -2:
             raise SnapshotWriteFailed(f"snapshot {version} vanished before it was committed (Redis restarted?)")
         return SnapshotInfo(version, meta_doc["size_bytes"], meta_doc["sha256"], meta_doc["created_at"], meta_doc)
+
+    def _write_pending(self, version: int, data: bytes | memoryview, meta_json: str) -> None:
+        """Store ``version``'s data and meta, uncommitted (they expire unless the commit keeps them); raises
+        :class:`SnapshotWriteFailed` when that version is another writer's, and leaves its keys alone."""
+        data_key, meta_key = self._key("snapshot", version, "data"), self._key("snapshot", version, "meta")
+        pipe = self.r.pipeline(transaction=True)
+        pipe.set(data_key, data, ex=self.pending_ttl_s, nx=True)
+        pipe.set(meta_key, meta_json, ex=self.pending_ttl_s, nx=True)
+        wrote = pipe.execute()
+        # Not written: this number is someone's already (a writer that slept through Redis losing its data), or
+        # ours, when redis-py sent the transaction again after a lost reply: then the meta is ours, to the byte.
+        if not all(wrote) and self.r.get(meta_key) != meta_json.encode():
+            mine = [key for key, ok in zip((data_key, meta_key), wrote, strict=True) if ok]
+            if mine:
+                self.r.delete(*mine)
+            raise SnapshotWriteFailed(f"snapshot {version} exists already: another writer has that version")
 
     def is_empty(self) -> bool:
         """True when Redis holds no snapshot and no version counter under this prefix (never written, or Redis
