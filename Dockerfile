@@ -41,7 +41,7 @@ RUN groupadd --system --gid 10001 topicstream \
  && useradd --system --uid 10001 --gid topicstream --create-home --home-dir /home/topicstream topicstream
 USER 10001:10001
 WORKDIR /home/topicstream
-EXPOSE 9100
+EXPOSE 9100 8080
 # No HEALTHCHECK here: only `run`, `replica` and `feeds` serve /metrics (docker-compose.yml and the k8s probes
 # check it where they run).
 ENTRYPOINT ["topicstream"]

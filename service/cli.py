@@ -19,7 +19,7 @@ from rich.markup import escape
 from evaluation.command import eval_command
 
 from . import __version__
-from .cli_errors import err, outputs_refused_is_fatal, serve_metrics, unreachable_is_fatal
+from .cli_errors import err, outputs_refused_is_fatal, serve_api, serve_metrics, unreachable_is_fatal
 from .keys import check_types
 from .process import stop_on_signals, tune_for_service
 from .settings import Settings, SettingsError, load_settings
@@ -53,6 +53,9 @@ RedisUrl = Annotated[str | None, typer.Option("--redis-url", help="Redis URL for
 Algorithm = Annotated[str | None, typer.Option("--algorithm", "-a", help="scvb0 | ohdp | pf")]
 Topics = Annotated[int | None, typer.Option("--topics", "-k", help="Number of topics K")]
 MetricsPort = Annotated[int | None, typer.Option("--metrics-port", help="Port of /metrics (0 disables)")]
+ApiPort = Annotated[
+    int | None, typer.Option("--api-port", help="Port of the HTTP inference API, POST /v1/mixtures (0 disables)")
+]
 
 #: The setting each command-line flag overrides, by the name of the command parameter that holds the flag: a
 #: command takes its flags' values from its context (:func:`_settings`), so a parameter of one of these names
@@ -61,6 +64,7 @@ _FLAG_SETTINGS = {
     "bootstrap": "kafka_bootstrap",
     "redis_url": "redis_url",
     "metrics_port": "metrics_port",
+    "api_port": "api_port",
     "algorithm": "algorithm",
     "topics": "topics",
     "interval": "feed_interval_s",
@@ -142,8 +146,10 @@ def replica(
     bootstrap: Bootstrap = None,
     redis_url: RedisUrl = None,
     metrics_port: MetricsPort = None,
+    api_port: ApiPort = None,
 ) -> None:
-    """A read replica: serve mixtures from the learner's newest snapshot (inference only)."""
+    """A read replica: serve mixtures from the learner's newest snapshot (inference only), and on request over
+    HTTP with --api-port."""
     from .kafka import check_reachable
     from .replica import Replica
 
@@ -153,8 +159,13 @@ def replica(
         check_reachable(s)
         rep = Replica(s)
     serve_metrics(rep.metrics, s)
-    with outputs_refused_is_fatal():
-        rep.run(stop_on_signals())
+    api = serve_api(rep, s) if s.api_port else None
+    try:
+        with outputs_refused_is_fatal():
+            rep.run(stop_on_signals())
+    finally:
+        if api is not None:
+            api.close()
 
 
 @app.command()

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 
 from .settings import Settings
 
-__all__ = ["err", "outputs_refused_is_fatal", "serve_metrics", "unreachable_is_fatal"]
+if TYPE_CHECKING:
+    from .api import ApiServer
+    from .replica import Replica
+
+__all__ = ["err", "outputs_refused_is_fatal", "serve_api", "serve_metrics", "unreachable_is_fatal"]
 
 #: Where every command writes what it tells a person (stdout is for data: JSON lines, tables asked for).
 err = Console(stderr=True, soft_wrap=True)  # one message, one line, also when stderr is not a terminal
@@ -25,6 +29,18 @@ def serve_metrics(metrics: Any, settings: Settings) -> None:
     except OSError as e:
         where = f"{settings.metrics_host}:{settings.metrics_port}"
         err.print(f"[red]cannot serve /metrics on {where}: {e.strerror or e}[/red] (TOPICSTREAM_METRICS_PORT)")
+        raise typer.Exit(2) from None
+
+
+def serve_api(replica: Replica, settings: Settings) -> ApiServer:
+    """Serve the replica's HTTP inference API, or exit 2 with one line when the port is taken."""
+    from .api import serve_api as serve
+
+    try:
+        return serve(lambda: replica.served, replica.tokenizer, settings, replica.metrics)
+    except OSError as e:
+        where = f"{settings.api_host}:{settings.api_port}"
+        err.print(f"[red]cannot serve the HTTP API on {where}: {e.strerror or e}[/red] (TOPICSTREAM_API_PORT)")
         raise typer.Exit(2) from None
 
 

@@ -91,12 +91,24 @@ class Metrics:
         )
         self.batches = counter("topicstream_batches_total", "Batches processed")
 
+        self.api_requests = counter(
+            "topicstream_api_requests_total",
+            "Requests of a replica's HTTP inference API (TOPICSTREAM_API_PORT), by status code (a body over "
+            "TOPICSTREAM_API_MAX_BYTES is refused by the server before it counts)",
+            ["status"],
+        )
+
         # Latency.
         self.batch_duration = histogram(
             "topicstream_batch_duration_seconds",
             "Time to process one batch, by stage (decode, tokenize, kernel, publish, commit; snapshot: what taking "
             "a snapshot held the batch loop up for)",
             ["stage"],
+            buckets=_DURATION_BUCKETS,
+        )
+        self.api_duration = histogram(
+            "topicstream_api_request_duration_seconds",
+            "Time to answer one request of a replica's HTTP inference API",
             buckets=_DURATION_BUCKETS,
         )
         self.latency = histogram(

@@ -49,7 +49,16 @@ from .text import FlatBags, Tokenizer
 if TYPE_CHECKING:
     from .inflight import ModelRef
 
-__all__ = ["Decoded", "Publisher", "TopicLabels", "dead_letter_record", "decode_batch", "latency_start", "tokenize"]
+__all__ = [
+    "Decoded",
+    "Publisher",
+    "TopicLabels",
+    "dead_letter_record",
+    "decode_batch",
+    "latency_start",
+    "output_records",
+    "tokenize",
+]
 
 log = logging.getLogger(__name__)
 
@@ -251,53 +260,69 @@ class Publisher:
         tracker: DeliveryTracker,
     ) -> None:
         """One output event per article; ``theta`` rows are the mixtures, ``tokens`` the in-vocab counts."""
-        s = self.settings
-        n_topics = theta.shape[1]
-        ref = {"algorithm": model.algorithm, "version": model.version, "topics": n_topics}
-        ids = model.topic_ids or tuple(range(n_topics))
-        names = model.names
-        now = datetime.now(timezone.utc).isoformat()
         consumed_at = time.time()
-        order = np.argsort(-theta, axis=1)[:, : s.top_topics_max]
-        mixtures = np.round(theta, 6)
-        version_b, algorithm_b = str(model.version).encode(), model.algorithm.encode()
-        labels = model.labels.labels
-        for j, (msg, article) in enumerate(good):
-            row = theta[j]
-            top = []
-            known = tokens[j] > 0  # no word in the vocabulary: the mixture is the prior's, about nothing
-            for k in order[j].tolist() if known else []:
-                if row[k] < s.top_topics_threshold:
-                    continue
-                entry: dict[str, object] = {"topic": ids[k], "weight": round(float(row[k]), 6), "label": labels[k]}
-                if ids[k] != k:
-                    entry["slot"] = k
-                if ids[k] in names:
-                    entry["name"] = names[ids[k]]
-                top.append(entry)
-            event = {
-                "id": article.id,
-                "model": ref,
-                "mixture": mixtures[j],
-                "top_topics": top,
-                "published_at": article.published_at.isoformat() if article.published_at else None,
-                "processed_at": now,
-                "title": _clip(article.title, MAX_OUTPUT_TITLE_CHARS),
-                "url": _clip(article.url, MAX_OUTPUT_URL_CHARS),
-                "tokens": int(tokens[j]),
-            }
-            headers: Headers = [
-                (H_TOPIC, str(ids[int(order[j, 0])]).encode() if known else b""),
-                (H_TOPICS, ",".join(str(t["topic"]) for t in top).encode()),
-                (H_VERSION, version_b),
-                (H_ALGORITHM, algorithm_b),
-            ]
+        records = output_records([a for _, a in good], theta, tokens, model, self.settings)
+        for (msg, article), (value, headers) in zip(good, records, strict=True):
             input_ts = latency_start(msg, consumed_at)
             self._produce(
                 tracker,
-                s.output_topic,
+                self.settings.output_topic,
                 article.id,
-                orjson.dumps(event, option=orjson.OPT_SERIALIZE_NUMPY),
+                value,
                 headers,
                 self._output_delivered(tracker, input_ts),
             )
+
+
+def output_records(
+    articles: list[Article],
+    theta: NDArray[np.float64],
+    tokens: NDArray[np.float64],
+    model: ModelRef,
+    settings: Settings,
+) -> list[tuple[bytes, Headers]]:
+    """The output event of each article (its JSON, README "Events") and its headers: ``theta`` rows are the
+    mixtures, ``tokens`` the in-vocabulary token counts. The replicas' HTTP API answers with the same events."""
+    s = settings
+    n_topics = theta.shape[1]
+    ref = {"algorithm": model.algorithm, "version": model.version, "topics": n_topics}
+    ids = model.topic_ids or tuple(range(n_topics))
+    names = model.names
+    now = datetime.now(timezone.utc).isoformat()
+    order = np.argsort(-theta, axis=1)[:, : s.top_topics_max]
+    mixtures = np.round(theta, 6)
+    version_b, algorithm_b = str(model.version).encode(), model.algorithm.encode()
+    labels = model.labels.labels
+    records = []
+    for j, article in enumerate(articles):
+        row = theta[j]
+        top = []
+        known = tokens[j] > 0  # no word in the vocabulary: the mixture is the prior's, about nothing
+        for k in order[j].tolist() if known else []:
+            if row[k] < s.top_topics_threshold:
+                continue
+            entry: dict[str, object] = {"topic": ids[k], "weight": round(float(row[k]), 6), "label": labels[k]}
+            if ids[k] != k:
+                entry["slot"] = k
+            if ids[k] in names:
+                entry["name"] = names[ids[k]]
+            top.append(entry)
+        event = {
+            "id": article.id,
+            "model": ref,
+            "mixture": mixtures[j],
+            "top_topics": top,
+            "published_at": article.published_at.isoformat() if article.published_at else None,
+            "processed_at": now,
+            "title": _clip(article.title, MAX_OUTPUT_TITLE_CHARS),
+            "url": _clip(article.url, MAX_OUTPUT_URL_CHARS),
+            "tokens": int(tokens[j]),
+        }
+        headers: Headers = [
+            (H_TOPIC, str(ids[int(order[j, 0])]).encode() if known else b""),
+            (H_TOPICS, ",".join(str(t["topic"]) for t in top).encode()),
+            (H_VERSION, version_b),
+            (H_ALGORITHM, algorithm_b),
+        ]
+        records.append((orjson.dumps(event, option=orjson.OPT_SERIALIZE_NUMPY), headers))
+    return records

@@ -180,6 +180,18 @@ class Settings(BaseSettings):
     # Operations.
     metrics_port: int = Field(9100, ge=0, le=65535, description="Port of /metrics (0 disables)")
     metrics_host: str = Field("0.0.0.0", min_length=1, description="Address /metrics binds to, e.g. 127.0.0.1")
+    api_port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="Port of a replica's HTTP inference API, POST /v1/mixtures and GET /v1/model (0 disables; "
+        "README, HTTP inference)",
+    )
+    api_host: str = Field("0.0.0.0", min_length=1, description="Address the HTTP inference API binds to")
+    api_threads: int = Field(4, ge=1, le=64, description="Requests the HTTP inference API answers at once")
+    api_max_bytes: int = Field(
+        4_000_000, ge=1024, description="Largest request body of the HTTP inference API (larger: 413)"
+    )
     max_poll_interval_ms: int = Field(300_000, ge=1000, le=86_400_000, description="Kafka max.poll.interval.ms")
     session_timeout_ms: int = Field(45_000, ge=1000, le=3_600_000, description="Kafka session.timeout.ms")
     fetch_wait_ms: int = Field(

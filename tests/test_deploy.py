@@ -393,8 +393,11 @@ def test_compose_defines_the_services_and_start_order() -> None:
     assert services["kafka-init"]["depends_on"]["kafka"]["condition"] == "service_healthy"
     assert services["replica"]["depends_on"]["learner"]["condition"] == "service_healthy"
     assert services["grafana"]["depends_on"]["prometheus"]["condition"] == "service_healthy"
-    # --scale replica=N: no fixed name, no host port.
-    assert "container_name" not in services["replica"] and "ports" not in services["replica"]
+    # --scale replica=N: no fixed name; the HTTP API's host ports are a range with room for one replica per
+    # input partition (6), on this host only.
+    assert "container_name" not in services["replica"]
+    assert services["replica"]["ports"] == ["127.0.0.1:8080-8085:8080"]
+    assert services["replica"]["environment"]["TOPICSTREAM_API_PORT"] == "8080"
     assert services["learner"]["command"] == ["run"] and services["replica"]["command"] == ["replica"]
     assert services["producer"]["entrypoint"] == ["topicstream", "produce"]
     # Bind mounts exist in the repository.
@@ -473,9 +476,22 @@ def test_k8s_manifests() -> None:
         (c,) = pod["spec"]["containers"]
         assert c["args"] == [arg]
         assert c["ports"][0]["containerPort"] == 9100
-        probes = {"livenessProbe": "/healthz", "readinessProbe": "/metrics", "startupProbe": "/metrics"}
-        for probe, path in probes.items():
-            assert c[probe]["httpGet"]["path"] == path and c[probe]["httpGet"]["port"] == "metrics"
+        # A replica is ready once it serves a snapshot: its HTTP API's GET /v1/model answers 503 until then.
+        ready = ("/metrics", "metrics") if arg == "run" else ("/v1/model", "api")
+        probes = {
+            "livenessProbe": ("/healthz", "metrics"),
+            "readinessProbe": ready,
+            "startupProbe": ("/metrics", "metrics"),
+        }
+        for probe, (path, port) in probes.items():
+            assert (c[probe]["httpGet"]["path"], c[probe]["httpGet"]["port"]) == (path, port)
+        if arg == "replica":
+            env = {e["name"]: e.get("value") for e in c["env"]}
+            api = next(p["containerPort"] for p in c["ports"] if p["name"] == "api")
+            assert env["TOPICSTREAM_API_PORT"] == str(api)
+            service = docs[("Service", "topicstream-api")]["spec"]
+            assert service["ports"][0]["targetPort"] == "api"
+            assert service["selector"].items() <= pod["metadata"]["labels"].items()
         assert {"cpu", "memory"} <= set(c["resources"]["requests"]) and "memory" in c["resources"]["limits"]
         assert c["envFrom"][0]["configMapRef"]["name"] == "topicstream-config"
         assert pod["spec"]["securityContext"]["runAsNonRoot"] is True

@@ -1,0 +1,216 @@
+"""The replicas' HTTP inference API: an article's topics on request, from the model the replica serves.
+
+For what cannot wait for the stream or is not in it: a newsroom tool tagging a draft before it is published, a
+backfill of an archive, a one-off check. ``POST /v1/mixtures`` takes an input event (README, "Events"), or a JSON
+array of up to :data:`MAX_ARTICLES` of them, each validated as the input topic's messages are
+(:func:`service.schemas.decode_article`), and answers with the output event the replica would publish for it
+(:func:`service.pipeline.output_records`: the same JSON; the same ``topicstream-*`` headers for one article), or a
+JSON array of them in the same order, where an article that is no valid event is ``{"id": …, "error": {"reason",
+"detail"}}`` (``id`` when it had a readable one) with the reason a dead letter would carry. ``GET /v1/model``
+answers which model is served. Nothing is learned and nothing goes to Kafka.
+
+Status codes: 200; 400 a body that is not a JSON object or array; 404 another path; 405 another method; 413 a body
+over ``TOPICSTREAM_API_MAX_BYTES`` (waitress answers it, before the body is read) or an array of more than
+:data:`MAX_ARTICLES`; 422 one article that is no valid event; 500 an error of the service's own (logged); 503 no
+snapshot served yet (with ``Retry-After``).
+
+It is served by waitress (a thread pool of ``TOPICSTREAM_API_THREADS``, at most :data:`MAX_CONNECTIONS`
+connections, idle ones closed after :data:`IDLE_TIMEOUT_S`) beside the batch loop. A request takes the snapshot
+served when it starts (:attr:`service.replica.Replica.served`, swapped as one reference), so one answer is all of
+one version; the tokenizer, the vocabulary and the model are read-only in a replica, so requests and the loop run
+at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import pydantic_core
+
+from .pipeline import Headers, output_records, tokenize
+from .schemas import BOM, Article, Rejection, decode_article
+
+if TYPE_CHECKING:
+    from .metrics import Metrics
+    from .replica import Served
+    from .settings import Settings
+    from .text import Tokenizer
+
+__all__ = ["MAX_ARTICLES", "ApiServer", "InferenceApi", "serve_api"]
+
+log = logging.getLogger(__name__)
+
+#: The most articles one request may hold.
+MAX_ARTICLES = 100
+#: The most connections open at once (waitress's ``connection_limit``: more wait in the listen backlog).
+MAX_CONNECTIONS = 100
+#: An idle connection is closed after this many seconds (waitress's ``channel_timeout``).
+IDLE_TIMEOUT_S = 30
+#: What a 503 before the first snapshot tells the client to wait, seconds (a replica polls Redis every 2 s).
+RETRY_AFTER_S = 5
+
+StartResponse = Callable[..., Any]
+
+#: Rejections of a body that is no JSON object at all (400); an object that is no valid article is 422.
+_NOT_AN_EVENT = ("not_json", "not_utf8", "not_object")
+
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    413: "Content Too Large",
+    422: "Unprocessable Content",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+
+
+class _Answer(Exception):
+    """An answer other than 200, raised where it is decided."""
+
+    def __init__(self, status: int, reason: str, detail: str, headers: Headers | None = None) -> None:
+        super().__init__(detail)
+        self.status, self.reason, self.detail, self.headers = status, reason, detail, headers or []
+
+
+class InferenceApi:
+    """The WSGI application. ``served``: what the replica serves now (None before its first snapshot)."""
+
+    def __init__(
+        self, served: Callable[[], Served | None], tokenizer: Tokenizer, settings: Settings, metrics: Metrics
+    ) -> None:
+        self.served = served
+        self.tokenizer = tokenizer
+        self.settings = settings
+        self.metrics = metrics
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        t0 = time.perf_counter()
+        try:
+            status, body, headers = self._route(environ)
+        except _Answer as a:
+            status, headers = a.status, a.headers
+            body = orjson.dumps({"error": {"reason": a.reason, "detail": a.detail}})
+        except Exception:  # a bug of ours: logged, answered, and the server goes on
+            log.exception("HTTP inference request failed")
+            status, headers = 500, []
+            body = orjson.dumps({"error": {"reason": "internal", "detail": "internal error (logged)"}})
+        self.metrics.api_requests.labels(status=str(status)).inc()
+        self.metrics.api_duration.observe(time.perf_counter() - t0)
+        text = [(k, v.decode() if isinstance(v, bytes) else str(v)) for k, v in headers]
+        start_response(
+            f"{status} {_REASONS[status]}",
+            [("Content-Type", "application/json"), ("Content-Length", str(len(body))), *text],
+        )
+        return [body]
+
+    def _route(self, environ: dict[str, Any]) -> tuple[int, bytes, Headers]:
+        path, method = environ.get("PATH_INFO", ""), environ.get("REQUEST_METHOD", "")
+        if path not in ("/v1/mixtures", "/v1/model"):
+            raise _Answer(404, "not_found", f"no such path: {path[:200]!r}; POST /v1/mixtures or GET /v1/model")
+        wanted = "POST" if path == "/v1/mixtures" else "GET"
+        if method != wanted:
+            raise _Answer(405, "method", f"{path} takes {wanted}", [("Allow", wanted)])
+        served = self.served()
+        if served is None:
+            raise _Answer(
+                503,
+                "no_model",
+                "no snapshot served yet: the learner has not written one",
+                [("Retry-After", str(RETRY_AFTER_S))],
+            )
+        if path == "/v1/model":
+            ref = served.ref
+            model = {"algorithm": ref.algorithm, "version": ref.version, "topics": ref.n_topics}
+            return 200, orjson.dumps({**model, "created_at": served.created_at}), []
+        return self._mixtures(served, _read_body(environ))
+
+    def _mixtures(self, served: Served, body: bytes) -> tuple[int, bytes, Headers]:
+        try:  # pydantic's parser, as decode_article's: a nesting limit, no lone surrogates, integers of any size
+            parsed = pydantic_core.from_json(body[len(BOM) :] if body.startswith(BOM) else body)
+        except ValueError:
+            parsed = None  # the one-article path says why, as a dead letter would
+        if not isinstance(parsed, list):
+            one = decode_article(body, self.settings.max_article_bytes)
+            if isinstance(one, Rejection):
+                raise _Answer(400 if one.reason in _NOT_AN_EVENT else 422, one.reason, one.detail)
+            ((value, headers),) = self._infer(served, [one])
+            return 200, value, headers
+        if len(parsed) > MAX_ARTICLES:
+            raise _Answer(413, "too_many", f"{len(parsed)} articles, at most {MAX_ARTICLES} a request")
+        decoded = [self._decode(item) for item in parsed]
+        good = [a for a in decoded if isinstance(a, Article)]
+        values = iter([value for value, _ in self._infer(served, good)])
+        parts = [next(values) if isinstance(a, Article) else a for a in decoded]
+        return 200, b"[" + b",".join(parts) + b"]", []
+
+    def _decode(self, item: object) -> Article | bytes:
+        """One element of an array: its article, or its error object (JSON)."""
+        article = decode_article(pydantic_core.to_json(item), self.settings.max_article_bytes)
+        if isinstance(article, Article):
+            return article
+        known = item.get("id") if isinstance(item, dict) else None
+        error = {"reason": article.reason, "detail": article.detail}
+        return orjson.dumps({"id": known if isinstance(known, str) and len(known) <= 256 else None, "error": error})
+
+    def _infer(self, served: Served, articles: list[Article]) -> list[tuple[bytes, Headers]]:
+        """The output events of ``articles`` (valid), computed as the replica's batch loop computes them."""
+        if not articles:
+            return []
+        encoded = served.vocab.encode(tokenize(self.tokenizer, articles), learn=False)
+        theta = served.model.transform(encoded.batch)
+        return output_records(articles, theta, encoded.batch.doc_tokens(), served.ref, self.settings)
+
+
+def _read_body(environ: dict[str, Any]) -> bytes:
+    """The request's body (waitress has refused one over ``max_request_body_size`` with 413 before this)."""
+    try:
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        raise _Answer(400, "invalid", "Content-Length is no number") from None
+    stream = environ["wsgi.input"]
+    return bytes(stream.read(length) if length > 0 else stream.read())
+
+
+class ApiServer:
+    """The waitress server on its own thread; :meth:`close` stops it."""
+
+    def __init__(self, app: InferenceApi, host: str, port: int, threads: int, max_bytes: int) -> None:
+        from waitress.server import TcpWSGIServer, create_server
+
+        server = create_server(
+            app,
+            host=host,
+            port=port,
+            threads=threads,
+            connection_limit=MAX_CONNECTIONS,
+            channel_timeout=IDLE_TIMEOUT_S,
+            max_request_body_size=max_bytes,
+            ident="topicstream",
+            expose_tracebacks=False,
+        )
+        assert isinstance(server, TcpWSGIServer) and server.socket is not None  # one host and port: one socket
+        self._server = server
+        #: The port it listens on (the one asked for, or the one the system gave for 0).
+        self.port = int(server.socket.getsockname()[1])
+        self._thread = threading.Thread(target=self._server.run, name="api-http", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.close()
+        self._server.task_dispatcher.shutdown()
+        self._thread.join(5)
+
+
+def serve_api(
+    served: Callable[[], Served | None], tokenizer: Tokenizer, settings: Settings, metrics: Metrics
+) -> ApiServer:
+    """Serve the API on ``TOPICSTREAM_API_HOST:TOPICSTREAM_API_PORT``; OSError when the port is taken."""
+    app = InferenceApi(served, tokenizer, settings, metrics)
+    return ApiServer(app, settings.api_host, settings.api_port, settings.api_threads, settings.api_max_bytes)

@@ -1,0 +1,147 @@
+"""The replicas' HTTP inference API (service/api.py) on a real replica: the learner's snapshot in a real Redis, the
+replica's batch loop on a real broker beside the API, and the answers judged against the outputs the loop published
+for the same articles."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from service.api import MAX_ARTICLES, ApiServer, InferenceApi
+from service.cli import app
+from service.kafka import ensure_topics
+from service.learner import Learner
+from service.replica import Replica
+from service.schemas import TopicEvent
+from service.settings import Settings
+
+from .helpers import env_for, good_articles, produce, read_all, run_until, sample
+
+pytestmark = pytest.mark.integration
+
+
+def call(port: int, method: str, path: str, body: bytes | None = None) -> tuple[int, dict[str, str], bytes]:
+    """One request on a connection of its own: status, headers (lower-case names), body."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request(method, path, body=body, headers={"Content-Type": "application/json"} if body else {})
+        response = conn.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+    finally:
+        conn.close()
+
+
+def without_time(event: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in event.items() if k != "processed_at"}
+
+
+@pytest.fixture
+def replica(settings: Settings) -> Iterator[tuple[Replica, ApiServer, Settings]]:
+    """A replica (its own output topic) with the API on a free port, no snapshot yet; its loop is not running."""
+    rs = settings.model_copy(update={"output_topic": settings.output_topic + "-replica", "api_max_bytes": 200_000})
+    ensure_topics(rs, {rs.output_topic: 1})
+    rep = Replica(rs)
+    server = ApiServer(InferenceApi(lambda: rep.served, rep.tokenizer, rs, rep.metrics), "127.0.0.1", 0, 4, 200_000)
+    try:
+        yield rep, server, rs
+    finally:
+        server.close()
+
+
+def test_the_api_answers_what_the_stream_publishes_and_refuses_bad_requests_clearly(
+    settings: Settings, replica: tuple[Replica, ApiServer, Settings]
+) -> None:
+    rep, server, rs = replica
+    port = server.port
+    articles = good_articles(60, seed=11)
+
+    # Before the first snapshot: 503, and when to ask again.
+    status, headers, body = call(port, "POST", "/v1/mixtures", articles[0])
+    assert status == 503 and headers["retry-after"] == "5" and json.loads(body)["error"]["reason"] == "no_model"
+
+    produce(settings, articles)
+    learner = Learner(settings)
+    run_until(learner, len(articles))
+    stop = threading.Event()
+    loop = threading.Thread(target=rep.run, args=(stop,), daemon=True)
+    loop.start()
+    try:
+        published = {m.key().decode(): json.loads(m.value()) for m in read_all(rs, rs.output_topic, len(articles))}
+    finally:
+        stop.set()
+        loop.join(30)
+    version = rep.version
+    assert version == learner.version >= 1 and len(published) == len(articles)
+
+    # One article: the output event the replica published for it, with the same headers.
+    status, headers, body = call(port, "POST", "/v1/mixtures", articles[3])
+    answer = json.loads(body)
+    TopicEvent.model_validate(answer)
+    wanted = published[json.loads(articles[3])["id"]]
+    assert status == 200 and without_time(answer) == without_time(wanted)
+    assert headers["topicstream-model-version"] == str(version) and headers["topicstream-algorithm"] == "scvb0"
+    assert headers["topicstream-topics"] == ",".join(str(t["topic"]) for t in wanted["top_topics"])
+
+    # Several at once, in order; one that is no article gets its reason, as a dead letter would.
+    batch = [json.loads(a) for a in articles[:5]]
+    batch.insert(2, {"id": "no-text"})
+    batch.insert(4, ["not", "an", "object"])
+    status, _, body = call(port, "POST", "/v1/mixtures", json.dumps(batch).encode())
+    answers = json.loads(body)
+    assert status == 200 and len(answers) == 7
+    assert [without_time(a) for i, a in enumerate(answers) if i not in (2, 4)] == [
+        without_time(published[a["id"]]) for a in batch if isinstance(a, dict) and a["id"] != "no-text"
+    ]
+    assert answers[2]["id"] == "no-text" and answers[2]["error"]["reason"] == "invalid"
+    assert answers[4] == {"id": None, "error": {"reason": "not_object", "detail": answers[4]["error"]["detail"]}}
+
+    # The model served.
+    status, _, body = call(port, "GET", "/v1/model")
+    assert status == 200 and json.loads(body)["version"] == version and json.loads(body)["topics"] == rs.topics
+
+    # Bad requests: each a status and a reason, and the server goes on.
+    refusals = [
+        (call(port, "POST", "/v1/mixtures", b'{"id": "x", "text": '), 400, "not_json"),
+        (call(port, "POST", "/v1/mixtures", b"\xff\xfe"), 400, "not_utf8"),
+        (call(port, "POST", "/v1/mixtures", b"42"), 400, "not_object"),
+        (call(port, "POST", "/v1/mixtures", b'{"id": ""}'), 422, "invalid"),
+        (call(port, "POST", "/v1/mixtures", json.dumps([batch[0]] * (MAX_ARTICLES + 1)).encode()), 413, "too_many"),
+        (call(port, "GET", "/v1/mixtures"), 405, "method"),
+        (call(port, "POST", "/v2/anything", b"{}"), 404, "not_found"),
+    ]
+    for (status, _, body), wanted_status, reason in refusals:
+        assert (status, json.loads(body)["error"]["reason"]) == (wanted_status, reason)
+    status, _, _ = call(port, "POST", "/v1/mixtures", b"[" + b" " * 300_000 + b"]")  # over api_max_bytes
+    assert status == 413
+    assert sample(rep.metrics, "topicstream_api_requests_total", status="200") == 3
+    assert sample(rep.metrics, "topicstream_api_requests_total", status="400") == 3
+    assert sample(rep.metrics, "topicstream_api_requests_total", status="503") == 1
+
+    # Many clients at once get the answers one client gets alone.
+    alone = [without_time(json.loads(call(port, "POST", "/v1/mixtures", a)[2])) for a in articles[:20]]
+    with ThreadPoolExecutor(8) as pool:
+        together = list(
+            pool.map(lambda a: without_time(json.loads(call(port, "POST", "/v1/mixtures", a)[2])), articles[:20] * 4)
+        )
+    assert together == alone * 4
+
+
+def test_a_taken_api_port_is_one_line_and_exit_2(settings: Settings) -> None:
+    """``topicstream replica --api-port`` on a port another process holds: exit 2 naming the port, no traceback."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {**env_for(settings), "TOPICSTREAM_API_HOST": "127.0.0.1", "TOPICSTREAM_METRICS_PORT": "0"}
+        result = CliRunner().invoke(app, ["replica", "--api-port", str(port)], env=env)
+    assert result.exit_code == 2, result.output
+    assert f"cannot serve the HTTP API on 127.0.0.1:{port}" in result.output and "Traceback" not in result.output
