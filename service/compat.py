@@ -147,8 +147,9 @@ def _state_bytes(settings: Settings) -> int:
 
 
 def snapshot_bytes(settings: Settings) -> int:
-    """Size of one snapshot: the kernel's state arrays plus ≈ :data:`VOCAB_BYTES_PER_SLOT` per vocabulary slot."""
-    return _state_bytes(settings) + VOCAB_BYTES_PER_SLOT * settings.vocab_size
+    """Size of one snapshot: the kernel's state arrays, ≈ :data:`VOCAB_BYTES_PER_SLOT` per vocabulary slot and 8
+    bytes per text of the duplicate window."""
+    return _state_bytes(settings) + VOCAB_BYTES_PER_SLOT * settings.vocab_size + 8 * settings.duplicate_window
 
 
 def learner_state_copies(settings: Settings) -> int:

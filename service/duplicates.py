@@ -15,10 +15,11 @@ text are 4.9 % of BBC News (republished stories, in pairs), 2.5 % of the Reuters
 times) and 0.2 % of 20 Newsgroups. (``topicstream eval`` and the benchmarks feed the kernels directly and learn
 every copy.)
 
-The window is a bounded FIFO (about 90 bytes a text: 9 MB at the default 100,000) and lives in the process: after
-a restart the learner remembers nothing, and a copy of a text learned before the restart is learned once more.
-Copies still count in a snapshot's ``articles_learned`` (the articles the learner has taken in); the kernel's own
-document count (``n_docs_seen``) leaves them out.
+The window is a bounded FIFO (about 90 bytes a text: 9 MB at the default 100,000). It goes into every snapshot
+(``recent_texts``, 8 bytes a text, as it stands after the batches the snapshot holds), so a restarted learner still
+answers the copies of texts learned before the restart; a snapshot of an older learner has none, and the window
+then starts empty. Copies still count in a snapshot's ``articles_learned`` (the articles the learner has taken
+in); the kernel's own document count (``n_docs_seen``) leaves them out.
 """
 
 from __future__ import annotations
@@ -78,8 +79,22 @@ class RecentTexts:
             if h in self._seen:
                 new[i] = False
                 continue
-            self._seen.add(h)
-            self._order.append(h)
-            if len(self._order) > self.capacity:
-                self._seen.discard(self._order.popleft())
+            self._remember(h)
         return new
+
+    def _remember(self, h: int) -> None:
+        self._seen.add(h)
+        self._order.append(h)
+        if len(self._order) > self.capacity:
+            self._seen.discard(self._order.popleft())
+
+    def state(self) -> NDArray[np.uint64]:
+        """The hashes remembered, oldest first: what a snapshot keeps."""
+        return np.fromiter(self._order, dtype=np.uint64, count=len(self._order))
+
+    def restore(self, hashes: NDArray[np.uint64]) -> None:
+        """Remember ``hashes`` (a snapshot's :meth:`state`, oldest first) as if seen in that order: with a smaller
+        capacity than the snapshot's, the newest of them."""
+        for h in np.asarray(hashes, dtype=np.uint64)[-self.capacity :].tolist():
+            if h != 0 and h not in self._seen:
+                self._remember(h)

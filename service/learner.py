@@ -145,6 +145,8 @@ class Learner(BatchWorker):
         #: The latest texts learned (main thread): their copies are answered, not learned again (None: every copy is
         #: learned). A batch's mask of texts new to it travels as ``InFlight.context`` (None: all new).
         self._texts = RecentTexts(s.duplicate_window) if s.duplicate_window > 0 else None
+        if self._texts is not None and start.recent_texts is not None:
+            self._texts.restore(start.recent_texts)
         #: The latest documents learned, that hygiene is planned on.
         self._recent = RecentDocs(self.hygiene.recent_window if self.hygiene is not None else 1)
         #: With held-out moves: the latest UNSEEN_DOCS documents learned since the last capture that hygiene was
@@ -359,8 +361,10 @@ class Learner(BatchWorker):
         vocab_state = self.vocab.state_dict()
         slot_words = self.vocab.slot_words()
         offsets = dict(self.positions)
-        # Called between batches: the lane has finished every submitted batch, and the model, the vocabulary and
-        # the positions all stand after batch `submitted_seq` (the batch being prepared is not in any of them).
+        texts = self._texts.state() if self._texts is not None else None
+        # Called between batches: the lane has finished every submitted batch, and the model, the vocabulary, the
+        # positions and the texts learned all stand after batch `submitted_seq` (the batch being prepared is in
+        # none of them: its texts are remembered when it is encoded).
         main_s = time.perf_counter() - t0
         # The writer is idle, so the plan and the last write stand still. A plan whose moves could give out more
         # ids than a restart skips (Lineage.reserve: the writes that would hold them failed) is dropped.
@@ -374,7 +378,7 @@ class Learner(BatchWorker):
             self._ids_published.clear()
             self._hold_until = time.monotonic() + MAX_ID_HOLD_S
         future = self.lane.submit(
-            self._capture, self.submitted_seq, vocab_state, slot_words, offsets, self.articles_learned, main_s
+            self._capture, self.submitted_seq, vocab_state, slot_words, offsets, texts, self.articles_learned, main_s
         )
         self.writer.submit(future)
         self._republish.clear()
@@ -387,6 +391,7 @@ class Learner(BatchWorker):
         vocab_state: dict[str, Any],
         slot_words: list[str],
         offsets: dict[tuple[str, int], int],
+        texts: NDArray[np.uint64] | None,
         articles_learned: int,
         main_s: float,
     ) -> Capture:
@@ -441,6 +446,8 @@ class Learner(BatchWorker):
         if self.input_topic_id is not None:
             extra["input_topic_id"] = self.input_topic_id
         extra["tokenizer"] = self.tokenizer.fingerprint()  # replicas check theirs against it
+        if texts is not None:
+            extra["recent_texts"] = texts  # a restart still answers copies of what was learned before it
         cap = self.writer.capture(seq, self.model, vocab_state, slot_words, offsets, extra, meta)
         cap.events = self._unwritten_events
         cap.topic_ids = list(self.lineage.slot_ids)

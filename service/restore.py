@@ -14,6 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
+
 from kernels import TopicModel
 from kernels.registry import kernel_class
 
@@ -53,6 +56,8 @@ class Start:
     articles_learned: int = 0
     #: The brokers' id of the input topic the positions are in (:func:`service.kafka.topic_id`), when known.
     input_topic_id: str | None = None
+    #: The hashes of the texts learned last (:meth:`service.duplicates.RecentTexts.state`), when the snapshot has them.
+    recent_texts: NDArray[np.uint64] | None = None
 
     def forget_input_if_recreated(self, topic: str, now: str | None) -> dict[tuple[str, int], int]:
         """Drop the positions in ``topic`` when its id is ``now`` no longer the one they were read in (deleted
@@ -129,6 +134,9 @@ def restore_or_create(
     _check_tokenizer(tokenizer.fingerprint(), payload.get("tokenizer"), loaded.version)
     start.articles_learned = int(payload.get("articles_learned", 0))
     start.input_topic_id = payload.get("input_topic_id")
+    texts = payload.get("recent_texts")
+    if isinstance(texts, np.ndarray) and texts.dtype == np.uint64 and texts.ndim == 1:
+        start.recent_texts = texts
     metrics.snapshot_seen(start.version, float(meta["created_at"]), int(meta["size_bytes"]))
     log.info(
         "restored snapshot %d (%d articles learned); offsets %s",

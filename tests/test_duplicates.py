@@ -49,3 +49,15 @@ def test_recent_texts_are_a_bounded_window() -> None:
     assert recent.first_seen(np.array([6, 8], dtype=np.uint64)).tolist() == [False, True]
     assert len(recent) == 3
     assert recent.first_seen(np.array([5], dtype=np.uint64)).tolist() == [True]  # forgotten: 5 was the oldest
+
+
+def test_the_window_a_snapshot_keeps_is_remembered_again_in_order() -> None:
+    recent = RecentTexts(capacity=4)
+    recent.first_seen(np.array([5, 6, 0, 7, 8, 9], dtype=np.uint64))  # 5 is forgotten; 0 is never kept
+    assert recent.state().tolist() == [6, 7, 8, 9]
+    again = RecentTexts(capacity=4)
+    again.restore(recent.state())
+    assert again.first_seen(np.array([6, 9, 5], dtype=np.uint64)).tolist() == [False, False, True]
+    smaller = RecentTexts(capacity=2)  # a window made smaller since the snapshot keeps its newest texts
+    smaller.restore(recent.state())
+    assert smaller.state().tolist() == [8, 9]
