@@ -184,8 +184,13 @@ class ApiServer:
     def __init__(self, app: InferenceApi, host: str, port: int, threads: int, max_bytes: int) -> None:
         from waitress.server import TcpWSGIServer, create_server
 
+        # waitress warns "Task queue depth is N" for every request that waits for a thread: a log line per
+        # request under load. topicstream_api_request_duration_seconds and the clients' own timings tell it.
+        logging.getLogger("waitress.queue").setLevel(logging.ERROR)
+        self._sockets: dict[int, Any] = {}  # waitress's socket map: the server's and each connection's
         server = create_server(
             app,
+            self._sockets,
             host=host,
             port=port,
             threads=threads,
@@ -199,13 +204,25 @@ class ApiServer:
         self._server = server
         #: The port it listens on (the one asked for, or the one the system gave for 0).
         self.port = int(server.socket.getsockname()[1])
-        self._thread = threading.Thread(target=self._server.run, name="api-http", daemon=True)
+        self._closing = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="api-http", daemon=True)
         self._thread.start()
 
+    def _serve(self) -> None:
+        try:
+            self._server.run()
+        except (OSError, ValueError):  # its sockets closed under its select(): close() did it
+            if not self._closing.is_set():
+                raise
+
     def close(self) -> None:
-        self._server.close()
-        self._server.task_dispatcher.shutdown()
+        """Close the listening socket and every connection, then let the requests being answered finish."""
+        from waitress import wasyncore
+
+        self._closing.set()
+        wasyncore.close_all(self._sockets)
         self._thread.join(5)
+        self._server.task_dispatcher.shutdown()
 
 
 def serve_api(

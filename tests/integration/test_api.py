@@ -145,3 +145,24 @@ def test_a_taken_api_port_is_one_line_and_exit_2(settings: Settings) -> None:
         result = CliRunner().invoke(app, ["replica", "--api-port", str(port)], env=env)
     assert result.exit_code == 2, result.output
     assert f"cannot serve the HTTP API on 127.0.0.1:{port}" in result.output and "Traceback" not in result.output
+
+
+def test_closing_the_server_frees_its_port_and_raises_nothing_on_its_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``close`` closes the sockets under the server thread's select(): it used to end with a traceback
+    (OSError: Bad file descriptor) at every replica's exit."""
+    import socket
+
+    from service.metrics import Metrics
+    from service.text import Tokenizer
+
+    raised: list[BaseException] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_value))
+    api = InferenceApi(lambda: None, Tokenizer(), Settings(), Metrics("replica"))
+    for _ in range(20):  # the select() it interrupts is a matter of timing
+        server = ApiServer(api, "127.0.0.1", 0, 2, 4096)
+        assert call(server.port, "GET", "/v1/model")[0] == 503
+        server.close()
+        with socket.socket() as again:
+            again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            again.bind(("127.0.0.1", server.port))
+    assert raised == []
