@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from service.api import MAX_ARTICLES, ApiServer, InferenceApi
+from service.api import MAX_ARTICLES, MAX_JSON_VALUES, ApiServer, InferenceApi
 from service.cli import app
 from service.kafka import ensure_topics
 from service.learner import Learner
@@ -45,10 +45,10 @@ def without_time(event: dict[str, Any]) -> dict[str, Any]:
 @pytest.fixture
 def replica(settings: Settings) -> Iterator[tuple[Replica, ApiServer, Settings]]:
     """A replica (its own output topic) with the API on a free port, no snapshot yet; its loop is not running."""
-    rs = settings.model_copy(update={"output_topic": settings.output_topic + "-replica", "api_max_bytes": 200_000})
+    rs = settings.model_copy(update={"output_topic": settings.output_topic + "-replica", "api_max_bytes": 400_000})
     ensure_topics(rs, {rs.output_topic: 1})
     rep = Replica(rs)
-    server = ApiServer(InferenceApi(lambda: rep.served, rep.tokenizer, rs, rep.metrics), "127.0.0.1", 0, 4, 200_000)
+    server = ApiServer(InferenceApi(lambda: rep.served, rep.tokenizer, rs, rep.metrics), "127.0.0.1", 0, 4, 400_000)
     try:
         yield rep, server, rs
     finally:
@@ -113,12 +113,14 @@ def test_the_api_answers_what_the_stream_publishes_and_refuses_bad_requests_clea
         (call(port, "POST", "/v1/mixtures", b"42"), 400, "not_object"),
         (call(port, "POST", "/v1/mixtures", b'{"id": ""}'), 422, "invalid"),
         (call(port, "POST", "/v1/mixtures", json.dumps([batch[0]] * (MAX_ARTICLES + 1)).encode()), 413, "too_many"),
+        # Counted before it is parsed (parsing holds the GIL the batch loop needs): this one would be a 400.
+        (call(port, "POST", "/v1/mixtures", b"[" * (MAX_JSON_VALUES + 1)), 413, "too_many"),
         (call(port, "GET", "/v1/mixtures"), 405, "method"),
         (call(port, "POST", "/v2/anything", b"{}"), 404, "not_found"),
     ]
     for (status, _, body), wanted_status, reason in refusals:
         assert (status, json.loads(body)["error"]["reason"]) == (wanted_status, reason)
-    status, _, _ = call(port, "POST", "/v1/mixtures", b"[" + b" " * 300_000 + b"]")  # over api_max_bytes
+    status, _, _ = call(port, "POST", "/v1/mixtures", b"[" + b" " * 500_000 + b"]")  # over api_max_bytes
     assert status == 413
     assert sample(rep.metrics, "topicstream_api_requests_total", status="200") == 3
     assert sample(rep.metrics, "topicstream_api_requests_total", status="400") == 3

@@ -20,6 +20,7 @@ Skipped with the reason when the ``prometheus`` binary is absent.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -39,6 +40,7 @@ import redis
 from confluent_kafka import Producer
 from prometheus_client import start_http_server
 
+from service.api import ApiServer, InferenceApi
 from service.dev.generator import generate_articles
 from service.dev.localstack import free_port, wait_for_port
 from service.feeds import FeedPoller
@@ -231,7 +233,19 @@ def running(settings: Settings, prometheus_binary: str, tmp_path: Path) -> Itera
         servers.append(replica_server)
         feeds_port, server = _serve(poller.metrics)
         servers.append(server)
-        for target in (produce, lambda: learner.run(stop), lambda: replica.run(stop), lambda: poller.run(stop)):
+        api = ApiServer(InferenceApi(lambda: replica.served, replica.tokenizer, rs, replica.metrics), "127.0.0.1", 0, 2,
+                        rs.api_max_bytes)  # fmt: skip
+        servers.append(api)
+
+        def ask() -> None:  # an HTTP client: an article now and then (503 until the replica serves a snapshot)
+            article = json.dumps(next(generate_articles(None, seed=12))).encode()
+            while not stop.wait(0.5):
+                request = urllib.request.Request(f"http://127.0.0.1:{api.port}/v1/mixtures", article)
+                with contextlib.suppress(OSError), urllib.request.urlopen(request, timeout=10) as answer:
+                    answer.read()
+
+        targets = (produce, ask, lambda: learner.run(stop), lambda: replica.run(stop), lambda: poller.run(stop))
+        for target in targets:
             threads.append(threading.Thread(target=target, daemon=True))
             threads[-1].start()
 
@@ -281,8 +295,11 @@ def running(settings: Settings, prometheus_binary: str, tmp_path: Path) -> Itera
         for t in threads:
             t.join(60)
         for server in servers:
-            server.shutdown()
-            server.server_close()
+            if isinstance(server, ApiServer):
+                server.close()
+            else:
+                server.shutdown()
+                server.server_close()
         poller.close()
         feeds.stop()
     assert not any(t.is_alive() for t in threads), "a thread did not stop"
