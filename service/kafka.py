@@ -30,6 +30,7 @@ __all__ = [
     "check_reachable",
     "ensure_topics",
     "flush_all",
+    "given_id",
     "make_admin",
     "make_consumer",
     "make_producer",
@@ -200,6 +201,12 @@ def topic_id(
     except (KafkaException, concurrent.futures.TimeoutError) as e:  # 3.10: not the builtin TimeoutError
         log.info("no topic id for %s (%s)", topic, e)
         return None
+    return given_id(found)
+
+
+def given_id(raw: object) -> str | None:
+    """A topic id as the brokers gave it (``TopicDescription.topic_id``), or None when they gave none."""
+    found = str(raw)
     return None if found in ("", "None", _NO_ID) else found
 
 

@@ -114,12 +114,7 @@ class Learner(BatchWorker):
         self._admin = make_admin(s)
         self.input_topic_id = topic_id(s, s.input_topic, admin=self._admin)
         if dropped := start.forget_input_if_recreated(s.input_topic, self.input_topic_id):
-            self.metrics.errors.labels(kind="input_recreated").inc()
-            log.warning(
-                "input topic %r is not the one the snapshot read (topic id %s, now %s: deleted and re-created, or "
-                "the brokers lost their data): its partitions are read from their beginning, not from %s",
-                s.input_topic, start.input_topic_id, self.input_topic_id, dropped,
-            )  # fmt: skip
+            self._input_recreated(start.input_topic_id, self.input_topic_id, dropped)
         self.model, self.vocab, self.positions = start.model, start.vocab, start.positions
         rebalance_s = (s.max_poll_interval_ms + s.session_timeout_ms) / 1000
         self.whole_topic = WholeTopicWatch(
@@ -245,8 +240,34 @@ class Learner(BatchWorker):
         return SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix, keep=s.snapshot_keep, ttl_s=s.snapshot_ttl_s)
 
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        if any(tp.topic == self.settings.input_topic for tp in partitions):
+            self._check_input_topic()
         super()._on_assign(consumer, partitions)
         self.whole_topic.settled()
+
+    def _check_input_topic(self) -> None:
+        """Before partitions of the input topic are sought to ``positions``: if the brokers now give the topic
+        another id (deleted and re-created while this learner runs, or brokers back without their data), the
+        positions are offsets of the old log. Seeking there skipped the new log's first messages, and for good:
+        the next snapshot recorded them with the new id (a review lost 326 of 1,500 articles so). Its partitions
+        are read from their beginning instead."""
+        s = self.settings
+        now = topic_id(s, s.input_topic, TOPIC_ID_TIMEOUT_S, self._admin)
+        was, self.input_topic_id = self.input_topic_id, now or self.input_topic_id
+        if was is None or now is None or now == was:
+            return
+        dropped = {tp: o for tp, o in self.positions.items() if tp[0] == s.input_topic}
+        for tp in dropped:
+            del self.positions[tp]
+        self._input_recreated(was, now, dropped)
+
+    def _input_recreated(self, was: str | None, now: str | None, dropped: dict[tuple[str, int], int]) -> None:
+        self.metrics.errors.labels(kind="input_recreated").inc()
+        log.warning(
+            "input topic %r is not the one the positions were read in (topic id %s, now %s: deleted and re-created, "
+            "or the brokers lost their data): its partitions are read from their beginning, not from %s",
+            self.settings.input_topic, was, now, dropped,
+        )  # fmt: skip
 
     def _unassign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         self.whole_topic.rebalancing()  # revoked or lost
@@ -324,7 +345,7 @@ class Learner(BatchWorker):
             self._model_gauges()
         if self._snapshot_due() and self.writer.ready() and not self.broken:
             self._take_snapshot()
-        self.whole_topic.check(self.assigned)
+        self.whole_topic.check(self.assigned, self.input_topic_id)
 
     def must_hold(self) -> bool:
         """While a capture that changes topic ids (hygiene's moves, renewed slots) is being written, the next batch
@@ -551,12 +572,13 @@ class Learner(BatchWorker):
             info.size_bytes / 1e6,
             summary["articles_learned"],
         )
-        # Asked again for the next capture: a topic re-created while this learner runs moves the consumer into the
-        # new log, whose offsets belong to the new id. Only an id the brokers confirmed to this process goes into a
-        # snapshot (never one carried over from the restored snapshot); asked here, after the write, so that a
-        # broker that does not answer delays no snapshot.
-        if (now := topic_id(self.settings, self.settings.input_topic, TOPIC_ID_TIMEOUT_S, self._admin)) is not None:
-            self.input_topic_id = now
+        # Only an id the brokers confirmed to this process goes into a snapshot (never one carried over from the
+        # restored snapshot): asked again when none answered at the start; here, after the write, so that a broker
+        # that does not answer delays no snapshot. Another id than the one known is left to the next assignment of
+        # the topic's partitions (:meth:`_check_input_topic`): the positions the snapshots hold are still the old
+        # log's until then, and a snapshot must not pair them with the new id.
+        if self.input_topic_id is None:
+            self.input_topic_id = topic_id(self.settings, self.settings.input_topic, TOPIC_ID_TIMEOUT_S, self._admin)
 
     def _model_gauges(self) -> None:
         m = self.metrics

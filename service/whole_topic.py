@@ -24,6 +24,7 @@ from typing import Any
 
 from confluent_kafka import KafkaException, TopicCollection
 
+from .kafka import given_id
 from .metrics import Metrics
 
 __all__ = ["CHECK_EVERY_S", "WholeTopicWatch"]
@@ -54,6 +55,7 @@ class WholeTopicWatch:
         #: then is a missing partition someone else's, not one on its way back (a rejoin after a broker stall
         #: took 7 s on Tansu, longer than the grace at the tests' timeouts).
         self._settled = False
+        self._told_id: str | None = None  # the other topic id last warned about
 
     def rebalancing(self) -> None:
         """Partitions revoked or lost: the clock stops until the next assignment (an answer in flight is dropped)."""
@@ -65,10 +67,12 @@ class WholeTopicWatch:
         """An assignment ended a rebalance (also one that gave this learner nothing)."""
         self._settled = True
 
-    def check(self, assigned: set[tuple[str, int]]) -> list[int]:
+    def check(self, assigned: set[tuple[str, int]], known_id: str | None = None) -> list[int]:
         """The partitions held elsewhere, from the brokers' answer to the question asked at an earlier call (an
         empty list most of the time: while no check is due, while the answer is on its way, and when the brokers
-        did not give one). Never waits for the brokers. Also hands the admin client's log lines to logging."""
+        did not give one). Never waits for the brokers. Also hands the admin client's log lines to logging.
+        ``known_id``: the topic id the learner reads; when the brokers give another, the topic was re-created and
+        no other consumer is to blame: that is said instead (once per id)."""
         self.admin.poll(0)
         if not self._settled:
             return []
@@ -82,8 +86,23 @@ class WholeTopicWatch:
             return []
         asked, self._asked = self._asked, None
         try:
-            partitions = {p.id for p in asked.result().partitions}
+            described = asked.result()
         except KafkaException:  # the brokers out of reach, or the topic gone: the consumer's own errors say so
+            return []
+        partitions = {p.id for p in described.partitions}
+        now_id = given_id(described.topic_id)
+        recreated = known_id is not None and now_id is not None and now_id != known_id
+        if recreated and now_id != self._told_id:
+            self._told_id = now_id
+            log.warning(
+                "input topic %r has another id (%s) than the one this learner reads (%s): it was deleted and "
+                "re-created, or the brokers lost their data; the consumer takes its partitions again at its next "
+                "metadata refresh (topic.metadata.refresh.interval.ms, 5 minutes by default) and reads them from "
+                "their beginning",
+                self.topic, now_id, known_id,
+            )  # fmt: skip
+        if recreated:
+            self._missing_since = {}
             return []
         held = {p for t, p in assigned if t == self.topic}
         missing = partitions - held

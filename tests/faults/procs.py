@@ -237,6 +237,15 @@ class FaultStack:
         """An empty Redis on the same port (no persistence: every key is gone)."""
         self.stack.restart_redis()
 
+    def kill_broker(self) -> None:
+        proc = self.stack.process("broker")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+
+    def restart_broker(self) -> None:
+        """An empty broker on the same port (in-memory storage: the topics, their logs and the groups are gone)."""
+        self.stack.restart_broker()
+
     def pause_broker(self) -> None:
         self.stack.process("broker").send_signal(signal.SIGSTOP)
 
@@ -313,10 +322,10 @@ class Feeder(threading.Thread):
         for i, (key, value) in enumerate(self.records):
             if self.halt.is_set():
                 break
-            if self.rate > 0:
-                wait = t0 + i / self.rate - time.monotonic()
-                if wait > 0:
-                    producer.poll(wait)
+            # poll() returns at the first delivery report: wait again until the send time has come (a single
+            # poll sent about twice as fast as ``rate``, and a feed could end before the fault it was meant for).
+            while self.rate > 0 and (wait := t0 + i / self.rate - time.monotonic()) > 0:
+                producer.poll(wait)
             while True:
                 try:
                     producer.produce(self.settings.input_topic, value=value, key=key, on_delivery=self._report)
