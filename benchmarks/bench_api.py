@@ -24,10 +24,10 @@ import numpy as np
 
 from kernels import SCVB0
 from service.api import ApiServer, InferenceApi
+from service.follower import Served
 from service.inflight import ModelRef
 from service.metrics import Metrics
 from service.pipeline import TopicLabels, output_records, tokenize
-from service.replica import Served
 from service.schemas import Article, decode_article
 from service.settings import load_settings
 from service.text import Tokenizer, Vocabulary

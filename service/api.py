@@ -16,10 +16,10 @@ article that is no valid event; 500 an error of the service's own (logged); 503 
 ``Retry-After``). Every answer of the application is JSON.
 
 It is served by waitress (a thread pool of ``TOPICSTREAM_API_THREADS``, at most :data:`MAX_CONNECTIONS`
-connections, idle ones closed after :data:`IDLE_TIMEOUT_S`) beside the batch loop. A request takes the snapshot
-served when it starts (:attr:`service.replica.Replica.served`, swapped as one reference), so one answer is all of
-one version; the tokenizer, the vocabulary and the model are read-only in a replica, so requests and the loop run
-at once.
+connections, idle ones closed after :data:`IDLE_TIMEOUT_S`) beside the batch loop, or alone (:class:`ApiOnlyReplica`:
+no Kafka, any number of such replicas). A request takes the snapshot served when it starts
+(:attr:`service.follower.SnapshotFollower.served`, swapped as one reference), so one answer is all of one version;
+the tokenizer, the vocabulary and the model are read-only in a replica, so requests and the loop run at once.
 """
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ from .pipeline import Headers, output_records, tokenize
 from .schemas import BOM, Article, Rejection, decode_article
 
 if TYPE_CHECKING:
+    from .follower import Served
     from .metrics import Metrics
-    from .replica import Served
     from .settings import Settings
     from .text import Tokenizer
 
-__all__ = ["MAX_ARTICLES", "ApiServer", "InferenceApi", "serve_api"]
+__all__ = ["MAX_ARTICLES", "ApiOnlyReplica", "ApiServer", "InferenceApi", "serve_api"]
 
 log = logging.getLogger(__name__)
 
@@ -243,3 +243,36 @@ def serve_api(
     """Serve the API on ``TOPICSTREAM_API_HOST:TOPICSTREAM_API_PORT``; OSError when the port is taken."""
     app = InferenceApi(served, tokenizer, settings, metrics)
     return ApiServer(app, settings.api_host, settings.api_port, settings.api_threads, settings.api_max_bytes)
+
+
+class ApiOnlyReplica:
+    """A replica that only answers HTTP (``TOPICSTREAM_API_ONLY``): it follows the learner's snapshots in Redis and
+    serves the newest at once, reading no Kafka topic. Made, it listens (OSError when the port is taken; Redis
+    errors when Redis cannot be reached); :meth:`run` serves until ``stop``."""
+
+    def __init__(self, settings: Settings, metrics: Metrics) -> None:
+        from .follower import SnapshotFollower
+        from .keys import check_types
+        from .snapshot import SnapshotStore
+
+        store = SnapshotStore.from_url(settings.redis_url, prefix=settings.redis_prefix)
+        store.r.ping()  # unreachable Redis at start-up: one clear line from the CLI, not a traceback later
+        check_types(store.r, settings.redis_prefix)
+        tokenizer = settings.tokenizer()
+        self.metrics = metrics
+        self.follower = SnapshotFollower(settings, store, metrics, tokenizer)
+        self.server = serve_api(lambda: self.follower.served, tokenizer, settings, metrics)
+
+    def run(self, stop: threading.Event) -> None:
+        """Its heartbeat beats every second (the loop that swaps new snapshots in): ``/healthz`` fails if that
+        loop hangs."""
+        try:
+            if not self.follower.wait_for_first(stop):
+                return
+            self.follower.start()
+            while not stop.wait(1.0):
+                self.follower.swap()
+                self.metrics.beat()
+        finally:
+            self.follower.stop()
+            self.server.close()

@@ -19,7 +19,7 @@ from rich.markup import escape
 from evaluation.command import eval_command
 
 from . import __version__
-from .cli_errors import err, outputs_refused_is_fatal, serve_api, serve_metrics, unreachable_is_fatal
+from .cli_errors import api_port_is_fatal, err, outputs_refused_is_fatal, serve_metrics, unreachable_is_fatal
 from .keys import check_types
 from .process import stop_on_signals, tune_for_service
 from .settings import Settings, SettingsError, load_settings
@@ -65,6 +65,7 @@ _FLAG_SETTINGS = {
     "redis_url": "redis_url",
     "metrics_port": "metrics_port",
     "api_port": "api_port",
+    "api_only": "api_only",
     "algorithm": "algorithm",
     "topics": "topics",
     "interval": "feed_interval_s",
@@ -147,25 +148,52 @@ def replica(
     redis_url: RedisUrl = None,
     metrics_port: MetricsPort = None,
     api_port: ApiPort = None,
+    api_only: Annotated[
+        bool | None,
+        typer.Option("--api-only/--with-kafka", help="Only answer HTTP: read no Kafka topic (needs --api-port)"),
+    ] = None,
 ) -> None:
     """A read replica: serve mixtures from the learner's newest snapshot (inference only), and on request over
-    HTTP with --api-port."""
+    HTTP with --api-port (only over HTTP with --api-only)."""
     from .kafka import check_reachable
     from .replica import Replica
 
     s = _settings(ctx, kernel=True)
     tune_for_service()
+    if s.api_only:
+        _serve_api_only(s)
+        return
     with unreachable_is_fatal(s):
         check_reachable(s)
         rep = Replica(s)
     serve_metrics(rep.metrics, s)
-    api = serve_api(rep, s) if s.api_port else None
+    api = None
+    if s.api_port:
+        from .api import serve_api
+
+        with api_port_is_fatal(s):
+            api = serve_api(lambda: rep.served, rep.tokenizer, s, rep.metrics)
     try:
         with outputs_refused_is_fatal():
             rep.run(stop_on_signals())
     finally:
         if api is not None:
             api.close()
+
+
+def _serve_api_only(s: Settings) -> None:
+    """``replica --api-only``: the HTTP API on the learner's snapshots, no Kafka (exit 2 without a port)."""
+    from .api import ApiOnlyReplica
+    from .metrics import Metrics
+
+    if not s.api_port:
+        err.print("[red]TOPICSTREAM_API_ONLY needs TOPICSTREAM_API_PORT (--api-port): nothing to serve[/red]")
+        raise typer.Exit(2)
+    metrics = Metrics("replica")
+    with unreachable_is_fatal(s), api_port_is_fatal(s):
+        rep = ApiOnlyReplica(s, metrics)
+    serve_metrics(metrics, s)
+    rep.run(stop_on_signals())
 
 
 @app.command()

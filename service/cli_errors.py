@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import typer
 from rich.console import Console
 
 from .settings import Settings
 
-if TYPE_CHECKING:
-    from .api import ApiServer
-    from .replica import Replica
-
-__all__ = ["err", "outputs_refused_is_fatal", "serve_api", "serve_metrics", "unreachable_is_fatal"]
+__all__ = ["api_port_is_fatal", "err", "outputs_refused_is_fatal", "serve_metrics", "unreachable_is_fatal"]
 
 #: Where every command writes what it tells a person (stdout is for data: JSON lines, tables asked for).
 err = Console(stderr=True, soft_wrap=True)  # one message, one line, also when stderr is not a terminal
@@ -32,12 +28,11 @@ def serve_metrics(metrics: Any, settings: Settings) -> None:
         raise typer.Exit(2) from None
 
 
-def serve_api(replica: Replica, settings: Settings) -> ApiServer:
-    """Serve the replica's HTTP inference API, or exit 2 with one line when the port is taken."""
-    from .api import serve_api as serve
-
+@contextlib.contextmanager
+def api_port_is_fatal(settings: Settings) -> Iterator[None]:
+    """Exit 2 with one line when the HTTP API's port is taken (another process on this host)."""
     try:
-        return serve(lambda: replica.served, replica.tokenizer, settings, replica.metrics)
+        yield
     except OSError as e:
         where = f"{settings.api_host}:{settings.api_port}"
         err.print(f"[red]cannot serve the HTTP API on {where}: {e.strerror or e}[/red] (TOPICSTREAM_API_PORT)")

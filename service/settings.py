@@ -187,6 +187,11 @@ class Settings(BaseSettings):
         description="Port of a replica's HTTP inference API, POST /v1/mixtures and GET /v1/model (0 disables; "
         "README, HTTP inference)",
     )
+    api_only: bool = Field(
+        False,
+        description="A replica that only answers HTTP (needs TOPICSTREAM_API_PORT): it reads no Kafka topic, so any "
+        "number of them can run, beyond the input's partitions",
+    )
     api_host: str = Field("0.0.0.0", min_length=1, description="Address the HTTP inference API binds to")
     api_threads: int = Field(4, ge=1, le=64, description="Requests the HTTP inference API answers at once")
     api_max_bytes: int = Field(

@@ -335,6 +335,10 @@ def second_terminal(env: dict[str, str], workdir: Path) -> str:
         ('subscribe --words "oil opec" --min-weight 0.5', "articles mostly about oil, as they are published"),
         ('label <topic> "Football"', "name a topic (an id from the table; this run only)"),
         (f"report --out {workdir}/report.html", "drift over time, as a page"),
+        (
+            "replica --api-only --api-port 8080 --metrics-port 0",
+            """then: curl localhost:8080/v1/mixtures -d '{"id": "1", "text": "oil prices rise"}'""",
+        ),
     ]
     width = max(len(what) for what, _ in hints)
     lines = [f"  {cmd} {what.ljust(width)}  # {why}" for what, why in hints]

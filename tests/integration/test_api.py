@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.client
 import json
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -168,3 +169,48 @@ def test_closing_the_server_frees_its_port_and_raises_nothing_on_its_thread(monk
             again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             again.bind(("127.0.0.1", server.port))
     assert raised == []
+
+
+def test_an_api_only_replica_follows_the_snapshots_and_reads_no_kafka(settings: Settings) -> None:
+    """``replica --api-only``: the HTTP API on the learner's snapshots in Redis, no consumer group (any number of
+    them, beyond the input's partitions): 503 until the first snapshot, then the newest one, followed."""
+    from service.api import ApiOnlyReplica
+    from service.dev.localstack import free_port
+    from service.metrics import Metrics
+
+    s = settings.model_copy(update={"api_port": free_port(), "api_host": "127.0.0.1", "api_only": True})
+    # No broker at all: the replica must not need one.
+    rs = s.model_copy(update={"kafka_bootstrap": "127.0.0.1:9"})
+    metrics = Metrics("replica")
+    rep = ApiOnlyReplica(rs, metrics)
+    stop = threading.Event()
+    thread = threading.Thread(target=rep.run, args=(stop,), daemon=True)
+    thread.start()
+    article = good_articles(1, seed=21)[0]
+    try:
+        assert call(s.api_port, "POST", "/v1/mixtures", article)[0] == 503
+        produce(settings, good_articles(40, seed=22))
+        learner = Learner(settings)
+        run_until(learner, 40)
+
+        def version() -> int:
+            status, _, body = call(s.api_port, "GET", "/v1/model")
+            return json.loads(body)["version"] if status == 200 else 0
+
+        deadline = time.monotonic() + 30
+        while version() < learner.version and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert version() == learner.version
+        status, headers, body = call(s.api_port, "POST", "/v1/mixtures", article)
+        assert status == 200 and headers["topicstream-model-version"] == str(learner.version)
+        assert json.loads(body)["id"] == json.loads(article)["id"]
+        assert time.time() - sample(metrics, "topicstream_loop_heartbeat_timestamp_seconds") < 5  # /healthz: alive
+    finally:
+        stop.set()
+        thread.join(30)
+    assert not thread.is_alive()
+
+
+def test_api_only_without_a_port_is_one_line_and_exit_2(settings: Settings) -> None:
+    result = CliRunner().invoke(app, ["replica", "--api-only"], env={**env_for(settings), "TOPICSTREAM_API_PORT": "0"})
+    assert result.exit_code == 2 and "TOPICSTREAM_API_ONLY needs TOPICSTREAM_API_PORT" in result.output

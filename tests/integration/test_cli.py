@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gzip
 import json
@@ -12,13 +13,16 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 from typer.testing import CliRunner
 
 from service.cli import app
+from service.dev.localstack import free_port
 from service.learner import Learner
 from service.lease import Lease
 from service.lineage import LineageEvent, LineageStore
@@ -295,6 +299,27 @@ def test_make_run_demo_invites_a_second_terminal_and_stops_on_ctrl_c(tmp_path: P
         assert summary["algorithm"] == "ohdp" and len(summary["topics"]) == 12
         assert second["TOPICSTREAM_ALGORITHM"] == "ohdp" and second["TOPICSTREAM_TOPICS"] == "12"
         assert all(t["top_words"] for t in summary["topics"] if t["prevalence"] > 0.05)
+        # The hint's API-only replica answers from the demo's model (README, HTTP inference).
+        port = free_port()
+        api = subprocess.Popen(
+            [sys.executable, "-m", "service", "replica", "--api-only", "--api-port", str(port), "--metrics-port", "0"],
+            env={**env, **second},
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        answer: dict[str, Any] = {}
+        deadline = time.monotonic() + 120
+        while not answer and time.monotonic() < deadline and api.poll() is None:
+            time.sleep(0.5)
+            request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/mixtures", b'{"id": "1", "text": "oil"}')
+            with contextlib.suppress(OSError), urllib.request.urlopen(request, timeout=10) as response:
+                answer = json.loads(response.read())
+        api.send_signal(signal.SIGTERM)
+        api_out, _ = api.communicate(timeout=60)
+        assert answer.get("model", {}).get("algorithm") == "ohdp" and len(answer["mixture"]) == 12, api_out
+        assert api.returncode == 0 and "Traceback" not in api_out, api_out
     finally:
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=120)
