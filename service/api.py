@@ -48,8 +48,8 @@ log = logging.getLogger(__name__)
 
 #: The most articles one request may hold.
 MAX_ARTICLES = 100
-#: The most JSON values (commas and brackets, an upper bound) an array may hold: 100 articles of prose have a few
-#: tens of thousands.
+#: The most JSON values an array may hold, counted as its commas and brackets (those inside strings too: an upper
+#: bound): 100 articles of prose have a few tens of thousands; text as dense in commas as a table can reach it.
 MAX_JSON_VALUES = 200_000
 #: The most connections open at once (waitress's ``connection_limit``: more wait in the listen backlog).
 MAX_CONNECTIONS = 100
@@ -146,7 +146,8 @@ class InferenceApi:
         # Parsing holds the GIL, and the batch loop waits meanwhile: a 4 MB array of a million empty lists took
         # 1-9 s a request beside the loop and slowed the replica's outputs tenfold. A cheap count first.
         if (values := text.count(b",") + text.count(b"[") + text.count(b"{")) > MAX_JSON_VALUES:
-            raise _Answer(413, "too_many", f"{values:,} JSON values or more; {MAX_JSON_VALUES:,} at most")
+            many = f"{values:,} commas and brackets (strings included); {MAX_JSON_VALUES:,} at most: send fewer articles"
+            raise _Answer(413, "too_many", many)
         try:  # pydantic's parser, as decode_article's: a nesting limit, no lone surrogates, integers of any size
             parsed = pydantic_core.from_json(text)
         except ValueError:

@@ -3,8 +3,8 @@
 A :class:`SnapshotFollower` polls Redis for a newer snapshot every ``poll_s`` seconds on a thread of its own, loads
 it (when the newest is unreadable, trying each older version down to the one it serves) and keeps it *pending*;
 :meth:`SnapshotFollower.swap` makes the pending one the one served, at a moment its owner chooses: a replica
-between two batches (:mod:`service.replica`), an API-only replica at once (:mod:`service.api_replica`). Any Redis
-error is logged, counted (``topicstream_errors_total{kind="redis"}``) and retried: the last model is served
+between two batches (:mod:`service.replica`), an API-only replica at once (:class:`service.api.ApiOnlyReplica`).
+Any Redis error is logged, counted (``topicstream_errors_total{kind="redis"}``) and retried: the last model is served
 through a Redis outage and new versions are picked up once Redis is back.
 """
 

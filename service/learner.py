@@ -28,7 +28,7 @@ import contextlib
 import logging
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import numpy as np
@@ -78,6 +78,18 @@ TOPIC_ID_TIMEOUT_S = 5.0
 
 class LeaseLost(RuntimeError):
     """Another learner took over this prefix: this one stopped writing and left."""
+
+
+@dataclass(frozen=True)
+class _Copied:
+    """What a snapshot takes on the main thread between two batches (the kernel lane copies the model after)."""
+
+    vocab_state: dict[str, Any]
+    slot_words: list[str]
+    offsets: dict[tuple[str, int], int]
+    input_topic_id: str | None
+    texts: NDArray[np.uint64] | None
+    articles_learned: int
 
 
 class Learner(BatchWorker):
@@ -240,26 +252,34 @@ class Learner(BatchWorker):
         return SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix, keep=s.snapshot_keep, ttl_s=s.snapshot_ttl_s)
 
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
-        if any(tp.topic == self.settings.input_topic for tp in partitions):
-            self._check_input_topic()
+        topic = self.settings.input_topic
+        if any(tp.topic == topic for tp in partitions) and self._check_input_topic():
+            # The input partitions this learner kept through the rebalance (cooperative-sticky assigns only the
+            # new ones) read the new log at the old offsets too: taken back and assigned again from the beginning.
+            new = {tp.partition for tp in partitions if tp.topic == topic}
+            kept = [TopicPartition(t, p) for t, p in sorted(self.assigned) if t == topic and p not in new]
+            if kept:
+                self._unassign(consumer, kept)  # also drops what was read of them and not yet learned
+                partitions = [*partitions, *kept]
         super()._on_assign(consumer, partitions)
         self.whole_topic.settled()
 
-    def _check_input_topic(self) -> None:
+    def _check_input_topic(self) -> bool:
         """Before partitions of the input topic are sought to ``positions``: if the brokers now give the topic
         another id (deleted and re-created while this learner runs, or brokers back without their data), the
         positions are offsets of the old log. Seeking there skipped the new log's first messages, and for good:
         the next snapshot recorded them with the new id (a review lost 326 of 1,500 articles so). Its partitions
-        are read from their beginning instead."""
+        are read from their beginning instead. Returns whether the id changed."""
         s = self.settings
         now = topic_id(s, s.input_topic, TOPIC_ID_TIMEOUT_S, self._admin)
         was, self.input_topic_id = self.input_topic_id, now or self.input_topic_id
         if was is None or now is None or now == was:
-            return
+            return False
         dropped = {tp: o for tp, o in self.positions.items() if tp[0] == s.input_topic}
         for tp in dropped:
             del self.positions[tp]
         self._input_recreated(was, now, dropped)
+        return True
 
     def _input_recreated(self, was: str | None, now: str | None, dropped: dict[tuple[str, int], int]) -> None:
         self.metrics.errors.labels(kind="input_recreated").inc()
@@ -379,10 +399,15 @@ class Learner(BatchWorker):
     def _take_snapshot(self) -> None:
         """Capture on the kernel lane (it is idle now: called between batches) and hand it to the writer."""
         t0 = time.perf_counter()
-        vocab_state = self.vocab.state_dict()
-        slot_words = self.vocab.slot_words()
-        offsets = dict(self.positions)
-        texts = self._texts.state() if self._texts is not None else None
+        copied = _Copied(
+            self.vocab.state_dict(),
+            self.vocab.slot_words(),
+            dict(self.positions),
+            self.input_topic_id,  # the id the positions were read in: here, not on the lane, which a rebalance
+            # could precede with another id (:meth:`_check_input_topic`)
+            self._texts.state() if self._texts is not None else None,
+            self.articles_learned,
+        )
         # Called between batches: the lane has finished every submitted batch, and the model, the vocabulary, the
         # positions and the texts learned all stand after batch `submitted_seq` (the batch being prepared is in
         # none of them: its texts are remembered when it is encoded).
@@ -398,9 +423,7 @@ class Learner(BatchWorker):
         if self._ids_moving:
             self._ids_published.clear()
             self._hold_until = time.monotonic() + MAX_ID_HOLD_S
-        future = self.lane.submit(
-            self._capture, self.submitted_seq, vocab_state, slot_words, offsets, texts, self.articles_learned, main_s
-        )
+        future = self.lane.submit(self._capture, self.submitted_seq, copied, main_s)
         self.writer.submit(future)
         self._republish.clear()
         self._batches_since_snapshot = 0
@@ -409,11 +432,7 @@ class Learner(BatchWorker):
     def _capture(
         self,
         seq: int,
-        vocab_state: dict[str, Any],
-        slot_words: list[str],
-        offsets: dict[tuple[str, int], int],
-        texts: NDArray[np.uint64] | None,
-        articles_learned: int,
+        copied: _Copied,
         main_s: float,
     ) -> Capture:
         """Kernel lane: the topic-hygiene moves planned since the last capture (merges, births;
@@ -457,6 +476,7 @@ class Learner(BatchWorker):
         # The newest DEFAULT_KEEP, as P:lineage keeps: while Redis is down, captures go on, each with its moves
         # (older ones reach neither P:lineage, its counts nor the lineage topic; the lineage state is whole).
         self._unwritten_events = (self._unwritten_events + events)[-DEFAULT_KEEP:]
+        articles_learned = copied.articles_learned
         meta = {"algorithm": s.algorithm, "topics": s.topics, "articles_learned": articles_learned}
         extra = {
             "articles_learned": articles_learned,
@@ -464,12 +484,12 @@ class Learner(BatchWorker):
             # Kept with the moves, so a learner killed before it pushed them to P:lineage pushes them at restart.
             "lineage_events": [e.to_json() for e in self._unwritten_events],
         }
-        if self.input_topic_id is not None:
-            extra["input_topic_id"] = self.input_topic_id
+        if copied.input_topic_id is not None:
+            extra["input_topic_id"] = copied.input_topic_id
         extra["tokenizer"] = self.tokenizer.fingerprint()  # replicas check theirs against it
-        if texts is not None:
-            extra["recent_texts"] = texts  # a restart still answers copies of what was learned before it
-        cap = self.writer.capture(seq, self.model, vocab_state, slot_words, offsets, extra, meta)
+        if copied.texts is not None:
+            extra["recent_texts"] = copied.texts  # a restart still answers copies of what was learned before it
+        cap = self.writer.capture(seq, self.model, copied.vocab_state, copied.slot_words, copied.offsets, extra, meta)
         cap.events = self._unwritten_events
         cap.topic_ids = list(self.lineage.slot_ids)
         cap.next_id = self.lineage.next_id

@@ -98,7 +98,8 @@ class WholeTopicWatch:
                 "input topic %r has another id (%s) than the one this learner reads (%s): it was deleted and "
                 "re-created, or the brokers lost their data; the consumer takes its partitions again at its next "
                 "metadata refresh (topic.metadata.refresh.interval.ms, 5 minutes by default) and reads them from "
-                "their beginning",
+                "their beginning; if 'is not the one the positions were read in' does not follow within that "
+                "interval, restart the learner (a restart compares the ids)",
                 self.topic, now_id, known_id,
             )  # fmt: skip
         if recreated:

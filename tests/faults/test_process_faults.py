@@ -376,7 +376,8 @@ def test_brokers_back_without_their_data_the_running_learner_reads_the_new_input
     assert not verdict.lost, (len(verdict.lost), learner.tail())
     assert "is not the one the positions were read in" in learner.log()
     # What the learner read of the new log before its partitions were assigned again (at its old offsets, while
-    # its group was gone) it reads again from the beginning: learned twice, never lost.
+    # its group was gone) it reads again from the beginning: published twice (its duplicate window answers the
+    # copies), never lost.
     assert final_meta(stack)["articles_learned"] >= len(before) + len(good)
 
 

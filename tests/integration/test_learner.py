@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 import redis
-from confluent_kafka import Message, Producer
+from confluent_kafka import OFFSET_BEGINNING, Message, Producer, TopicPartition
 
 from kernels import ALGORITHMS
 from kernels.hygiene import Event
@@ -932,11 +932,65 @@ def test_an_input_topic_created_again_is_read_from_its_beginning(
 
     second = Learner(s, metrics=Metrics())
     assert second.positions == {} and second.input_topic_id not in (None, old_id)
-    assert "is not the one the snapshot read" in caplog.text
+    assert "is not the one the positions were read in" in caplog.text
     assert sample(second.metrics, "topicstream_errors_total", kind="input_recreated") == 1
     run_until(second, 90)  # every article of the new log
     assert second.model.n_docs_seen_ == 150
     assert store.load()[1]["input_topic_id"] == second.input_topic_id
+
+
+class _RecordingConsumer:
+    """Records what a rebalance callback asks of the consumer (librdkafka calls the callback; here the test does)."""
+
+    def __init__(self) -> None:
+        self.assigned: list[tuple[str, int, int]] = []
+        self.unassigned: list[tuple[str, int]] = []
+
+    def incremental_assign(self, partitions: list[TopicPartition]) -> None:
+        self.assigned += [(tp.topic, tp.partition, tp.offset) for tp in partitions]
+
+    def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
+        self.unassigned += [(tp.topic, tp.partition) for tp in partitions]
+
+    def resume(self, partitions: list[TopicPartition]) -> None:
+        pass
+
+
+def test_an_input_topic_with_another_id_is_read_from_its_beginning_in_every_partition_held(settings: Settings) -> None:
+    """A running learner is assigned partition 1 of an input topic whose id changed (the brokers' real id is not
+    the one its positions were read in) while it keeps partition 0 (cooperative-sticky assigns only what is
+    new): partition 0 went on reading the new log at the old offsets (a review). Both now start from the
+    beginning, and the snapshot after pairs the new id with the new positions."""
+    learner = Learner(settings)
+    topic = settings.input_topic
+    real_id = learner.input_topic_id
+    learner.input_topic_id = "the-old-topics-id"
+    learner.positions = {(topic, 0): 500, (topic, 1): 480}
+    learner.assigned = {(topic, 0)}
+    consumer = _RecordingConsumer()
+    learner._on_assign(consumer, [TopicPartition(topic, 1)])
+    assert consumer.unassigned == [(topic, 0)]
+    assert sorted(consumer.assigned) == [(topic, 0, OFFSET_BEGINNING), (topic, 1, OFFSET_BEGINNING)]
+    assert learner.positions == {} and learner.input_topic_id == real_id
+    learner.close()
+
+
+def test_a_snapshot_pairs_its_positions_with_the_topic_id_they_were_read_in(settings: Settings) -> None:
+    """The positions are copied on the main thread, the model later on the kernel lane: a rebalance in between
+    that found another topic id wrote the new id beside the old log's positions (a review forced that order),
+    and a learner restarted from that snapshot trusted them."""
+    learner = Learner(settings)
+    read_in = learner.input_topic_id
+    learner.positions = {(settings.input_topic, 0): 5}
+    gate = threading.Event()
+    learner.lane.submit(gate.wait, 30)  # the lane is busy: the capture waits behind it
+    learner._take_snapshot()
+    learner.input_topic_id = "an-id-a-rebalance-found"
+    gate.set()
+    assert learner.writer.wait_idle(60)
+    _meta, payload = SnapshotStore.from_url(settings.redis_url, prefix=settings.redis_prefix).load()
+    assert payload["input_topic_id"] == read_in and payload["offsets"] == [[settings.input_topic, 0, 5]]
+    learner.close()
 
 
 def test_snapshots_are_versioned_and_old_ones_expire(settings: Settings) -> None:
