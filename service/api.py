@@ -146,7 +146,9 @@ class InferenceApi:
         # Parsing holds the GIL, and the batch loop waits meanwhile: a 4 MB array of a million empty lists took
         # 1-9 s a request beside the loop and slowed the replica's outputs tenfold. A cheap count first.
         if (values := text.count(b",") + text.count(b"[") + text.count(b"{")) > MAX_JSON_VALUES:
-            many = f"{values:,} commas and brackets (strings included); {MAX_JSON_VALUES:,} at most: send fewer articles"
+            many = (
+                f"{values:,} commas and brackets (strings included); {MAX_JSON_VALUES:,} at most: send fewer articles"
+            )
             raise _Answer(413, "too_many", many)
         try:  # pydantic's parser, as decode_article's: a nesting limit, no lone surrogates, integers of any size
             parsed = pydantic_core.from_json(text)

@@ -366,6 +366,18 @@ class Learner(BatchWorker):
         if self._snapshot_due() and self.writer.ready() and not self.broken:
             self._take_snapshot()
         self.whole_topic.check(self.assigned, self.input_topic_id)
+        if self.whole_topic.recreated is not None:
+            self._subscribe_again()
+
+    def _subscribe_again(self) -> None:
+        """The input topic has another id than the one the positions were read in, and its new partitions are not
+        assigned yet: subscribing again makes the consumer take them now (:meth:`_on_assign` then reads them from
+        their beginning). It would wait for its next metadata refresh, 5 minutes by default, learning nothing
+        meanwhile, or for ever when the group outlived the topic."""
+        log.info("subscribing to %r again, to be assigned the new topic's partitions", self.settings.input_topic)
+        self.whole_topic.recreated = None
+        self.consumer.unsubscribe()
+        self.subscribe()
 
     def must_hold(self) -> bool:
         """While a capture that changes topic ids (hygiene's moves, renewed slots) is being written, the next batch

@@ -56,6 +56,10 @@ class WholeTopicWatch:
         #: took 7 s on Tansu, longer than the grace at the tests' timeouts).
         self._settled = False
         self._told_id: str | None = None  # the other topic id last warned about
+        #: The topic's id at the last answer when it was not the learner's (the topic re-created), else None: the
+        #: learner then subscribes again, as its consumer would only at its next metadata refresh (5 minutes by
+        #: default), or never when the group outlived the topic (librdkafka does not follow a re-creation).
+        self.recreated: str | None = None
 
     def rebalancing(self) -> None:
         """Partitions revoked or lost: the clock stops until the next assignment (an answer in flight is dropped)."""
@@ -92,14 +96,14 @@ class WholeTopicWatch:
         partitions = {p.id for p in described.partitions}
         now_id = given_id(described.topic_id)
         recreated = known_id is not None and now_id is not None and now_id != known_id
+        self.recreated = now_id if recreated else None
         if recreated and now_id != self._told_id:
             self._told_id = now_id
             log.warning(
                 "input topic %r has another id (%s) than the one this learner reads (%s): it was deleted and "
-                "re-created, or the brokers lost their data; the consumer takes its partitions again at its next "
-                "metadata refresh (topic.metadata.refresh.interval.ms, 5 minutes by default) and reads them from "
-                "their beginning; if 'is not the one the positions were read in' does not follow within that "
-                "interval, restart the learner (a restart compares the ids)",
+                "re-created, or the brokers lost their data; it subscribes again to be assigned the new partitions, "
+                "and reads them from their beginning; if 'is not the one the positions were read in' does not "
+                "follow, restart the learner (a restart compares the ids)",
                 self.topic, now_id, known_id,
             )  # fmt: skip
         if recreated:

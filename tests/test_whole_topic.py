@@ -85,5 +85,6 @@ def test_a_re_created_topic_is_said_so_and_no_other_consumer_is_blamed(caplog) -
     watch.settled()
     assert watch.check(set(), "id-1") == [] and watch.check(set(), "id-1") == []  # asked, answered: id-2
     assert _elsewhere(m) == 0 and "re-created" in caplog.text and "another consumer" not in caplog.text
+    assert watch.recreated == "id-2"  # the learner subscribes again (Learner._subscribe_again)
     watch.check(set(), "id-2")  # once it reads the new topic, a partition held elsewhere is said so again
-    assert watch.check(set(), "id-2") == [0, 1] and _elsewhere(m) == 1
+    assert watch.check(set(), "id-2") == [0, 1] and _elsewhere(m) == 1 and watch.recreated is None
