@@ -93,6 +93,8 @@ class InferenceApi:
         self.tokenizer = tokenizer
         self.settings = settings
         self.metrics = metrics
+        for status in _REASONS:  # every status from 0: a rate, and an alert on 500s, have a series to read
+            metrics.api_requests.labels(status=str(status))
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         t0 = time.perf_counter()
