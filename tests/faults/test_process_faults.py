@@ -380,6 +380,7 @@ def test_brokers_back_without_their_data_the_running_learner_reads_the_new_input
     assert learner.alive(), learner.tail()
     assert not verdict.lost, (len(verdict.lost), learner.tail())
     assert "is not the one the positions were read in" in learner.log()
+    assert learner.stop() == 0, learner.tail()  # its last snapshot holds everything it read
     # What the learner read of the new log before its partitions were assigned again (at its old offsets, while
     # its group was gone) it reads again from the beginning: published twice (its duplicate window answers the
     # copies), never lost.
