@@ -7,7 +7,8 @@ array of up to :data:`MAX_ARTICLES` of them, each validated as the input topic's
 (:func:`service.pipeline.output_records`: the same JSON; the same ``topicstream-*`` headers for one article), or a
 JSON array of them in the same order, where an article that is no valid event is ``{"id": …, "error": {"reason",
 "detail"}}`` (``id`` when it had a readable one) with the reason a dead letter would carry. ``GET /v1/model``
-answers which model is served. Nothing is learned and nothing goes to Kafka.
+answers which model is served, ``GET /v1/openapi.json`` the API itself (:func:`openapi_document`). Nothing is
+learned and nothing goes to Kafka.
 
 Status codes: 200; 400 a body that is not a JSON object or array; 404 another path; 405 another method; 413 a body
 over ``TOPICSTREAM_API_MAX_BYTES`` (waitress answers it, in plain text, before the body is read, and closes the
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
     from .settings import Settings
     from .text import Tokenizer
 
-__all__ = ["MAX_ARTICLES", "ApiOnlyReplica", "ApiServer", "InferenceApi", "serve_api"]
+__all__ = ["MAX_ARTICLES", "ApiOnlyReplica", "ApiServer", "InferenceApi", "openapi_document", "serve_api"]
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,72 @@ _REASONS = {
 }
 
 
+#: The paths served and the method each takes.
+_METHODS = {"/v1/mixtures": "POST", "/v1/model": "GET", "/v1/openapi.json": "GET"}
+_ROUTES = [f"{method} {path}" for path, method in _METHODS.items()]
+
+
+def openapi_document() -> dict[str, Any]:
+    """The API as an OpenAPI 3.1 document (``GET /v1/openapi.json``): the article and output event schemas are
+    generated from the pydantic models that check them (:mod:`service.schemas`), so they cannot drift apart."""
+    from . import __version__
+    from .schemas import Article, TopicEvent
+
+    ref = "#/components/schemas/{model}"
+    article, event = Article.model_json_schema(ref_template=ref), TopicEvent.model_json_schema(ref_template=ref)
+    schemas: dict[str, Any] = {**article.pop("$defs", {}), **event.pop("$defs", {}), "Article": article}
+    schemas["TopicEvent"] = event
+    reason = {"type": "object", "properties": {"reason": {"type": "string"}, "detail": {"type": "string"}}}
+    schemas["Error"] = {"type": "object", "required": ["error"], "properties": {"error": reason}}
+    schemas["ItemError"] = {
+        "type": "object",
+        "required": ["id", "error"],
+        "properties": {"id": {"type": ["string", "null"]}, "error": reason},
+    }
+    schemas["Model"] = {
+        "type": "object",
+        "properties": {k: {"type": t} for k, t in (("algorithm", "string"), ("version", "integer"),
+                                                    ("topics", "integer"), ("created_at", "number"))},
+    }  # fmt: skip
+
+    def body(schema: dict[str, Any], description: str) -> dict[str, Any]:
+        return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+    def refer(name: str) -> dict[str, str]:
+        return {"$ref": ref.format(model=name)}
+
+    def error(description: str) -> dict[str, Any]:
+        return body(refer("Error"), description)
+
+    many = {"type": "array", "maxItems": MAX_ARTICLES, "items": refer("Article")}
+    answers = {"type": "array", "items": {"oneOf": [refer("TopicEvent"), refer("ItemError")]}}
+    not_yet = error("no snapshot served yet (Retry-After)")
+    request = body({"oneOf": [refer("Article"), many]}, "an input event, or an array of them")
+    mixtures = {
+        "summary": "The output event of each article, as the replica would publish it; nothing is learned",
+        "requestBody": {"required": True, "content": request["content"]},
+        "responses": {
+            "200": body({"oneOf": [refer("TopicEvent"), answers]}, "one event, or one per article in order"),
+            "400": error("not a JSON object or array (not_json, not_utf8, not_object)"),
+            "413": error("more than the articles or JSON values a request may hold (too_many)"),
+            "422": error("one article that is no valid event (invalid, oversize)"),
+            "503": not_yet,
+        },
+    }
+    model = {"summary": "The model served", "responses": {"200": body(refer("Model"), "the model"), "503": not_yet}}
+    describe = {"summary": "This document", "responses": {"200": {"description": "OpenAPI 3.1"}}}
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "topicstream replica HTTP API", "version": __version__},
+        "paths": {
+            "/v1/mixtures": {"post": mixtures},
+            "/v1/model": {"get": model},
+            "/v1/openapi.json": {"get": describe},
+        },
+        "components": {"schemas": schemas},
+    }
+
+
 class _Answer(Exception):
     """An answer other than 200, raised where it is decided."""
 
@@ -90,6 +157,7 @@ class InferenceApi:
         self, served: Callable[[], Served | None], tokenizer: Tokenizer, settings: Settings, metrics: Metrics
     ) -> None:
         self.served = served
+        self._openapi = orjson.dumps(openapi_document())
         self.tokenizer = tokenizer
         self.settings = settings
         self.metrics = metrics
@@ -118,11 +186,12 @@ class InferenceApi:
 
     def _route(self, environ: dict[str, Any]) -> tuple[int, bytes, Headers]:
         path, method = environ.get("PATH_INFO", ""), environ.get("REQUEST_METHOD", "")
-        if path not in ("/v1/mixtures", "/v1/model"):
-            raise _Answer(404, "not_found", f"no such path: {path[:200]!r}; POST /v1/mixtures or GET /v1/model")
-        wanted = "POST" if path == "/v1/mixtures" else "GET"
-        if method != wanted:
-            raise _Answer(405, "method", f"{path} takes {wanted}", [("Allow", wanted)])
+        if path not in _METHODS:
+            raise _Answer(404, "not_found", f"no such path: {path[:200]!r}; {', '.join(_ROUTES)}")
+        if method != _METHODS[path]:
+            raise _Answer(405, "method", f"{path} takes {_METHODS[path]}", [("Allow", _METHODS[path])])
+        if path == "/v1/openapi.json":
+            return 200, self._openapi, []
         served = self.served()
         if served is None:
             raise _Answer(

@@ -214,3 +214,28 @@ def test_an_api_only_replica_follows_the_snapshots_and_reads_no_kafka(settings: 
 def test_api_only_without_a_port_is_one_line_and_exit_2(settings: Settings) -> None:
     result = CliRunner().invoke(app, ["replica", "--api-only"], env={**env_for(settings), "TOPICSTREAM_API_PORT": "0"})
     assert result.exit_code == 2 and "TOPICSTREAM_API_ONLY needs TOPICSTREAM_API_PORT" in result.output
+
+
+def test_the_openapi_document_is_generated_and_names_what_is_served() -> None:
+    """``GET /v1/openapi.json``, also before the first snapshot: the event schemas are the pydantic models' own,
+    and every path and method it documents is one the server answers (and no other)."""
+    from service.metrics import Metrics
+    from service.schemas import Article, TopicEvent
+    from service.text import Tokenizer
+
+    server = ApiServer(InferenceApi(lambda: None, Tokenizer(), Settings(), Metrics("replica")), "127.0.0.1", 0, 2, 4096)
+    try:
+        status, _, body = call(server.port, "GET", "/v1/openapi.json")
+        doc = json.loads(body)
+        assert status == 200 and doc["openapi"] == "3.1.0"
+        schemas, ref = doc["components"]["schemas"], "#/components/schemas/{model}"
+        for model in (Article, TopicEvent):
+            generated = model.model_json_schema(ref_template=ref)
+            generated.pop("$defs", None)
+            assert schemas[model.__name__] == generated
+        for path, methods in doc["paths"].items():
+            for method in methods:
+                assert call(server.port, method.upper(), path, b"{}" if method == "post" else None)[0] not in (404, 405)
+        assert call(server.port, "GET", "/v1/undocumented")[0] == 404
+    finally:
+        server.close()
