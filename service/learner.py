@@ -127,6 +127,12 @@ class Learner(BatchWorker):
         self.input_topic_id = topic_id(s, s.input_topic, admin=self._admin)
         if dropped := start.forget_input_if_recreated(s.input_topic, self.input_topic_id):
             self._input_recreated(start.input_topic_id, self.input_topic_id, dropped)
+        elif self.input_topic_id is None and start.positions:
+            # No id from the brokers (the topic is not there yet: brokers back without their data, its creation
+            # still to come): the restored positions were read in the snapshot's id, which an assignment then
+            # compares with the new topic's. Unknown, a new topic was sought to the old offsets (a review: 300 of
+            # 600 lost, for good: the next snapshot paired them with the new id).
+            self.input_topic_id = start.input_topic_id
         self.model, self.vocab, self.positions = start.model, start.vocab, start.positions
         rebalance_s = (s.max_poll_interval_ms + s.session_timeout_ms) / 1000
         self.whole_topic = WholeTopicWatch(
@@ -604,11 +610,12 @@ class Learner(BatchWorker):
             info.size_bytes / 1e6,
             summary["articles_learned"],
         )
-        # Only an id the brokers confirmed to this process goes into a snapshot (never one carried over from the
-        # restored snapshot): asked again when none answered at the start; here, after the write, so that a broker
-        # that does not answer delays no snapshot. Another id than the one known is left to the next assignment of
-        # the topic's partitions (:meth:`_check_input_topic`): the positions the snapshots hold are still the old
-        # log's until then, and a snapshot must not pair them with the new id.
+        # The id the positions were read in goes into a snapshot: the brokers' at the start, or the restored
+        # snapshot's when they gave none; asked again while neither is known (a first start whose brokers did not
+        # answer, or whose topic was not there yet), here, after the write, so that a broker that does not answer
+        # delays no snapshot. Another id than the one known is left to the next assignment of the topic's partitions
+        # (:meth:`_check_input_topic`): the positions the snapshots hold are still the old log's until then, and a
+        # snapshot must not pair them with the new id.
         if self.input_topic_id is None:
             self.input_topic_id = topic_id(self.settings, self.settings.input_topic, TOPIC_ID_TIMEOUT_S, self._admin)
 

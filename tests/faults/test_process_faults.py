@@ -382,9 +382,12 @@ def test_brokers_back_without_their_data_the_running_learner_reads_the_new_input
     assert "is not the one the positions were read in" in learner.log()
     assert learner.stop() == 0, learner.tail()  # its last snapshot holds everything it read
     # What the learner read of the new log before its partitions were assigned again (at its old offsets, while
-    # its group was gone) it reads again from the beginning: published twice (its duplicate window answers the
-    # copies), never lost.
-    assert final_meta(stack)["articles_learned"] >= len(before) + len(good)
+    # its group was gone) it reads again from the beginning: published twice, learned once (its duplicate window
+    # answers the copies; the generator's own few copies of a text are answered too).
+    loaded = stack.store().load()
+    assert loaded is not None
+    learned = loaded[1]["kernel"]["state"]["n_docs_seen"]
+    assert 0.95 * (len(before) + len(good)) <= learned <= len(before) + len(good), learned
 
 
 def test_outputs_the_broker_never_acknowledges_stop_the_learner_and_lose_nothing(
