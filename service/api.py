@@ -89,6 +89,12 @@ def openapi_document() -> dict[str, Any]:
 
     ref = "#/components/schemas/{model}"
     article, event = Article.model_json_schema(ref_template=ref), TopicEvent.model_json_schema(ref_template=ref)
+    # What the validator reads beyond RFC 3339 (Article._read_time), which the generated schema cannot say.
+    article["properties"]["published_at"] = {
+        "anyOf": [{"type": "string"}, {"type": "number"}, {"type": "null"}],
+        "description": "RFC 3339 (no zone: UTC), an RFC 2822 date as RSS writes it, Unix seconds or milliseconds, "
+        "or empty",
+    }
     schemas: dict[str, Any] = {**article.pop("$defs", {}), **event.pop("$defs", {}), "Article": article}
     schemas["TopicEvent"] = event
     reason = {"type": "object", "properties": {"reason": {"type": "string"}, "detail": {"type": "string"}}}
@@ -115,15 +121,36 @@ def openapi_document() -> dict[str, Any]:
 
     many = {"type": "array", "maxItems": MAX_ARTICLES, "items": refer("Article")}
     answers = {"type": "array", "items": {"oneOf": [refer("TopicEvent"), refer("ItemError")]}}
-    not_yet = error("no snapshot served yet (Retry-After)")
+    not_yet = error("no snapshot served yet (no_model)")
+    not_yet["headers"] = {"Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}}
+    too_large = error(
+        "more than the articles or JSON values a request may hold (too_many); a body over "
+        "TOPICSTREAM_API_MAX_BYTES gets a plain-text 413 from the server, and the connection closed"
+    )
+    too_large["content"]["text/plain"] = {"schema": {"type": "string"}}
+    event_headers = {
+        name: {"description": what, "schema": {"type": "string"}}
+        for name, what in (
+            ("topicstream-topic", "the dominant topic id (empty for an article with no known word)"),
+            ("topicstream-topics", "the ids of top_topics, comma-separated"),
+            ("topicstream-model-version", "the snapshot version that answered"),
+            ("topicstream-algorithm", "the kernel"),
+        )
+    }
     request = body({"oneOf": [refer("Article"), many]}, "an input event, or an array of them")
     mixtures = {
         "summary": "The output event of each article, as the replica would publish it; nothing is learned",
         "requestBody": {"required": True, "content": request["content"]},
         "responses": {
-            "200": body({"oneOf": [refer("TopicEvent"), answers]}, "one event, or one per article in order"),
-            "400": error("not a JSON object or array (not_json, not_utf8, not_object)"),
-            "413": error("more than the articles or JSON values a request may hold (too_many)"),
+            "200": {
+                **body({"oneOf": [refer("TopicEvent"), answers]}, "one event, or one per article in order"),
+                "headers": event_headers,  # for one article; an array's answer has none
+            },
+            "400": error(
+                "not a JSON object or array (not_json, not_utf8, not_object), or a Content-Length that is "
+                "no number (invalid)"
+            ),
+            "413": too_large,
             "422": error("one article that is no valid event (invalid, oversize)"),
             "503": not_yet,
         },
@@ -290,6 +317,9 @@ class ApiServer:
         self._server = server
         #: The port it listens on (the one asked for, or the one the system gave for 0).
         self.port = int(server.socket.getsockname()[1])
+        log.info(
+            "HTTP inference API on %s:%d (POST /v1/mixtures, GET /v1/model, GET /v1/openapi.json)", host, self.port
+        )
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="api-http", daemon=True)
         self._thread.start()

@@ -127,9 +127,10 @@ class Learner(BatchWorker):
         self.input_topic_id = topic_id(s, s.input_topic, admin=self._admin)
         if dropped := start.forget_input_if_recreated(s.input_topic, self.input_topic_id):
             self._input_recreated(start.input_topic_id, self.input_topic_id, dropped)
-        elif self.input_topic_id is None and start.positions:
+        elif self.input_topic_id is None and any(t == s.input_topic for t, _ in start.positions):
             # No id from the brokers (the topic is not there yet: brokers back without their data, its creation
-            # still to come): the restored positions were read in the snapshot's id, which an assignment then
+            # still to come): the restored positions of this topic were read in the snapshot's id (another topic's
+            # positions, after TOPICSTREAM_INPUT_TOPIC changed, are not), which an assignment then
             # compares with the new topic's. Unknown, a new topic was sought to the old offsets (a review: 300 of
             # 600 lost, for good: the next snapshot paired them with the new id).
             self.input_topic_id = start.input_topic_id

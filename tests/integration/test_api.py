@@ -232,6 +232,9 @@ def test_the_openapi_document_is_generated_and_names_what_is_served() -> None:
         for model in (Article, TopicEvent):
             generated = model.model_json_schema(ref_template=ref)
             generated.pop("$defs", None)
+            if model is Article:  # what its validator reads beyond RFC 3339 (RSS dates, Unix time) is said by hand
+                assert {"type": "number"} in schemas["Article"]["properties"].pop("published_at")["anyOf"]
+                generated["properties"].pop("published_at")
             assert schemas[model.__name__] == generated
         for path, methods in doc["paths"].items():
             for method in methods:

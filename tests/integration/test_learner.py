@@ -971,6 +971,26 @@ def test_a_learner_restarted_while_its_input_topic_is_missing_reads_the_new_one_
     assert payload["input_topic_id"] not in (None, old_id)
 
 
+def test_a_learner_moved_to_another_input_topic_that_is_not_there_yet_raises_no_re_creation(settings: Settings) -> None:
+    """TOPICSTREAM_INPUT_TOPIC changed between two runs on one prefix, the new topic still to be created: the
+    snapshot's id is the old topic's and says nothing of the new one's positions (a review: the learner took it
+    for the new topic's, and counted and announced a re-creation that never happened)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    produce(settings, good_articles(40, seed=25))
+    first = Learner(settings)
+    run_until(first, 40)
+    moved = settings.model_copy(update={"input_topic": settings.input_topic + "-v2"})
+    second = Learner(moved, metrics=Metrics())
+    assert second.input_topic_id is None  # nothing known of the new topic yet
+    admin = AdminClient({"bootstrap.servers": moved.kafka_bootstrap})  # held until the answer comes
+    admin.create_topics([NewTopic(moved.input_topic, 2, 1)])[moved.input_topic].result(30)
+    produce(moved, good_articles(30, seed=26))
+    run_until(second, 30)
+    assert second.model.n_docs_seen_ == 70
+    assert sample(second.metrics, "topicstream_errors_total", kind="input_recreated") == 0
+
+
 class _RecordingConsumer:
     """Records what a rebalance callback asks of the consumer (librdkafka calls the callback; here the test does)."""
 
