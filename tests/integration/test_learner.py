@@ -905,28 +905,43 @@ def test_the_lag_of_a_transactional_producers_input_falls_to_zero(settings: Sett
         learner.close()
 
 
+def _learn_then_crash(s: Settings, seed: int) -> Learner:
+    """A learner that learned 60 articles, wrote its snapshot (30 per partition) and died."""
+    produce(s, good_articles(60, seed=seed))
+    first = Learner(s)
+    first.subscribe()
+    consume_into(first, 60)
+    first.checkpoint()
+    first.abandon()
+    return first
+
+
+def _delete_the_input(s: Settings) -> Any:
+    """Delete the input topic (no process reads it: deleting one that is read crashes librdkafka on Tansu); the
+    admin client, to create it again with."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": s.kafka_bootstrap})
+    admin.delete_topics([s.input_topic])[s.input_topic].result(30)
+    assert wait_for(lambda: s.input_topic not in admin.list_topics(timeout=10).topics, 30)
+    return admin
+
+
 def test_an_input_topic_created_again_is_read_from_its_beginning(
     settings: Settings, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The input topic deleted and re-created while the learner is stopped (or brokers back without their data):
     the snapshot's offsets (30 per partition) lie inside the new log (45 per partition), so no offset is out of
     range. Before, the learner resumed there and skipped the new log's first 60 articles without a word."""
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import NewTopic
 
     s = settings.model_copy(update={"batch_size": 20, "snapshot_every_batches": 10**6, "snapshot_every_s": 3600})
-    produce(s, good_articles(60, seed=21))
-    first = Learner(s)
-    first.subscribe()
-    consume_into(first, 60)
-    first.checkpoint()
-    first.abandon()
+    _learn_then_crash(s, seed=21)
     store = SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix)
     old_id = store.load()[1]["input_topic_id"]
     assert old_id
 
-    admin = AdminClient({"bootstrap.servers": s.kafka_bootstrap})
-    admin.delete_topics([s.input_topic])[s.input_topic].result(30)
-    assert wait_for(lambda: s.input_topic not in admin.list_topics(timeout=10).topics, 30)
+    admin = _delete_the_input(s)
     admin.create_topics([NewTopic(s.input_topic, 2, 1)])[s.input_topic].result(30)
     produce(s, good_articles(90, seed=22))
 
@@ -946,19 +961,11 @@ def test_a_learner_restarted_while_its_input_topic_is_missing_reads_the_new_one_
     brokers give no id, so the restored positions (30 per partition) were kept with no id to compare; the new topic
     was then sought to them, and the next snapshot paired them with its id (a review: 300 of 600 lost, for good).
     The positions keep the snapshot's id, and the assignment of the new topic finds it changed."""
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import NewTopic
 
     s = settings.model_copy(update={"batch_size": 20, "snapshot_every_batches": 10**6, "snapshot_every_s": 3600})
-    produce(s, good_articles(60, seed=23))
-    first = Learner(s)
-    first.subscribe()
-    consume_into(first, 60)
-    first.checkpoint()
-    first.abandon()
-    old_id = first.input_topic_id
-    admin = AdminClient({"bootstrap.servers": s.kafka_bootstrap})
-    admin.delete_topics([s.input_topic])[s.input_topic].result(30)
-    assert wait_for(lambda: s.input_topic not in admin.list_topics(timeout=10).topics, 30)
+    old_id = _learn_then_crash(s, seed=23).input_topic_id
+    admin = _delete_the_input(s)
 
     second = Learner(s, metrics=Metrics())  # the topic is not there: no id from the brokers
     assert second.input_topic_id == old_id and second.positions
