@@ -189,9 +189,9 @@ class Soak:
             t = act.kill()
             self.say(f"fault kill-active: SIGKILL {act.name}; {self.wait_new_active(act, t)}")
         elif kind == "redis-empty":
-            self.stack.kill_redis()
+            self.stack.kill("redis")
             time.sleep(self.args.redis_down)
-            self.stack.restart_redis()
+            self.stack.restart("redis")
             self.say(f"fault redis-empty: Redis down {self.args.redis_down:.0f}s, restarted empty")
         elif kind == "broker-pause":
             pause = 3 * s.session_timeout_ms / 1000

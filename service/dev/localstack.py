@@ -185,19 +185,14 @@ class LocalStack:
         want = {"broker": "tansu", "redis": "redis-server"}[name]
         return next(p for p in reversed(self._procs) if Path(str(p.args[0])).name == want)  # type: ignore[index]
 
-    def restart_broker(self) -> None:
-        """Start the broker again on the same port, empty (its storage is in memory: topics, offsets and groups
-        are gone, as with brokers that lost their data), after a fault test killed it."""
-        if self.process("broker").poll() is None:
-            raise RuntimeError("the broker is still running: kill it first")
-        self._start_broker(self.log_dir or Path(self._tmp or "."))
-
-    def restart_redis(self) -> None:
-        """Start Redis again on the same port, empty (no persistence), after a fault test killed it."""
-        old = self.process("redis")
-        if old.poll() is None:
-            raise RuntimeError("Redis is still running: kill it first")
-        self._start_redis(self.log_dir or Path(self._tmp or "."))
+    def restart(self, name: str) -> None:
+        """Start the ``"broker"`` or ``"redis"`` again on the same port, after a fault test killed it: empty (the
+        broker's storage is in memory, Redis has no persistence: topics, offsets, groups and keys are gone, as with
+        services that lost their data)."""
+        if self.process(name).poll() is None:
+            raise RuntimeError(f"the {name} is still running: kill it first")
+        start = self._start_broker if name == "broker" else self._start_redis
+        start(self.log_dir or Path(self._tmp or "."))
 
     def _spawn(self, cmd: list[str], logfile: Path, port: int) -> None:
         with open(logfile, "ab") as out:

@@ -228,23 +228,15 @@ class FaultStack:
         return proc
 
     # ------------------------------------------------------------------ faults on the services
-    def kill_redis(self) -> None:
-        proc = self.stack.process("redis")
+    def kill(self, name: str) -> None:
+        """SIGKILL the ``"broker"`` or ``"redis"``."""
+        proc = self.stack.process(name)
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
 
-    def restart_redis(self) -> None:
-        """An empty Redis on the same port (no persistence: every key is gone)."""
-        self.stack.restart_redis()
-
-    def kill_broker(self) -> None:
-        proc = self.stack.process("broker")
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
-
-    def restart_broker(self) -> None:
-        """An empty broker on the same port (in-memory storage: the topics, their logs and the groups are gone)."""
-        self.stack.restart_broker()
+    def restart(self, name: str) -> None:
+        """An empty ``"broker"`` or ``"redis"`` on the same port (:meth:`LocalStack.restart`)."""
+        self.stack.restart(name)
 
     def pause_broker(self) -> None:
         self.stack.process("broker").send_signal(signal.SIGSTOP)

@@ -282,11 +282,11 @@ def test_redis_killed_and_restarted_empty_versions_never_go_back(make_stack: Cal
     before = stack.latest()
     assert before is not None
     served_before = len(reader.get(stack.replica_topic))
-    stack.kill_redis()
+    stack.kill("redis")
     killed_at = time.time()
     time.sleep(2.5 * s.lease_ttl_s)  # past the lease's TTL
     served_during = len(reader.get(stack.replica_topic)) - served_before
-    stack.restart_redis()
+    stack.restart("redis")
     wait_until(lambda: (stack.latest() or 0) > before, 60, f"a snapshot newer than {before} after the restart")
     after = stack.latest()
     outputs, replica_out, verdict, replica_verdict = run.finish(feed_s=120, output_s=120)
@@ -360,9 +360,9 @@ def test_brokers_back_without_their_data_the_running_learner_reads_the_new_input
     assert reader.wait_for(s.output_topic, {k for k, _ in before}, 120, learner.alive), learner.tail()
     reader.close(linger=0)
 
-    stack.kill_broker()
+    stack.kill("broker")
     restarted_at = len(learner.log())
-    stack.restart_broker()
+    stack.restart("broker")
     learner.wait_log(r"assigned \[\]", timeout=90, after=restarted_at)  # back in a group, on a topic not there
     ensure_topics(s, {s.input_topic: 2, s.output_topic: 1, s.dlq_topic: 1})  # then an operator creates it
     reader = stack.reader([s.output_topic, s.dlq_topic])
