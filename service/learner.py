@@ -50,7 +50,7 @@ from .lineage import DEFAULT_KEEP, Lineage, LineageEvent, LineageStore, moved_sl
 from .lineage_feed import LineageFeed, renewals, seen_after
 from .names import TopicNames
 from .pipeline import TopicLabels
-from .restore import StateMismatch, restore_or_create
+from .restore import StateMismatch, forget_positions, id_changed, restore_or_create
 from .schemas import Rejection
 from .settings import Settings
 from .snapshot import Fence, FencedOut, SnapshotInfo, SnapshotStore
@@ -280,12 +280,9 @@ class Learner(BatchWorker):
         s = self.settings
         now = topic_id(s, s.input_topic, TOPIC_ID_TIMEOUT_S, self._admin)
         was, self.input_topic_id = self.input_topic_id, now or self.input_topic_id
-        if was is None or now is None or now == was:
+        if not id_changed(was, now):
             return False
-        dropped = {tp: o for tp, o in self.positions.items() if tp[0] == s.input_topic}
-        for tp in dropped:
-            del self.positions[tp]
-        self._input_recreated(was, now, dropped)
+        self._input_recreated(was, now, forget_positions(self.positions, s.input_topic))
         return True
 
     def _input_recreated(self, was: str | None, now: str | None, dropped: dict[tuple[str, int], int]) -> None:

@@ -27,7 +27,7 @@ from .settings import Settings
 from .snapshot import STATISTICS, NoReadableSnapshot, SnapshotStore
 from .text import Tokenizer, Vocabulary
 
-__all__ = ["Start", "StateMismatch", "restore_or_create"]
+__all__ = ["Start", "StateMismatch", "forget_positions", "id_changed", "restore_or_create"]
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +66,20 @@ class Start:
         word (no OFFSET_OUT_OF_RANGE: the offset is in range). Returns the positions dropped; the topic's
         partitions are then read from their beginning. Unknown ids (an older snapshot, brokers that give none)
         drop nothing."""
-        if self.input_topic_id is None or now is None or now == self.input_topic_id:
-            return {}
-        dropped = {tp: o for tp, o in self.positions.items() if tp[0] == topic}
-        self.positions = {tp: o for tp, o in self.positions.items() if tp[0] != topic}
-        return dropped
+        return forget_positions(self.positions, topic) if id_changed(self.input_topic_id, now) else {}
+
+
+def id_changed(was: str | None, now: str | None) -> bool:
+    """Whether a topic's Kafka id ``was`` is known and the brokers now give another (``None``: unknown)."""
+    return was is not None and now is not None and now != was
+
+
+def forget_positions(positions: dict[tuple[str, int], int], topic: str) -> dict[tuple[str, int], int]:
+    """Remove the positions in ``topic`` from ``positions``; returns them."""
+    dropped = {tp: o for tp, o in positions.items() if tp[0] == topic}
+    for tp in dropped:
+        del positions[tp]
+    return dropped
 
 
 def restore_or_create(
