@@ -7,10 +7,13 @@ array of up to :data:`MAX_ARTICLES` of them, each validated as the input topic's
 (:func:`service.pipeline.output_records`: the same JSON; the same ``topicstream-*`` headers for one article), or a
 JSON array of them in the same order, where an article that is no valid event is ``{"id": …, "error": {"reason",
 "detail"}}`` (``id`` when it had a readable one) with the reason a dead letter would carry. ``GET /v1/model``
-answers which model is served, ``GET /v1/openapi.json`` the API itself (:func:`openapi_document`). Nothing is
-learned and nothing goes to Kafka.
+answers which model is served, ``GET /v1/topics`` its topics (:func:`topics_answer`), ``GET /v1/topics/ID`` one
+of them by its stable id, or the one that carries it since a merge (:func:`topic_answer`: a product team's
+saved topic id, checked), ``GET /v1/openapi.json`` the API itself (:func:`openapi_document`). Nothing is learned
+and nothing goes to Kafka.
 
-Status codes: 200; 400 a body that is not a JSON object or array; 404 another path; 405 another method; 413 a body
+Status codes: 200; 400 a body that is not a JSON object or array, or a bad query parameter; 404 another path, or a
+topic id never given out; 405 another method; 410 a topic id that ended; 413 a body
 over ``TOPICSTREAM_API_MAX_BYTES`` (waitress answers it, in plain text, before the body is read, and closes the
 connection), an array of more than :data:`MAX_ARTICLES` or of more than :data:`MAX_JSON_VALUES` values; 422 one
 article that is no valid event; 500 an error of the service's own (logged); 503 no snapshot served yet (with
@@ -69,6 +72,7 @@ _REASONS = {
     400: "Bad Request",
     404: "Not Found",
     405: "Method Not Allowed",
+    410: "Gone",
     413: "Content Too Large",
     422: "Unprocessable Content",
     500: "Internal Server Error",
@@ -76,9 +80,16 @@ _REASONS = {
 }
 
 
-#: The paths served and the method each takes.
-_METHODS = {"/v1/mixtures": "POST", "/v1/model": "GET", "/v1/openapi.json": "GET"}
+#: The paths served and the method each takes (``/v1/topics/ID`` as ``/v1/topics/{topic}``).
+_METHODS = {
+    "/v1/mixtures": "POST",
+    "/v1/model": "GET",
+    "/v1/topics": "GET",
+    "/v1/topics/{topic}": "GET",
+    "/v1/openapi.json": "GET",
+}
 _ROUTES = [f"{method} {path}" for path, method in _METHODS.items()]
+_ONE_TOPIC = "/v1/topics/"
 
 
 def openapi_document() -> dict[str, Any]:
@@ -109,6 +120,33 @@ def openapi_document() -> dict[str, Any]:
         "properties": {k: {"type": t} for k, t in (("algorithm", "string"), ("version", "integer"),
                                                     ("topics", "integer"), ("created_at", "number"))},
     }  # fmt: skip
+
+    schemas["Topic"] = {
+        "type": "object",
+        "required": ["topic", "slot", "prevalence", "top_words", "background"],
+        "properties": {
+            "topic": {"type": "integer", "description": "the stable id, as in output events and their headers"},
+            "slot": {"type": "integer", "description": "the index of the topic in an output's mixture"},
+            "name": {"type": "string", "description": "the name given with topicstream label"},
+            "prevalence": {"type": "number", "description": "the topic's share of the model's mass"},
+            "top_words": {"type": "array", "items": {"type": "string"}},
+            "background": {"type": "boolean", "description": "the topic of the words every article uses"},
+        },
+    }
+    served = {"version": {"type": "integer"}, "algorithm": {"type": "string"}}
+    schemas["Topics"] = {
+        "type": "object",
+        "properties": {**served, "topics": {"type": "array", "items": {"$ref": ref.format(model="Topic")}}},
+    }
+    schemas["TopicFate"] = {
+        "type": "object",
+        "properties": {
+            "version": {"type": "integer"},
+            "requested": {"type": "integer", "description": "the id asked for"},
+            "status": {"enum": ["live", "merged"], "description": "merged: the topic below carries it now"},
+            "topic": {"$ref": ref.format(model="Topic")},
+        },
+    }
 
     def body(schema: dict[str, Any], description: str) -> dict[str, Any]:
         return {"description": description, "content": {"application/json": {"schema": schema}}}
@@ -156,6 +194,28 @@ def openapi_document() -> dict[str, Any]:
         },
     }
     model = {"summary": "The model served", "responses": {"200": body(refer("Model"), "the model"), "503": not_yet}}
+    show_empty = {
+        "name": "all",
+        "in": "query",
+        "required": False,
+        "schema": {"type": "boolean"},
+        "description": "also the empty slots (unused, or freed by topic hygiene)",
+    }
+    topics = {
+        "summary": "The topics of the model served, the most prevalent first",
+        "parameters": [show_empty],
+        "responses": {"200": body(refer("Topics"), "the topics"), "400": error("a bad ?all"), "503": not_yet},
+    }
+    one_topic = {
+        "summary": "A topic by its stable id, or the topic that carries it since a merge",
+        "parameters": [{"name": "topic", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 0}}],
+        "responses": {
+            "200": body(refer("TopicFate"), "the topic, or the one that carries it (status merged)"),
+            "404": error("an id never given out (no_topic), or no whole number (not_found)"),
+            "410": error("an id that ended: retired, its slot re-seeded, or merged into one that ended (ended)"),
+            "503": not_yet,
+        },
+    }
     describe = {"summary": "This document", "responses": {"200": {"description": "OpenAPI 3.1"}}}
     return {
         "openapi": "3.1.0",
@@ -163,6 +223,8 @@ def openapi_document() -> dict[str, Any]:
         "paths": {
             "/v1/mixtures": {"post": mixtures},
             "/v1/model": {"get": model},
+            "/v1/topics": {"get": topics},
+            "/v1/topics/{topic}": {"get": one_topic},
             "/v1/openapi.json": {"get": describe},
         },
         "components": {"schemas": schemas},
@@ -213,10 +275,11 @@ class InferenceApi:
 
     def _route(self, environ: dict[str, Any]) -> tuple[int, bytes, Headers]:
         path, method = environ.get("PATH_INFO", ""), environ.get("REQUEST_METHOD", "")
-        if path not in _METHODS:
+        route = "/v1/topics/{topic}" if path.startswith(_ONE_TOPIC) else path
+        if route not in _METHODS:
             raise _Answer(404, "not_found", f"no such path: {path[:200]!r}; {', '.join(_ROUTES)}")
-        if method != _METHODS[path]:
-            raise _Answer(405, "method", f"{path} takes {_METHODS[path]}", [("Allow", _METHODS[path])])
+        if method != _METHODS[route]:
+            raise _Answer(405, "method", f"{path[:200]} takes {_METHODS[route]}", [("Allow", _METHODS[route])])
         if path == "/v1/openapi.json":
             return 200, self._openapi, []
         served = self.served()
@@ -231,6 +294,10 @@ class InferenceApi:
             ref = served.ref
             model = {"algorithm": ref.algorithm, "version": ref.version, "topics": ref.n_topics}
             return 200, orjson.dumps({**model, "created_at": served.created_at}), []
+        if path == "/v1/topics":
+            return 200, orjson.dumps(topics_answer(served, _flag(environ, "all"))), []
+        if route != path:
+            return 200, orjson.dumps(topic_answer(served, _topic_id(path[len(_ONE_TOPIC) :]))), []
         return self._mixtures(served, _read_body(environ))
 
     def _mixtures(self, served: Served, body: bytes) -> tuple[int, bytes, Headers]:
@@ -281,6 +348,76 @@ class InferenceApi:
         return output_records(articles, theta, encoded.batch.doc_tokens(), served.ref, self.settings)
 
 
+def topic_view(served: Served, slot: int) -> dict[str, Any]:
+    """The topic in ``slot`` of the snapshot served, as ``topicstream topics --json`` gives it (without the drift,
+    which the snapshot does not hold): its stable id, slot, name, prevalence, top words and background flag."""
+    ref = served.ref
+    topic = ref.topic_ids[slot]
+    return {
+        "topic": topic,
+        "slot": slot,
+        **({"name": ref.names[topic]} if topic in ref.names else {}),
+        "prevalence": float(served.weights[slot]),
+        "top_words": ref.labels.top_words[slot],
+        "background": slot == served.background,
+    }
+
+
+def topics_answer(served: Served, show_empty: bool) -> dict[str, Any]:
+    """``GET /v1/topics``: the topics of the snapshot served, the most prevalent first; the empty slots (prevalence
+    under :data:`service.tables.EMPTY`: unused, or freed by topic hygiene) only with ``?all=true``, as
+    ``topicstream topics --all``."""
+    from .tables import EMPTY
+
+    slots = sorted(range(served.ref.n_topics), key=lambda k: -served.weights[k])
+    shown = [topic_view(served, k) for k in slots if show_empty or served.weights[k] >= EMPTY]
+    return {"version": served.ref.version, "algorithm": served.ref.algorithm, "topics": shown}
+
+
+def topic_answer(served: Served, asked: int) -> dict[str, Any]:
+    """``GET /v1/topics/ID``: the topic with stable id ``asked`` (``status`` live), or the topic that carries it
+    now that topic hygiene merged it into another (``status`` merged: follow that id instead), by the lineage of the
+    snapshot served (:meth:`service.lineage.Lineage.successor`). An id that ended (retired, its slot re-seeded, or
+    merged into one that ended) is a 410; one never given out a 404."""
+    ref, lineage = served.ref, served.lineage
+    now = lineage.successor(asked) if lineage is not None else (asked if asked in ref.topic_ids else None)
+    version = ref.version
+    if now is not None:
+        status = "live" if now == asked else "merged"
+        return {
+            "version": version,
+            "requested": asked,
+            "status": status,
+            "topic": topic_view(served, ref.topic_ids.index(now)),
+        }
+    if asked < (lineage.next_id if lineage is not None else ref.n_topics):
+        raise _Answer(
+            410,
+            "ended",
+            f"topic {asked} ended before snapshot v{version} (retired, its slot re-seeded, or merged into a topic that "
+            "ended): no article is tagged with it any more; the lineage events say what became of it",
+        )
+    raise _Answer(404, "no_topic", f"snapshot v{version} has no topic {asked}: no such id was ever given out")
+
+
+def _topic_id(text: str) -> int:
+    """The id of ``/v1/topics/ID``: a whole number (404 otherwise, as a path that names nothing)."""
+    if not (text.isascii() and text.isdigit() and len(text) <= 18):
+        raise _Answer(404, "not_found", f"no such topic path: a topic id is a whole number, not {text[:40]!r}")
+    return int(text)
+
+
+def _flag(environ: dict[str, Any], name: str) -> bool:
+    """A yes/no query parameter: true for ``?all``, ``?all=true`` or ``?all=1``, false without it or for ``false``
+    or ``0``; 400 for another value."""
+    from urllib.parse import parse_qs
+
+    value = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True).get(name, ["false"])[-1].lower()
+    if value not in ("", "true", "1", "false", "0"):
+        raise _Answer(400, "invalid", f"?{name}= takes true or false, not {value[:40]!r}")
+    return value in ("", "true", "1")
+
+
 def _read_body(environ: dict[str, Any]) -> bytes:
     """The request's body (waitress has refused one over ``max_request_body_size`` with 413 before this)."""
     try:
@@ -317,9 +454,7 @@ class ApiServer:
         self._server = server
         #: The port it listens on (the one asked for, or the one the system gave for 0).
         self.port = int(server.socket.getsockname()[1])
-        log.info(
-            "HTTP inference API on %s:%d (POST /v1/mixtures, GET /v1/model, GET /v1/openapi.json)", host, self.port
-        )
+        log.info("HTTP inference API on %s:%d (%s)", host, self.port, ", ".join(_ROUTES))
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="api-http", daemon=True)
         self._thread.start()

@@ -16,7 +16,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import redis
+from numpy.typing import NDArray
 
 from kernels import TopicModel
 from kernels.registry import kernel_class
@@ -40,11 +42,15 @@ WAIT_LOG_EVERY_S = 60.0
 
 @dataclass(frozen=True)
 class Served:
-    """A loaded snapshot: everything a batch needs, swapped as one reference."""
+    """A loaded snapshot: everything a batch needs, swapped as one reference; and, for the HTTP API's topics
+    (:mod:`service.api`), each slot's prevalence, the background slot and the lineage the snapshot holds."""
 
     model: TopicModel
     vocab: Vocabulary
     ref: ModelRef
+    weights: NDArray[np.float64]  # TopicModel.topic_weights(), by slot
+    background: int | None  # TopicModel.background_topic()
+    lineage: Lineage | None  # None for a snapshot written before topics had stable ids (ids = slots)
     created_at: float = 0.0  # the snapshot's, for the age gauge
     size_bytes: int = 0
 
@@ -145,12 +151,15 @@ class SnapshotFollower:
         model = cls.from_state(kstate)
         vocab = Vocabulary.from_state(payload["vocabulary"])
         self._check_tokenizer(payload.get("tokenizer"), int(meta["version"]))
-        labels = TopicLabels(model.topic_word(), vocab.slot_words())
-        lineage = payload.get("lineage")
-        ids = tuple(Lineage.from_state(lineage).slot_ids) if lineage else tuple(range(model.n_topics))
+        phi = model.topic_word()
+        labels = TopicLabels(phi, vocab.slot_words())
+        lineage = Lineage.from_state(payload["lineage"]) if payload.get("lineage") else None
+        ids = tuple(lineage.slot_ids) if lineage is not None else tuple(range(model.n_topics))
         names = TopicNames(self.store.r, self.settings.redis_prefix).all()
         ref = ModelRef(labels, model.algorithm, int(meta["version"]), model.n_topics, ids, names)
-        return Served(model, vocab, ref, float(meta["created_at"]), int(meta.get("size_bytes", 0)))
+        background = model.background_topic(phi)
+        created, size = float(meta["created_at"]), int(meta.get("size_bytes", 0))
+        return Served(model, vocab, ref, model.topic_weights(), background, lineage, created, size)
 
     def _check_tokenizer(self, learners: object, version: int) -> None:
         """Warn (once per fingerprint) and count ``errors_total{kind="tokenizer"}`` when the learner that wrote a

@@ -136,6 +136,69 @@ def test_the_api_answers_what_the_stream_publishes_and_refuses_bad_requests_clea
     assert together == alone * 4
 
 
+def test_the_api_lists_the_topics_and_says_which_carries_a_saved_id_after_a_merge(
+    settings: Settings, replica: tuple[Replica, ApiServer, Settings]
+) -> None:
+    """``GET /v1/topics`` and ``GET /v1/topics/ID`` from the snapshot served: the topics as ``topicstream topics
+    --json`` has them; after topic hygiene merged id 1 into 0 and retired id 2, a product team's saved id 1 answers
+    with topic 0 (status merged) and id 2 with 410, while the ids that replaced them in their slots are live."""
+    from kernels.hygiene import Event
+
+    rep, server, rs = replica
+    port = server.port
+    s = settings.model_copy(update={"batch_size": 20})
+    produce(s, good_articles(80, seed=41))
+    learner = Learner(s)
+    learner.subscribe()
+    learner.names.set(0, "Oil prices")
+    moves: list[list[Event]] = [[]]
+    for planned in moves:
+        learner._planned = planned
+        done = 0
+        while done < 40:
+            done += learner.step(limit=40 - done)
+        learner.flush()
+        learner.checkpoint()
+        learner.writer.wait_idle(30)
+        assert rep.reload() and rep.follower.swap() is not None and rep.version == learner.version
+        summary = rep.store.summary()
+        assert summary is not None and summary["version"] == rep.version
+        status, _, body = call(port, "GET", "/v1/topics?all")
+        listed = json.loads(body)
+        assert status == 200 and listed["version"] == rep.version and listed["algorithm"] == "scvb0"
+        # The summary's topics without the drift (which the snapshot does not hold), the most prevalent first.
+        wanted = sorted(summary["topics"], key=lambda t: -t["prevalence"])
+        assert listed["topics"] == [{k: v for k, v in t.items() if k != "drift"} for t in wanted]
+        assert [t.get("name") for t in listed["topics"] if t["topic"] == 0] == ["Oil prices"]
+        if len(moves) == 1:  # merge 1 into 0, and retire the most prevalent other topic (a seen one: an event)
+            gone = next(t for t in listed["topics"] if t["topic"] not in (0, 1))
+            retired = gone["topic"]
+            moves.append([Event("merge", (1,), 0, 0.9), Event("retire", (gone["slot"],), None, gone["prevalence"])])
+    fresh = {t["topic"] for t in listed["topics"]} - set(range(rs.topics))
+    assert len(fresh) == 2 and {1, retired}.isdisjoint(t["topic"] for t in listed["topics"])
+
+    status, _, body = call(port, "GET", "/v1/topics/0")
+    assert status == 200 and json.loads(body)["status"] == "live" and json.loads(body)["topic"]["topic"] == 0
+    status, _, body = call(port, "GET", "/v1/topics/1")
+    merged = json.loads(body)
+    assert status == 200 and (merged["requested"], merged["status"], merged["topic"]["topic"]) == (1, "merged", 0)
+    for topic in fresh:
+        status, _, body = call(port, "GET", f"/v1/topics/{topic}")
+        assert status == 200 and json.loads(body)["status"] == "live"
+    answers = [
+        (call(port, "GET", f"/v1/topics/{retired}"), 410, "ended"),
+        (call(port, "GET", f"/v1/topics/{max(fresh) + 1}"), 404, "no_topic"),
+        (call(port, "GET", "/v1/topics/oil"), 404, "not_found"),
+        (call(port, "GET", "/v1/topics?all=maybe"), 400, "invalid"),
+        (call(port, "POST", "/v1/topics/0", b"{}"), 405, "method"),
+    ]
+    for (status, _, body), wanted_status, reason in answers:
+        assert (status, json.loads(body)["error"]["reason"]) == (wanted_status, reason)
+    # Without ?all, the empty slots are left out, as `topicstream topics` leaves them out.
+    shown = json.loads(call(port, "GET", "/v1/topics")[2])["topics"]
+    assert [t["topic"] for t in shown] == [t["topic"] for t in listed["topics"] if t["prevalence"] >= 1e-4]
+
+
 def test_a_taken_api_port_is_one_line_and_exit_2(settings: Settings) -> None:
     """``topicstream replica --api-port`` on a port another process holds: exit 2 naming the port, no traceback."""
     import socket
@@ -238,7 +301,8 @@ def test_the_openapi_document_is_generated_and_names_what_is_served() -> None:
             assert schemas[model.__name__] == generated
         for path, methods in doc["paths"].items():
             for method in methods:
-                assert call(server.port, method.upper(), path, b"{}" if method == "post" else None)[0] not in (404, 405)
+                asked, body = path.replace("{topic}", "3"), b"{}" if method == "post" else None
+                assert call(server.port, method.upper(), asked, body)[0] not in (404, 405)
         assert call(server.port, "GET", "/v1/undocumented")[0] == 404
     finally:
         server.close()
