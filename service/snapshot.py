@@ -428,13 +428,16 @@ class SnapshotStore:
         """Committed versions a reader may fall back to, newest first: the newest ``keep`` and ``latest``.
 
         (Data from before the ``kept`` index existed: every stored version up to ``latest``.) Versions above
-        ``latest`` are writes not committed yet, or never: they are not candidates.
+        ``latest`` are writes not committed yet, or never: they are not candidates. Without ``latest`` (evicted, or
+        deleted by hand) the ``kept`` index, or else the versions whose commit ran (:meth:`committed_versions`):
+        a learner that restarts then restores its model instead of starting a new one over it (before, it
+        published the whole input again from a new model whose topic ids meant other things).
         """
         latest = self.latest_version()
-        if latest is None:
-            return []
         members: list[bytes] = self.r.zrange(self._key("snapshot", "kept"), 0, -1)  # type: ignore[assignment]
         kept = {int(v) for v in members if v.isdigit()}  # a member that is no version (corrupt bytes) is no candidate
+        if latest is None:  # `latest` alone gone (an eviction, an operator's DEL): what was committed still counts
+            return sorted(kept or set(self.committed_versions()), reverse=True)
         if not kept:
             kept = set(self.versions())
         return sorted({v for v in kept if v <= latest} | {latest}, reverse=True)

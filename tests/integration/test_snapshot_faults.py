@@ -161,6 +161,23 @@ def test_latest_pointing_at_garbage_or_at_a_vanished_version(store: SnapshotStor
     assert found is not None and found.version == 2
 
 
+def test_without_latest_the_committed_versions_are_still_found(store: SnapshotStore) -> None:
+    """``P:snapshot:latest`` alone gone (an ``allkeys-*`` eviction, an operator's DEL): the versions committed are
+    still candidates. Before, nothing was, and a learner restarted then started a new model over intact ones."""
+    for i in range(1, 5):
+        store.save(payload(i), meta_for(i))
+    store.r.delete("t:snapshot:latest")
+    assert store.kept_versions() == [4, 3, 2]
+    found = store.load_newest_readable()
+    assert found is not None and found.version == 4
+    store.r.delete("t:snapshot:kept")  # the index gone too: the versions whose commit ran
+    store.r.set(data_key(store, 5), b"x", ex=store.pending_ttl_s)  # and a write never committed
+    store.r.set(meta_key(store, 5), b"{}", ex=store.pending_ttl_s)
+    assert store.kept_versions() == [4, 3, 2, 1]
+    store.r.delete(*store.r.keys("t:snapshot:*"))
+    assert store.kept_versions() == [] and store.load_newest_readable() is None
+
+
 def test_only_the_newest_keep_versions_stay_and_uncommitted_writes_are_not_fallbacks(store: SnapshotStore) -> None:
     for i in range(1, 7):
         store.save(payload(i), meta_for(i))
