@@ -344,8 +344,8 @@ def show_topics(
         else:  # a cold start: learning, not yet snapshotted
             err.print(
                 f"no snapshot under Redis prefix {s.redis_prefix!r} yet: the learner on {holder.host} (pid "
-                f"{holder.pid}) holds the lease and writes its first snapshot within TOPICSTREAM_SNAPSHOT_EVERY_S of "
-                "its first articles"
+                f"{holder.pid}) holds the lease and writes its first snapshot once it has learned its first batch of "
+                "articles (are articles arriving?)"
             )
         raise typer.Exit(1)
     if as_json:  # the summary, with the names as they are now and the recent lineage events

@@ -210,6 +210,9 @@ class Learner(BatchWorker):
         del phi
         self._batches_since_snapshot = 0
         self._last_snapshot = time.monotonic()
+        # A cold start (no snapshot to restore) snapshots after its first batch: replicas, the HTTP API and
+        # `topicstream topics` have a model within a batch, not within TOPICSTREAM_SNAPSHOT_EVERY_S.
+        self._first_due = not start.restored_version
         self._last_gauges = 0.0
         self._gauges_due = True  # the model gauges do not describe this model yet (restored, or new)
         self._republish = threading.Event()
@@ -408,7 +411,8 @@ class Learner(BatchWorker):
         if self._batches_since_snapshot == 0:
             return False
         return (
-            self._batches_since_snapshot >= s.snapshot_every_batches
+            self._first_due
+            or self._batches_since_snapshot >= s.snapshot_every_batches
             or time.monotonic() - self._last_snapshot >= s.snapshot_every_s
         )
 
@@ -442,6 +446,7 @@ class Learner(BatchWorker):
         future = self.lane.submit(self._capture, self.submitted_seq, copied, main_s)
         self.writer.submit(future)
         self._republish.clear()
+        self._first_due = False
         self._batches_since_snapshot = 0
         self._last_snapshot = time.monotonic()
 

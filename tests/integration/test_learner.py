@@ -143,6 +143,53 @@ def test_restart_after_crash_learns_every_article_exactly_once(settings: Setting
     assert payload["kernel"]["state"]["n_docs_seen"] == len(values)
 
 
+def test_a_cold_start_snapshots_after_its_first_batch_and_a_restart_does_not(settings: Settings) -> None:
+    """Replicas, the HTTP API and ``topicstream topics`` wait for a first snapshot: a cold start writes one after
+    its first batch (before, only after TOPICSTREAM_SNAPSHOT_EVERY_S, 30 s at the default), and then keeps to the
+    interval; a learner that restored a snapshot has one already and keeps to the interval from the start."""
+    s = settings.model_copy(update={"batch_size": 20, "snapshot_every_batches": 10**6, "snapshot_every_s": 3600})
+    produce(s, good_articles(100, seed=5))
+    first = Learner(s)
+    first.subscribe()
+    consume_into(first, 20)
+    assert first.version == 1 and first.store.latest_version() == 1
+    consume_into(first, 40)
+    assert first.version == 1  # the interval again
+    first.checkpoint()
+    first.writer.wait_idle(30)
+    first.abandon()
+    second = Learner(s, metrics=Metrics())
+    try:
+        second.subscribe()
+        consume_into(second, 20)
+        assert second.version == 2 and second.model.n_docs_seen_ == 80
+    finally:
+        second.abandon()
+
+
+def test_a_learner_restores_its_model_when_only_the_latest_pointer_is_gone(settings: Settings) -> None:
+    """``P:snapshot:latest`` evicted or deleted by hand, the snapshots intact: a restarted learner restores the
+    newest committed one. Before, it started a new model and read the input from its beginning: every article
+    published again, and every topic id naming another subject."""
+    import redis as redis_lib
+
+    s = settings.model_copy(update={"batch_size": 20, "snapshot_every_batches": 10**6, "snapshot_every_s": 3600})
+    produce(s, good_articles(60, seed=4))
+    first = Learner(s)
+    first.subscribe()
+    consume_into(first, 60)
+    first.checkpoint()
+    first.writer.wait_idle(30)
+    first.abandon()
+    version, learned = first.version, first.model.n_docs_seen_
+    redis_lib.Redis.from_url(s.redis_url).delete(f"{s.redis_prefix}:snapshot:latest")
+    second = Learner(s, metrics=Metrics())
+    try:
+        assert second.model.n_docs_seen_ == learned == 60 and second.version == version
+    finally:
+        second.abandon()
+
+
 def test_copies_of_texts_learned_before_a_crash_are_answered_not_learned_after_it(settings: Settings) -> None:
     """The duplicate window goes into the snapshot (service/duplicates.py): a learner that restarts still answers
     the copies of texts it learned before, instead of learning them again (it remembered nothing before: after
@@ -279,11 +326,11 @@ def test_lineage_events_a_stopped_learner_never_pushed_are_pushed_after_a_restar
 
 
 def test_a_move_that_ends_an_id_nobody_saw_is_no_lineage_event(settings: Settings) -> None:
-    """A slot that never weighed 1 % in a written snapshot (here a sliver the kernel's own birth made before the
-    first snapshot) is retired by hygiene: no event, and the slot keeps its id. The heaviest topic retired in the
-    same capture is told as before. The online HDP deletes and merges a few such slivers every hygiene round, and
-    each was an event and a fresh id: on the dated Reuters stream, 6 retirements and 3 merges of never-seen ids in
-    55 events (docs/topic-hygiene.md, "Lineage")."""
+    """A slot that never weighed 1 % in a written snapshot (here a sliver the kernel's own birth made in a slot
+    that a retirement had just given a fresh id) is retired by hygiene: no event, and the slot keeps its id. The
+    heaviest topic retired in the same capture is told as before. The online HDP deletes and merges a few such
+    slivers every hygiene round, and each was an event and a fresh id: on the dated Reuters stream, 6 retirements
+    and 3 merges of never-seen ids in 55 events (docs/topic-hygiene.md, "Lineage")."""
     s = settings.model_copy(update={"batch_size": 50})
     produce(s, good_articles(300, seed=83))
     learner = Learner(s)
@@ -291,19 +338,24 @@ def test_a_move_that_ends_an_id_nobody_saw_is_no_lineage_event(settings: Setting
     try:
         consume_into(learner, 200)
         model = learner.model
+        assert learner.lineage is not None and learner.version >= 1  # a cold start's first snapshot: every id seen
         k = int(np.argmin(model.topic_weights()))
-        model.delete_topic(k)
+        first_id = learner.lineage.slot_ids[k]
+        learner._planned = [Event("retire", (k,), None, float(model.topic_weights()[k]))]
+        consume_into(learner, 5)
+        learner.checkpoint()  # the retirement told; the slot's fresh id weighs nothing
         model.birth_topic(k, np.arange(20), np.full(20, 1 / 20), 0.003)
         learner.checkpoint()
         weights = model.topic_weights()
-        assert learner.lineage is not None and weights[k] < 0.01
+        assert weights[k] < 0.01
         heavy = int(np.argmax(weights))
         sliver_id, heavy_id = learner.lineage.slot_ids[k], learner.lineage.slot_ids[heavy]
+        assert sliver_id != first_id
         learner._planned = [Event("retire", (k,), None, 0.01), Event("retire", (heavy,), None, float(weights[heavy]))]
         consume_into(learner, 5)
         learner.checkpoint()
         events = LineageStore(learner.store.r, s.redis_prefix).recent(10)
-        assert [(e.kind, e.topic) for e in events] == [("retire", heavy_id)]
+        assert [(e.kind, e.topic) for e in events] == [("retire", heavy_id), ("retire", first_id)]
         assert learner.lineage.slot_ids[k] == sliver_id and learner.lineage.slot_ids[heavy] != heavy_id
         assert model.topic_weights()[k] < 1e-4  # the sliver was retired all the same
     finally:
