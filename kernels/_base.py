@@ -44,7 +44,8 @@ __all__ = [
 #: numba ``fastmath`` flags of the kernels' loops: every LLVM fast-math flag except ``reassoc``. With reassociation
 #: LLVM may split a sum into vector lanes in a way that depends on where the arrays start in memory, and SCVB0 and
 #: the online HDP then gave results differing in the last bit from one call or model to the next (seen on an
-#: AVX-512 machine: an 8-byte shift of the input changed θ), which breaks bit-identical reproducibility.
+#: AVX-512 machine: an 8-byte shift of the input changed θ), which breaks bit-identical reproducibility. One plain
+#: sum (the online HDP's ``_sum_rows``) adds ``reassoc``: its lanes split by index, tested at every offset.
 EXACT_FASTMATH = {"nnan", "ninf", "nsz", "arcp", "contract", "afn"}  # a set: numba refuses a frozenset
 
 T = TypeVar("T", bound="TopicModel")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import pickle
 from typing import Any
 
@@ -16,11 +17,13 @@ from kernels._batch import CSR
 from kernels._hdp_base import CorpusStat, OnlineHDPBase
 from kernels._ohdp_numba import (
     _SERIES_BELOW,
+    LANES,
     Fixed,
     Step,
     Written,
     _cvb_doc,
     _log1m_series,
+    _sum_rows,
     beta_from_tables,
     cvb_batch,
 )
@@ -111,13 +114,32 @@ def test_collapsed_document_update_matches_naive() -> None:
     phat = rng.dirichlet(np.ones(9), K).T[:U].copy()
     prior = rng.dirichlet(np.ones(K)) * 1.5
     cnts = np.array([1.0, 2.0, 0.5, 3.0, 1.0, 1.0, 4.0])
-    gam, nj = np.empty((U, K)), np.empty(K)
-    it = _cvb_doc(cnts, phat, prior, 0.0, 5, gam, nj)
     g_ref, nj_ref = naive.cvb0_doc_step(cnts, phat, prior, 5)
-    assert it == 5
-    np.testing.assert_allclose(gam, g_ref, rtol=1e-9, atol=1e-12)
-    np.testing.assert_allclose(nj, nj_ref, rtol=1e-9)
-    np.testing.assert_allclose(nj.sum(), cnts.sum(), rtol=1e-12)
+    # As given, and padded to a multiple of LANES with φ̂ = 0 and prior 0 as cvb_batch pads them.
+    Kp = -(-K // LANES) * LANES
+    phat_p, prior_p = np.zeros((U, Kp)), np.zeros(Kp)
+    phat_p[:, :K], prior_p[:K] = phat, prior
+    for ph, pr in ((phat, prior), (phat_p, prior_p)):
+        gam, nj = np.empty((U, pr.size)), np.empty(pr.size)
+        it = _cvb_doc(cnts, ph, pr, 0.0, 5, gam, nj)
+        assert it == 5 and not gam[:, K:].any() and not nj[K:].any()
+        np.testing.assert_allclose(gam[:, :K], g_ref, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(nj[:K], nj_ref, rtol=1e-9)
+        np.testing.assert_allclose(nj.sum(), cnts.sum(), rtol=1e-12)
+
+
+def test_the_vectorised_sum_does_not_depend_on_where_its_values_lie() -> None:
+    """``_sum_rows`` is compiled with fast-math reassociation, which the other loops leave out because a kernel's
+    results once changed with the arrays' addresses: the same values at every 8-byte offset sum to the same bits."""
+    for n in (150, 160):  # with a remainder after the vector loop, and without
+        values = np.random.default_rng(n).random(n) * np.geomspace(1e-12, 1.0, n)
+        store = np.empty(n + 16)
+        sums = set()
+        for shift in range(16):
+            x = store[shift : shift + n]
+            x[:] = values
+            sums.add(_sum_rows(x))
+        assert len(sums) == 1 and abs(sums.pop() - math.fsum(values)) <= 1e-13 * values.sum()
 
 
 def test_log1m_series_matches_log1p_below_its_threshold() -> None:
