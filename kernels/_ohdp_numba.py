@@ -30,7 +30,8 @@ class Fixed(NamedTuple):
 
 class Step(NamedTuple):
     """The settings the document step reads: η, V (the vocabulary in use: the W of φ̂'s denominator), α0, γ, the
-    sweeps' tolerance and cap, and ``sequential`` (later documents see the earlier ones' raw counts)."""
+    sweeps' tolerance and cap, ``sequential`` (later documents see the earlier ones' raw counts) and the sweeps'
+    over-relaxation w (:func:`_cvb_doc`)."""
 
     eta: float
     vocab: int
@@ -39,6 +40,7 @@ class Step(NamedTuple):
     tol: float
     max_iter: int
     sequential: bool
+    relax: float = 1.0
 
 
 class Written(NamedTuple):
@@ -87,6 +89,7 @@ def _cvb_doc(
     max_iter: int,
     gam: NDArray[np.float64],
     nj: NDArray[np.float64],
+    relax: float = 1.0,
 ) -> int:
     """Zero-order collapsed update of one document with the topics fixed (Sato et al. 2012; SCVB0 Eq. 5):
 
@@ -98,6 +101,13 @@ def _cvb_doc(
     Writes γ (U×K) and N_j (K); returns the number of sweeps. :func:`cvb_batch` pads K to a multiple of
     :data:`LANES` with columns where φ̂ and the prior are 0, whose γ and N_j stay 0 (the loops then have no scalar
     remainder).
+
+    Over-relaxation (``relax`` = w > 1; successive over-relaxation of the Gauss–Seidel sweep): the new row is
+    γ_n + w (x − γ_n) for the plain update x, but no entry below x/2 (a shrinking topic's entry never reaches 0,
+    nor below it), N_j moved with it. The fixed points are the plain sweep's (there x = γ_n); the sweeps shrink
+    the change by a steady 0.93–0.96 each near them on news (docs/ohdp.md), and w = 1.3–1.7 takes a third fewer.
+    The stopping test stays the plain update's change Σ_n c_n |x − γ_n|₁; the rows are made to sum to 1 and N_j
+    recounted after the last sweep (the floor may leave a row off 1 by a little). w = 1 is the plain sweep.
     """
     U = phat.shape[0]
     K = phat.shape[1]
@@ -123,15 +133,32 @@ def _cvb_doc(
             own = min(c, 1.0)
             for k in range(K):
                 g[k] = phat[n, k] * (max(nj[k] - own * gam[n, k], 0.0) + prior[k])
-            tot = _sum_rows(g)
-            for k in range(K):
-                x = g[k] / tot
-                dx = x - gam[n, k]
-                change[k] += c * abs(dx)
-                nj[k] += c * dx
-                gam[n, k] = x
+            inv = 1.0 / _sum_rows(g)
+            if relax == 1.0:
+                for k in range(K):
+                    x = g[k] * inv
+                    dx = x - gam[n, k]
+                    change[k] += c * abs(dx)
+                    nj[k] += c * dx
+                    gam[n, k] = x
+            else:
+                for k in range(K):
+                    x = g[k] * inv
+                    dx = x - gam[n, k]
+                    change[k] += c * abs(dx)
+                    y = max(gam[n, k] + relax * dx, 0.5 * x)
+                    nj[k] += c * (y - gam[n, k])
+                    gam[n, k] = y
         if _sum_rows(change) <= tol * ntot:
             break
+    if relax != 1.0:  # rows the floor kept from summing to 1: normalised, and N_j recounted from them
+        nj[:] = 0.0
+        for n in range(U):
+            c = cnts[n]
+            inv = 1.0 / _sum_rows(gam[n])
+            for k in range(K):
+                gam[n, k] *= inv
+                nj[k] += c * gam[n, k]
     return it
 
 
@@ -250,7 +277,7 @@ def cvb_batch(docs: CSR, fixed: Fixed, step: Step, out: Written) -> int:
     """
     indptr, slots, counts = docs
     base, base_tot, base_tables, rank = fixed
-    eta, vocab, alpha, gamma, tol, max_iter, sequential = step
+    eta, vocab, alpha, gamma, tol, max_iter, sequential, relax = step
     stat, tables, theta = out
     K = base.shape[1]
     n_docs = indptr.shape[0] - 1
@@ -304,7 +331,7 @@ def cvb_batch(docs: CSR, fixed: Fixed, step: Step, out: Written) -> int:
                     prow[k] = (brow[k] + eta) * inv[k]
         gam = gam_all[:U]
         cnts = counts[lo:hi]
-        total_it += _cvb_doc(cnts, phat, prior, tol, max_iter, gam, nj)
+        total_it += _cvb_doc(cnts, phat, prior, tol, max_iter, gam, nj, relax)
         # Ĝ += c·γ, and the expected tables, Sato et al. (2012): E[m_jk] ≈ P(n_jk > 0) · α0β_k (ψ(α0β_k +
         # E[n_jk | n_jk > 0]) − ψ(α0β_k)), with P(n_jk = 0) = Π_n (1 − γ_nk)^{c_n}. (Plugging E[n_jk] straight
         # into the Antoniak mean counts a whole table for any sliver of mass, which flattens β over the whole

@@ -30,8 +30,9 @@ delete (held-out)
 background merge (held-out)
     Off by default (``merge_background=False``). With ``unseen_docs`` and past the warm-up: the two heaviest
     topics are merged when the merged topic is then the background the model marks and document completion on
-    ``unseen_docs`` does not drop by more than ``delete_tolerance`` (:mod:`kernels._background_merge`: the
-    generic words learned as two topics, which neither merge below sees). For the HDP.
+    ``unseen_docs`` does not drop by more than ``delete_tolerance`` plus
+    :data:`kernels._background_merge.TOLERANCE` (:mod:`kernels._background_merge`: the generic words learned as two
+    topics, which neither merge below sees). For the HDP.
 merge
     Two live topics whose word distributions are closer than ``threshold`` in Hellinger distance,
     H(p, q) = sqrt(1 − Σ_w sqrt(p_w q_w)), are merged: the smaller into the larger (the larger keeps its id).
@@ -88,7 +89,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ._background_merge import heldout_background_merge
+from ._background_merge import TOLERANCE, heldout_background_merge
 from ._base import check_interval, check_non_negative_int, check_positive_int, mass_topics
 from ._batch import Batch, RecentDocs, as_batch, recent_batch
 from ._birth import birth_proposal
@@ -338,7 +339,7 @@ class TopicHygiene:
                 )
             ]
         if unseen is not None and self.merge_background:
-            joined = heldout_background_merge(model, unseen, tolerance=self.delete_tolerance, keep=keep)
+            joined = heldout_background_merge(model, unseen, tolerance=self.delete_tolerance + TOLERANCE, keep=keep)
             events += [joined] if joined is not None else []
         merges = self._merge(model, keep)
         if docs is not None and self.merge_correlation is not None and docs.n_docs >= MIN_EVIDENCE_DOCS:

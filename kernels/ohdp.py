@@ -109,6 +109,12 @@ class OnlineHDP(OnlineHDPBase):
         burn-in pass), while a document that opens a new topic still moves a lot and keeps sweeping up to
         ``max_iter``. Measured in ``docs/ohdp.md`` ("Speed against gensim"): 1.2–2.6× faster on the news
         corpora at an equal or better held-out likelihood, every planted topic of the demo generator still recovered.
+    relax, settled_relax : float
+        Over-relaxation w of the document sweeps (``kernels._ohdp_numba._cvb_doc``) while the model settles and
+        after: each sweep moves a word's responsibilities w times as far as the plain update would (never below
+        half of it), which keeps the fixed points and takes fewer sweeps to reach them. 1 is the plain sweep.
+        Measured in ``docs/ohdp.md`` ("Over-relaxed sweeps"): 1.7 / 1.3 sweep BBC 1.2–1.5× faster than 1 / 1 at
+        an equal or better held-out likelihood in four runs of five.
     sequential : bool
         Later documents of a minibatch see the raw counts of earlier ones (topic births at the data's scale).
     learn_concentrations : bool
@@ -122,8 +128,8 @@ class OnlineHDP(OnlineHDPBase):
     #: Only K, W and the seed are fixed on a restored model: they size the state and draw ``topic_rank``. Every
     #: other setting can change: γ, α0, η enter each update and read-out afresh (learned γ, α0 are state), the
     #: schedule (κ, τ0, ρ_min) is evaluated at the stored update count, and ``tol``, ``max_iter``,
-    #: ``settle_docs``, ``settled_tol``, ``sequential``, ``batch_size``, ``window`` and the concentrations'
-    #: priors shape only the document step and future updates.
+    #: ``settle_docs``, ``settled_tol``, ``relax``, ``settled_relax``, ``sequential``, ``batch_size``, ``window`` and
+    #: the concentrations' priors shape only the document step and future updates.
     restore_fixed: ClassVar[frozenset[str]] = TopicModel.restore_fixed
     _set_state_installs_all = True
     #: Merges and deletes (docs/ohdp.md, "Splinters, and the co-occurrence merge"): merges by distance at the
@@ -158,6 +164,8 @@ class OnlineHDP(OnlineHDPBase):
     sequential: bool = True
     settle_docs: int = 500
     settled_tol: float = 1e-2
+    relax: float = 1.7
+    settled_relax: float = 1.3
 
     tables_: NDArray[np.float64] = field(init=False)
     topic_rank_: NDArray[np.int64] = field(init=False)
@@ -169,6 +177,8 @@ class OnlineHDP(OnlineHDPBase):
             raise ValueError(f"sequential must be a bool, got {self.sequential!r}")
         check_interval("settled_tol", self.settled_tol, 0.0, high_open=True)
         check_non_negative_int("settle_docs", self.settle_docs)
+        for name in ("relax", "settled_relax"):  # w < 1 under-relaxes (slower, but convergent); w ≥ 2 diverges
+            check_interval(name, getattr(self, name), 0.0, 2.0, low_open=True, high_open=True)
 
     def _init_state(self) -> None:
         K, W = int(self.n_topics), int(self.n_words)
@@ -196,6 +206,7 @@ class OnlineHDP(OnlineHDPBase):
             float(self.settled_tol) if settled else float(self.tol),
             int(self.max_iter),
             bool(self.sequential) and update,
+            float(self.settled_relax) if settled else float(self.relax),
         )
         fixed = Fixed(
             self.topic_stat_[mb.rows] * self.scale_, self.topic_total_ * self.scale_, self.tables_, self.topic_rank_

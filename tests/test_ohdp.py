@@ -128,6 +128,31 @@ def test_collapsed_document_update_matches_naive() -> None:
         np.testing.assert_allclose(nj.sum(), cnts.sum(), rtol=1e-12)
 
 
+def test_over_relaxed_sweeps_reach_the_plain_sweeps_fixed_point_in_fewer_sweeps() -> None:
+    """w > 1 moves each row further than the plain update (never below half of it): the same fixed point, a
+    document of realistic shape (a peaked φ̂ over 150 topics, a few heavy words), in fewer sweeps; and the rows
+    still sum to 1 with N_j their weighted sum."""
+    rng = np.random.default_rng(11)
+    U, K = 60, 160
+    phat = rng.dirichlet(np.full(K, 0.05), U) * rng.uniform(0.5, 2.0, (U, 1))
+    prior = rng.dirichlet(np.ones(K)) * 2.0
+    cnts = rng.integers(1, 6, U).astype(float)
+    fixed: dict[float, tuple[np.ndarray, np.ndarray, int]] = {}
+    for w in (1.0, 1.3, 1.7):
+        gam, nj = np.empty((U, K)), np.empty(K)
+        it = _cvb_doc(cnts, phat, prior, 1e-10, 5000, gam, nj, w)
+        np.testing.assert_allclose(gam.sum(axis=1), 1.0, rtol=1e-12)
+        np.testing.assert_allclose(nj, cnts @ gam, rtol=1e-10, atol=1e-12)
+        fixed[w] = gam, nj, it
+    plain_gam, plain_nj, plain_it = fixed[1.0]
+    assert plain_it < 5000
+    for w in (1.3, 1.7):
+        gam, nj, it = fixed[w]
+        np.testing.assert_allclose(nj, plain_nj, atol=1e-6 * cnts.sum())
+        np.testing.assert_allclose(gam, plain_gam, atol=1e-6)
+        assert it < 0.8 * plain_it, (w, it, plain_it)
+
+
 def test_the_vectorised_sum_does_not_depend_on_where_its_values_lie() -> None:
     """``_sum_rows`` is compiled with fast-math reassociation, which the other loops leave out because a kernel's
     results once changed with the arrays' addresses: the same values at every 8-byte offset sum to the same bits."""
@@ -184,7 +209,9 @@ def test_collapsed_minibatch_and_corpus_step_match_the_equations_by_hand() -> No
     ρ towards (D/|B|)× the minibatch's, with ρ = 1 − (1 − ρ_t)^(|B|/S) for a minibatch of |B| < S documents."""
     rng = np.random.default_rng(0)
     K, W, D, S, sweeps = 6, 200, 300, 8, 4
-    m = OnlineHDP(K, W, seed=2, window=D, batch_size=S, tol=0.0, max_iter=sweeps, eta=0.05, gamma=1.3, alpha=0.9)
+    m = OnlineHDP(
+        K, W, seed=2, window=D, batch_size=S, tol=0.0, max_iter=sweeps, eta=0.05, gamma=1.3, alpha=0.9, relax=1.0
+    )  # the plain sweeps of the equations (over-relaxed sweeps take other steps to the same fixed points)
 
     def docs(n: int) -> list[tuple[np.ndarray, np.ndarray]]:  # 30 of the 200 words: V is well under W
         return [(np.sort(rng.choice(30, 5, replace=False)), rng.integers(1, 4, 5).astype(float)) for _ in range(n)]
@@ -435,7 +462,7 @@ def test_settled_tolerance_applies_only_after_settle_docs() -> None:
     looser default, the first ``settle_docs`` documents sweep as before and the later ones stop far sooner."""
     _, docs = block_topics_corpus(seed=1, n_docs=600)
     never, sweeps_never = _fit_blocks(docs, settle_docs=10**9)
-    same, _ = _fit_blocks(docs, settle_docs=0, settled_tol=never.tol)
+    same, _ = _fit_blocks(docs, settle_docs=0, settled_tol=never.tol, settled_relax=never.relax)
     np.testing.assert_array_equal(never.topic_stat_, same.topic_stat_)
     np.testing.assert_array_equal(never.tables_, same.tables_)
     _, sweeps = _fit_blocks(docs, settle_docs=200)
