@@ -2,6 +2,8 @@
 
     nice -n 19 .venv/bin/python -m benchmarks.coherence_by_k                        # BBC, K = 10 … 100
     nice -n 19 .venv/bin/python -m benchmarks.coherence_by_k --corpora 20ng,reuters --topics 20,50,100
+    nice -n 19 .venv/bin/python -m benchmarks.coherence_by_k --methods scvb0 --topics 50,100 \
+        --param '{"background": 0.2, "background_warmup": 500, "eta": 0.001, "alpha": 0.01}'
 
 ``docs/benchmarks.md`` compares the methods at K = 50 (and 100 on BBC) only. One K can flatter one method: the
 online VB peers leave many of their K topics empty, and how many they fill (and how coherent those are) changes
@@ -12,7 +14,11 @@ with K. This script runs the benchmark's single pass (:func:`benchmarks.peers.ma
   (:func:`evaluation.score_model`: document co-occurrence over the test documents, topics with mean θ ≥ 1 %),
 * the same topics' NPMI with the training and test documents together as the reference (whether a small test
   set, where rare pairs never co-occur and count −1, explains a method's score),
-* and how many topics were used.
+* how many topics were used,
+* and the held-out log-likelihood per word with the shared fold-in (every method's θ inferred from its φ with the
+  same α, as ``docs/benchmarks.md``'s first column), to weigh what a setting buys in coherence against the fit.
+
+``--param`` passes kernel parameters (JSON) to our kernels, e.g. to measure a setting for readers against the peers.
 
 The last rows say, for our kernels, at which K their held-out NPMI is at least the best online peer's.
 The online HDP chooses its own count under a truncation (``docs/benchmarks.md`` runs it at T = 150), so it is not
@@ -22,6 +28,7 @@ swept over K here.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from typing import Any
 
@@ -30,21 +37,24 @@ OURS = ("scvb0", "pf")
 PEERS = ("vw-lda", "sklearn-lda", "gensim-lda")
 
 
-def one_pass(corpus_name: str, K: int, method: str, seed: int) -> dict[str, Any]:
-    """Held-out NPMI, whole-corpus NPMI and topics used of ``method`` at ``K`` after one pass (numpy and the
-    libraries are imported here, after :func:`main` limited every thread pool to one thread)."""
+def one_pass(corpus_name: str, K: int, method: str, seed: int, params: dict[str, Any]) -> dict[str, Any]:
+    """Held-out NPMI, whole-corpus NPMI, topics used and held-out log-likelihood (shared fold-in) of ``method`` at
+    ``K`` after one pass, with kernel ``params`` for our kernels (numpy and the libraries are imported here, after
+    :func:`main` limited every thread pool to one thread)."""
     import numpy as np
 
     from benchmarks._corpus import prepare
+    from benchmarks.methods import ALPHA
     from benchmarks.peers import make_method, safe_infer
-    from evaluation import PreparedCorpus, iter_batches, npmi_coherence, score_model
-    from evaluation.scores import top_word_ids
+    from evaluation import PreparedCorpus, fold_in, iter_batches, npmi_coherence, score_model
+    from evaluation.scores import heldout_loglik_per_word, top_word_ids
     from kernels import Batch
 
     path, _ = prepare(corpus_name, vocab_size=10_000, seed=0, max_train={"20ng": 6000}.get(corpus_name), max_test=2000)
     corpus = PreparedCorpus.load(path)
     batches = list(iter_batches(corpus.train, 100))
-    model = make_method({"method": method, "topics": K, "seed": seed, "batch_size": 100}, corpus, batches)
+    spec = {"method": method, "topics": K, "seed": seed, "batch_size": 100, "params": params if method in OURS else {}}
+    model = make_method(spec, corpus, batches)
     model.prepare(batches)
     for i in range(len(batches)):
         model.update(i)
@@ -57,17 +67,18 @@ def one_pass(corpus_name: str, K: int, method: str, seed: int) -> dict[str, Any]
         "heldout": scores["npmi_coherence"],
         "whole": npmi_coherence(tops.tolist(), both, corpus.n_words),
         "used": scores["topics_used"],
+        "ll": heldout_loglik_per_word(fold_in(phi, corpus.observed, ALPHA), phi, corpus.held_out),
     }
 
 
-def table(corpus_name: str, ks: list[int], methods: list[str], seed: int) -> str:
+def table(corpus_name: str, ks: list[int], methods: list[str], seed: int, params: dict[str, Any]) -> str:
     """The markdown table of one corpus (progress lines go to stdout as each run ends)."""
     res: dict[tuple[str, int], dict[str, Any]] = {}
     for K in ks:
         for m in methods:
-            r = res[m, K] = one_pass(corpus_name, K, m, seed)
-            print(f"{corpus_name} K={K} {m}: NPMI {r['heldout']:.3f} (whole corpus {r['whole']:.3f}), {r['used']} used",
-                  flush=True)  # fmt: skip
+            r = res[m, K] = one_pass(corpus_name, K, m, seed, params)
+            print(f"{corpus_name} K={K} {m}: NPMI {r['heldout']:.3f} (whole corpus {r['whole']:.3f}), {r['used']} used,"
+                  f" held-out LL {r['ll']:.4f}", flush=True)  # fmt: skip
     lines = [
         f"| {corpus_name}: method | " + " | ".join(f"K = {K}" for K in ks) + " |",
         "|---|" + "---:|" * len(ks),
@@ -88,13 +99,14 @@ def main() -> None:
     ap.add_argument("--topics", default="10,20,30,50,75,100")
     ap.add_argument("--methods", default=",".join(OURS + PEERS))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--param", type=json.loads, default={}, help="kernel parameters (JSON) for our kernels")
     args = ap.parse_args()
     for name in _THREADS:
         os.environ[name] = "1"
     ks = [int(k) for k in args.topics.split(",")]
     methods = args.methods.split(",")
-    tables = [table(c, ks, methods, args.seed) for c in args.corpora.split(",")]
-    print("\nheld-out NPMI (whole-corpus NPMI) / topics used, one pass, seed", args.seed)
+    tables = [table(c, ks, methods, args.seed, args.param) for c in args.corpora.split(",")]
+    print("\nheld-out NPMI (whole-corpus NPMI) / topics used, one pass, seed", args.seed, "params", args.param or "-")
     print("\n\n".join(tables))
 
 
