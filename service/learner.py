@@ -50,7 +50,7 @@ from .lineage import DEFAULT_KEEP, Lineage, LineageEvent, LineageStore, moved_sl
 from .lineage_feed import LineageFeed, renewals, seen_after
 from .names import TopicNames
 from .pipeline import TopicLabels
-from .restore import StateMismatch, forget_positions, id_changed, restore_or_create
+from .restore import Start, StateMismatch, forget_positions, id_changed, restore_or_create
 from .schemas import Rejection
 from .settings import Settings
 from .snapshot import Fence, FencedOut, SnapshotInfo, SnapshotStore
@@ -122,7 +122,15 @@ class Learner(BatchWorker):
         its state, and set up what learns, plans and writes."""
         s = self.settings
         start = restore_or_create(s, self.store, self.metrics, self.lineage_store, self.tokenizer)
-        # The input topic's id: a snapshot of another topic of that name (re-created) gives no positions.
+        self._adopt(start)
+        self._set_up_moves(start)
+        self._set_up_outputs(start)
+        self._set_up_snapshots(start)
+
+    def _adopt(self, start: Start) -> None:
+        """The restored (or new) model, vocabulary, positions and lineage, checked against the input topic as it is
+        now (a snapshot of another topic of that name, re-created, gives no positions)."""
+        s = self.settings
         self._admin = make_admin(s)
         self.input_topic_id = topic_id(s, s.input_topic, admin=self._admin)
         if dropped := start.forget_input_if_recreated(s.input_topic, self.input_topic_id):
@@ -150,17 +158,16 @@ class Learner(BatchWorker):
         #: The newest version this learner knows to be in Redis, complete: the one it restored, then each one it
         #: wrote (0: none). ``version`` may be a newer one whose data was already gone at the restore.
         self._stored_version = start.restored_version
+
+    def _set_up_moves(self, start: Start) -> None:
+        """Topic hygiene (when the settings and the kernel allow it) and what it plans on and replays."""
+        s = self.settings
         defaults = type(self.model).hygiene_defaults
         hygiene_on = s.topic_hygiene if s.topic_hygiene is not None else defaults is not None
         tidy = TopicHygiene(**{**(defaults or {}), "max_splits": s.topic_hygiene_splits}) if hygiene_on else None
         # A kernel without a move these settings use (the particle filter has merges only) is refused before
         # this, by service.compat's kernel_param_problems; this keeps hygiene off if one gets here all the same.
         self.hygiene = tidy if tidy is not None and not tidy.missing_moves(self.model) else None
-        #: The latest texts learned (main thread): their copies are answered, not learned again (None: every copy is
-        #: learned). A batch's mask of texts new to it travels as ``InFlight.context`` (None: all new).
-        self._texts = RecentTexts(s.duplicate_window) if s.duplicate_window > 0 else None
-        if self._texts is not None and start.recent_texts is not None:
-            self._texts.restore(start.recent_texts)
         #: The latest documents learned, that hygiene is planned on.
         self._recent = RecentDocs(self.hygiene.recent_window if self.hygiene is not None else 1)
         #: With held-out moves: the latest UNSEEN_DOCS documents learned since the last capture that hygiene was
@@ -182,12 +189,26 @@ class Learner(BatchWorker):
         #: event (writer thread; a restored model's ids all count): a move that ends any other id is no lineage
         #: event (:meth:`Lineage.record`).
         self._seen_ids: frozenset[int] = frozenset(self.lineage.slot_ids if start.restored_version else ())
+
+    def _set_up_outputs(self, start: Start) -> None:
+        """The duplicate window (restored with the snapshot), the topic names and the lineage feed."""
+        s = self.settings
+        #: The latest texts learned (main thread): their copies are answered, not learned again (None: every copy is
+        #: learned). A batch's mask of texts new to it travels as ``InFlight.context`` (None: all new).
+        self._texts = RecentTexts(s.duplicate_window) if s.duplicate_window > 0 else None
+        if self._texts is not None and start.recent_texts is not None:
+            self._texts.restore(start.recent_texts)
         self.names = TopicNames(self.store.r, s.redis_prefix)
         self.lineage_feed = LineageFeed(
             self.lineage_store, self.names, self.producer, s.lineage_topic_name(), self.metrics
         )
         self.lineage_feed.unpushed = start.unpublished  # the restored snapshot's events that P:lineage lacks
         self._names: dict[int, str] = {}
+
+    def _set_up_snapshots(self, start: Start) -> None:
+        """The kernel compiled, the labels, the snapshot writer (drift measured from a restored model) and the
+        snapshot clock."""
+        s = self.settings
         log.info("compiling the %s kernel (cached on disk after the first start)", s.algorithm)
         self.metrics.beat()  # restored: each step of a slow start counts as progress
         type(self.model).warm_up(**s.kernel_params)
