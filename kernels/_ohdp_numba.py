@@ -104,10 +104,11 @@ def _cvb_doc(
 
     Over-relaxation (``relax`` = w > 1; successive over-relaxation of the Gauss–Seidel sweep): the new row is
     γ_n + w (x − γ_n) for the plain update x, but no entry below x/2 (a shrinking topic's entry never reaches 0,
-    nor below it), N_j moved with it. The fixed points are the plain sweep's (there x = γ_n); the sweeps shrink
-    the change by a steady 0.93–0.96 each near them on news (docs/ohdp.md), and w = 1.3–1.7 takes a third fewer.
-    The stopping test stays the plain update's change Σ_n c_n |x − γ_n|₁; the rows are made to sum to 1 and N_j
-    recounted after the last sweep (the floor may leave a row off 1 by a little). w = 1 is the plain sweep.
+    nor below it), N_j moved with it. Its fixed points are the plain sweep's (there x = γ_n), though a document
+    with several may settle on another; the plain sweeps shrink the change by a steady 0.93–0.96 each near one on
+    news (docs/ohdp.md), and w = 1.3–1.7 take a third fewer. The stopping test stays the plain update's change
+    Σ_n c_n |x − γ_n|₁; the rows are made to sum to 1 and N_j recounted after the last sweep (mid-sweep the floor
+    lets a row sum to up to w). w = 1 is the plain sweep.
     """
     U = phat.shape[0]
     K = phat.shape[1]

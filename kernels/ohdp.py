@@ -112,7 +112,8 @@ class OnlineHDP(OnlineHDPBase):
     relax, settled_relax : float
         Over-relaxation w of the document sweeps (``kernels._ohdp_numba._cvb_doc``) while the model settles and
         after: each sweep moves a word's responsibilities w times as far as the plain update would (never below
-        half of it), which keeps the fixed points and takes fewer sweeps to reach them. 1 is the plain sweep.
+        half of it): the plain sweep's fixed points (a document with several may settle on another), reached in
+        fewer sweeps. 1 is the plain sweep.
         Measured in ``docs/ohdp.md`` ("Over-relaxed sweeps"): 1.7 / 1.3 sweep BBC 1.2–1.5× faster than 1 / 1 at
         an equal or better held-out likelihood in four runs of five.
     sequential : bool

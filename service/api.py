@@ -271,15 +271,17 @@ class InferenceApi:
             f"{status} {_REASONS[status]}",
             [("Content-Type", "application/json"), ("Content-Length", str(len(body))), *text],
         )
-        return [body]
+        return [] if environ.get("REQUEST_METHOD") == "HEAD" else [body]
 
     def _route(self, environ: dict[str, Any]) -> tuple[int, bytes, Headers]:
         path, method = environ.get("PATH_INFO", ""), environ.get("REQUEST_METHOD", "")
         route = "/v1/topics/{topic}" if path.startswith(_ONE_TOPIC) else path
         if route not in _METHODS:
             raise _Answer(404, "not_found", f"no such path: {path[:200]!r}; {', '.join(_ROUTES)}")
-        if method != _METHODS[route]:
-            raise _Answer(405, "method", f"{path[:200]} takes {_METHODS[route]}", [("Allow", _METHODS[route])])
+        allowed = _METHODS[route]
+        if method != allowed and not (method == "HEAD" and allowed == "GET"):  # HEAD: a GET's headers (RFC 9110)
+            allow = "GET, HEAD" if allowed == "GET" else allowed
+            raise _Answer(405, "method", f"{path[:200]} takes {allow}", [("Allow", allow)])
         if path == "/v1/openapi.json":
             return 200, self._openapi, []
         served = self.served()

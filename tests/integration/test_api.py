@@ -194,6 +194,10 @@ def test_the_api_lists_the_topics_and_says_which_carries_a_saved_id_after_a_merg
     ]
     for (status, _, body), wanted_status, reason in answers:
         assert (status, json.loads(body)["error"]["reason"]) == (wanted_status, reason)
+    # HEAD: a GET's status and headers, no body; the other methods are refused naming both.
+    status, headers, body = call(port, "HEAD", "/v1/topics/1")
+    assert status == 200 and body == b"" and int(headers["content-length"]) == len(call(port, "GET", "/v1/topics/1")[2])
+    assert call(port, "POST", "/v1/topics/0", b"{}")[1]["allow"] == "GET, HEAD"
     # Without ?all, the empty slots are left out, as `topicstream topics` leaves them out.
     shown = json.loads(call(port, "GET", "/v1/topics")[2])["topics"]
     assert [t["topic"] for t in shown] == [t["topic"] for t in listed["topics"] if t["prevalence"] >= 1e-4]
