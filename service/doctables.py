@@ -89,7 +89,8 @@ HEADER_DOCS: dict[str, tuple[str, str]] = {
 
 #: What each dead-letter reason (``Rejection.reason``) means.
 REASON_DOCS: dict[str, str] = {
-    "oversize": "the value is longer than `TOPICSTREAM_MAX_ARTICLE_BYTES`",
+    "oversize": "the value is longer than `TOPICSTREAM_MAX_ARTICLE_BYTES`; or its output event, even without its title "
+    "and url, is larger than the output topic takes (its `max.message.bytes`)",
     "not_utf8": "the value is not UTF-8",
     "not_json": "the value is not JSON",
     "not_object": "the JSON is not an object",

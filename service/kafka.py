@@ -19,7 +19,7 @@ from typing import Any
 
 from confluent_kafka import Consumer as _Consumer
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicCollection
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from .settings import Settings
 
@@ -35,6 +35,7 @@ __all__ = [
     "make_consumer",
     "make_producer",
     "next_offsets",
+    "size_limit",
     "topic_id",
 ]
 
@@ -134,6 +135,53 @@ def make_producer(settings: Settings, **overrides: str | int | bool) -> Producer
         **overrides,
     }
     return Producer(conf)
+
+
+#: librdkafka's default ``message.max.bytes``: the largest request (a batch of messages, or one message) it sends.
+DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
+#: The smallest ``message.max.bytes`` librdkafka takes.
+MIN_MESSAGE_MAX_BYTES = 1_000
+
+
+def size_limit(settings: Settings, topics: Iterable[str], timeout: float | None = None) -> dict[str, int]:
+    """The producer setting that keeps its requests within what the brokers take for ``topics``: Kafka refuses a
+    record batch over its topic's ``max.message.bytes`` (MESSAGE_TOO_LARGE) whole, so a topic created with a
+    smaller limit than the producer's ``message.max.bytes`` (1,000,000 by default) had every full batch refused,
+    and the learner stopped and read the batch again, for ever (a helper's proxy that enforces the limit, as Kafka
+    does: 11 restarts a minute, no output). With ``message.max.bytes`` at the smallest topic limit, librdkafka
+    fills smaller batches and refuses a larger message at ``produce`` (:class:`service.pipeline.Publisher` then
+    sends what fits). ``{}`` when no topic is under the producer's own limit, or the brokers do not say
+    (topics not created yet, DescribeConfigs not allowed or not answered within ``timeout``)."""
+    timeout = CONNECT_TIMEOUT_S if timeout is None else timeout
+    own = int(settings.kafka_config.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES))
+    admin = make_admin(settings)
+    limits: dict[str, int] = {}
+    try:
+        futures = admin.describe_configs(
+            [ConfigResource(ResourceType.TOPIC, t) for t in dict.fromkeys(topics)], request_timeout=timeout
+        )
+    except KafkaException as e:
+        log.info("topic size limits not known (%s)", e)
+        return {}
+    for resource, future in futures.items():
+        try:
+            entry = future.result(timeout=timeout).get("max.message.bytes")
+        except (KafkaException, concurrent.futures.TimeoutError):  # no such topic yet, or no answer
+            continue
+        if entry is not None and str(entry.value).isdigit():
+            limits[resource.name] = int(entry.value)
+    if not limits or min(limits.values()) >= own:
+        return {}
+    topic, limit = min(limits.items(), key=lambda item: item[1])
+    capped = max(MIN_MESSAGE_MAX_BYTES, limit)
+    log.warning(
+        "topic %s takes messages of at most %d bytes (max.message.bytes): the producer's message.max.bytes is %d "
+        "(a dead letter over it goes without its value, an output without its title and url)",
+        topic,
+        limit,
+        capped,
+    )
+    return {"message.max.bytes": capped}
 
 
 def make_admin(settings: Settings) -> AdminClient:

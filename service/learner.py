@@ -275,6 +275,9 @@ class Learner(BatchWorker):
         )
 
     # ------------------------------------------------------------------ the worker's hooks
+    def produced_topics(self) -> list[str]:
+        return [*super().produced_topics(), self.settings.lineage_topic_name()]
+
     def consumer_group(self) -> str:
         return self.settings.learner_group()
 

@@ -231,25 +231,62 @@ class Publisher:
                 self.producer.poll(0.1)
 
     def dead_letter(self, msg: Message, rejection: Rejection, tracker: DeliveryTracker) -> None:
-        """Send ``msg`` to the dead-letter topic with the reason; never raises on the message's own bytes."""
+        """Send ``msg`` to the dead-letter topic with the reason; never raises on the message's own bytes.
+
+        A dead letter too large for the producer (its ``message.max.bytes``, which :func:`service.kafka.size_limit`
+        keeps within the topic's) or for the broker (the topic's limit lowered since) goes as a reference: the
+        reason and where the message lies, without its value. Before, the broker's refusal failed the batch, and
+        the learner stopped and read the same message again at every start (a helper's proxy that enforces the
+        limit as Kafka does: 29 restarts in 150 s over one 60 kB message)."""
         key, value, headers = dead_letter_record(msg, rejection, self.settings.dlq_max_bytes)
+        reference = [(k, v) for k, v in headers if k.startswith(_OURS)]
+        reference.append((H_TRUNCATED, b"true"))
         try:
-            self._produce(tracker, self.settings.dlq_topic, key, value, headers)
-        except KafkaException as e:
-            # Refused locally (e.g. larger than the producer's message.max.bytes): a reference-only dead letter
-            # still tells the operator where the message is and why it was rejected.
-            self.metrics.errors.labels(kind="dead_letter_refused").inc()
-            log.warning(
-                "dead letter of %s[%s]@%s refused (%s): sent without its value",
-                msg.topic(),
-                msg.partition(),
-                msg.offset(),
-                e,
+            self._produce(
+                tracker,
+                self.settings.dlq_topic,
+                key,
+                value,
+                headers,
+                self._dead_letter_delivered(tracker, key, reference),
             )
-            reference = [(k, v) for k, v in headers if k.startswith(_OURS)]
-            reference.append((H_TRUNCATED, b"true"))
+        except KafkaException as e:
+            self._refused(msg, e)
             self._produce(tracker, self.settings.dlq_topic, key, b"", reference)
         self.metrics.dead_lettered.labels(reason=rejection.reason).inc()
+
+    def _refused(self, msg: Message, why: object) -> None:
+        self.metrics.errors.labels(kind="dead_letter_refused").inc()
+        log.warning(
+            "dead letter of %s[%s]@%s refused (%s): sent without its value",
+            msg.topic(),
+            msg.partition(),
+            msg.offset(),
+            why,
+        )
+
+    def _dead_letter_delivered(
+        self, tracker: DeliveryTracker, key: bytes | None, reference: Headers
+    ) -> Callable[[KafkaError | None, Message], None]:
+        """Delivery callback of a dead letter: one the broker refuses as too large is sent again as a reference
+        (its delivery then settles it); any other failure fails the batch, as an output's does."""
+
+        def callback(err: KafkaError | None, sent: Message) -> None:
+            if err is not None and err.code() in _TOO_LARGE:
+                try:  # inside the producer's poll: one try, no waiting for room in its queue
+                    self.producer.produce(
+                        self.settings.dlq_topic, value=b"", key=key, headers=reference, on_delivery=tracker.callback
+                    )
+                except (BufferError, KafkaException):
+                    tracker.callback(err, sent)
+                    return
+                tracker.sent()
+                self._refused(sent, err)
+                tracker.callback(None, sent)  # settled by its reference
+                return
+            tracker.callback(err, sent)
+
+        return callback
 
     def publish(
         self,
@@ -258,20 +295,53 @@ class Publisher:
         tokens: NDArray[np.float64],
         model: ModelRef,
         tracker: DeliveryTracker,
+        refuse: Callable[[Message, Rejection], None],
     ) -> None:
-        """One output event per article; ``theta`` rows are the mixtures, ``tokens`` the in-vocab counts."""
+        """One output event per article; ``theta`` rows are the mixtures, ``tokens`` the in-vocab counts.
+
+        An output larger than the producer takes (``message.max.bytes``, within the output topic's limit: a title
+        and url of thousands of escaped characters on a topic limited to kilobytes) goes without its title and url;
+        one that is still too large is handed to ``refuse`` (the learner dead-letters it as ``oversize``). Before,
+        ``produce`` raised on the kernel lane and the learner stopped, and stopped again at every start."""
         consumed_at = time.time()
         records = output_records([a for _, a in good], theta, tokens, model, self.settings)
+        topic = self.settings.output_topic
         for (msg, article), (value, headers) in zip(good, records, strict=True):
-            input_ts = latency_start(msg, consumed_at)
-            self._produce(
-                tracker,
-                self.settings.output_topic,
-                article.id,
-                value,
-                headers,
-                self._output_delivered(tracker, input_ts),
-            )
+            delivered = self._output_delivered(tracker, latency_start(msg, consumed_at))
+            if self._fits(tracker, topic, article.id, value, headers, delivered):
+                continue
+            slim = _without_text(value)
+            if not self._fits(tracker, topic, article.id, slim, headers, delivered):
+                detail = f"its output event ({len(value):,} bytes, {len(slim):,} without title and url) is over the "
+                refuse(msg, Rejection("oversize", detail + "producer's message.max.bytes (the output topic's limit)"))
+
+    def _fits(
+        self,
+        tracker: DeliveryTracker,
+        topic: str,
+        key: str,
+        value: bytes,
+        headers: Headers,
+        delivered: Callable[[KafkaError | None, Message], None],
+    ) -> bool:
+        """Produce one output; False when the producer refuses it as too large (any other refusal raises)."""
+        try:
+            self._produce(tracker, topic, key, value, headers, delivered)
+        except KafkaException as e:
+            if e.args[0].code() not in _TOO_LARGE:
+                raise
+            return False
+        return True
+
+
+#: The errors of a message too large for the producer or for its topic (Kafka's MESSAGE_TOO_LARGE,
+#: RECORD_LIST_TOO_LARGE).
+_TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
+
+
+def _without_text(value: bytes) -> bytes:
+    """An output event without its title and url (``null``): what still fits a topic with a small size limit."""
+    return orjson.dumps({**orjson.loads(value), "title": None, "url": None})
 
 
 def output_records(

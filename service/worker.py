@@ -39,6 +39,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any, TypedDict
 
 import numpy as np
@@ -55,6 +56,7 @@ from .kafka import (
     make_producer,
     next_offsets,
     partition_of,
+    size_limit,
 )
 from .keepalive import GroupKeepAlive
 from .keys import check_types
@@ -126,7 +128,7 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
         self.tokenizer = settings.tokenizer()
         group_id = self.consumer_group()
         self.consumer = make_consumer(settings, group_id, on_commit=self._on_commit, **(consumer_overrides or {}))
-        self.producer = make_producer(settings)
+        self.producer = make_producer(settings, **size_limit(settings, self.produced_topics()))
         self.publisher = Publisher(self.producer, settings, self.metrics)
         self.lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.role}-kernel")
         #: Next offset to read per (topic, partition), as far as batches have been handed to the kernel.
@@ -152,6 +154,10 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
         self.metrics.unacked_limit.set(settings.max_unacked_batches)
 
     # ------------------------------------------------------------------ what subclasses supply
+    def produced_topics(self) -> list[str]:
+        """The topics this worker produces to (the producer keeps within the smallest one's size limit)."""
+        return [self.settings.output_topic, self.settings.dlq_topic]
+
     @abc.abstractmethod
     def consumer_group(self) -> str:
         """The consumer group this worker reads the input topic in."""
@@ -350,7 +356,8 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
         t0 = time.perf_counter()
         if self.publishes and batch.decoded.good:
             tokens = batch.encoded.batch.doc_tokens()
-            self.publisher.publish(batch.decoded.good, theta, tokens, batch.model, batch.tracker)
+            refuse = partial(self.reject, batch=batch)  # an output over the topic's size limit
+            self.publisher.publish(batch.decoded.good, theta, tokens, batch.model, batch.tracker, refuse)
         batch.timings["publish"] = time.perf_counter() - t0
         self._unacked.append(batch)  # in order: the lane runs one batch at a time
         self._observe(batch)

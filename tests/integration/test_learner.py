@@ -143,6 +143,77 @@ def test_restart_after_crash_learns_every_article_exactly_once(settings: Setting
     assert payload["kernel"]["state"]["n_docs_seen"] == len(values)
 
 
+def test_the_learner_keeps_within_the_size_limits_of_the_topics_it_writes(settings: Settings) -> None:
+    """Output and dead-letter topics created with a ``max.message.bytes`` under librdkafka's 1 MB: Kafka refuses a
+    record batch over its topic's limit, and before, the learner stopped at the refusal and read the same batch
+    again at every start (a helper's proxy that enforces the limit as Kafka does: 11 restarts a minute, no output;
+    29 restarts in 150 s over one 60 kB hostile message). Tansu keeps the limit without enforcing it, so this test
+    judges what the learner sends: nothing over the limit, every article answered. An output too large goes
+    without its title and url; a dead letter too large as a reference (reason and place, no value)."""
+    from confluent_kafka.admin import NewTopic
+
+    from service.kafka import make_admin
+    from service.pipeline import H_REASON, H_TRUNCATED
+
+    limit = 4000
+    s = settings.model_copy(
+        update={
+            "batch_size": 20,
+            "output_topic": settings.output_topic + "-small",
+            "dlq_topic": settings.dlq_topic + "-small",
+        }
+    )
+    admin = make_admin(s)  # held until the topics are made: a client destroyed first fails its requests
+    created = admin.create_topics(
+        [NewTopic(t, 1, -1, config={"max.message.bytes": str(limit)}) for t in (s.output_topic, s.dlq_topic)]
+    )
+    for future in created.values():
+        future.result(30)
+    good = good_articles(30, seed=6)
+    long = json.dumps({"id": "long", "title": "\x01" * 1000, "url": "https://example.com/" + "a" * 2100, "text": "oil"})
+    hostile = b"{" + b"x" * 60_000  # no JSON: dead-lettered with its 60 kB
+    produce(s, [*good, long.encode(), hostile])
+    learner = Learner(s)
+    try:
+        run_until(learner, len(good) + 2)
+    finally:
+        learner.close()
+    outputs = read_all(s, s.output_topic, len(good) + 1)
+    (dead,) = read_all(s, s.dlq_topic, 1)
+    assert {m.key().decode() for m in outputs} == {json.loads(v)["id"] for v in good} | {"long"}
+    assert all(len(m.value()) <= limit for m in [*outputs, dead])
+    events = {m.key().decode(): json.loads(m.value()) for m in outputs}
+    assert events["long"]["title"] is None and events["long"]["url"] is None and events["long"]["top_topics"]
+    assert all(events[json.loads(v)["id"]]["title"] for v in good)
+    headers = dict(dead.headers())
+    assert dead.value() in (b"", None) and headers[H_TRUNCATED] == b"true" and headers[H_REASON] == b"not_json"
+
+
+def test_a_dead_letter_the_broker_refuses_as_too_large_is_sent_again_as_a_reference(settings: Settings) -> None:
+    """The broker's MESSAGE_TOO_LARGE for a dead letter (its topic's limit lowered after the learner started, so
+    the producer's own limit did not catch it), as it comes to the dead letter's delivery callback: a reference
+    (reason, place, no value) goes instead and settles it. Before, the refusal failed the batch, and the learner
+    stopped and read the same hostile message again at every start. Any other failure still fails the batch."""
+    from confluent_kafka import KafkaError
+
+    from service.kafka import DeliveryTracker, flush_all, make_producer
+    from service.pipeline import H_REASON, H_TRUNCATED, Publisher
+
+    produce(settings, [b"{" + b"x" * 5000])
+    (hostile,) = read_all(settings, settings.input_topic, 1, linger=0.5)
+    producer = make_producer(settings)
+    publisher = Publisher(producer, settings, Metrics())
+    reference = [(H_REASON, b"not_json"), (H_TRUNCATED, b"true")]
+    for error, settled in ((KafkaError.MSG_SIZE_TOO_LARGE, True), (KafkaError._MSG_TIMED_OUT, False)):
+        tracker = DeliveryTracker()
+        tracker.sent()  # the dead letter, whose delivery report is the broker's refusal
+        publisher._dead_letter_delivered(tracker, b"hostile", reference)(KafkaError(error), hostile)
+        flush_all(producer, 30)
+        assert tracker.done and (tracker.failed == 0) == settled and tracker.acked == (2 if settled else 0)
+    (sent,) = read_all(settings, settings.dlq_topic, 1)
+    assert sent.key() == b"hostile" and not sent.value() and dict(sent.headers())[H_TRUNCATED] == b"true"
+
+
 def test_a_cold_start_snapshots_after_its_first_batch_and_a_restart_does_not(settings: Settings) -> None:
     """Replicas, the HTTP API and ``topicstream topics`` wait for a first snapshot: a cold start writes one after
     its first batch (before, only after TOPICSTREAM_SNAPSHOT_EVERY_S, 30 s at the default), and then keeps to the
