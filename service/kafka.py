@@ -141,6 +141,10 @@ def make_producer(settings: Settings, **overrides: str | int | bool) -> Producer
 DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
 #: The smallest ``message.max.bytes`` librdkafka takes.
 MIN_MESSAGE_MAX_BYTES = 1_000
+#: What a topic's limit counts beyond librdkafka's check of one message: the record batch's header (61 bytes) and
+#: the record's length fields (a helper's proxy: with the cap at the limit, values up to ~160 bytes under it passed
+#: librdkafka and the broker refused their batches).
+BATCH_OVERHEAD = 256
 
 
 def size_limit(settings: Settings, topics: Iterable[str], timeout: float | None = None) -> dict[str, int]:
@@ -170,10 +174,10 @@ def size_limit(settings: Settings, topics: Iterable[str], timeout: float | None 
             continue
         if entry is not None and str(entry.value).isdigit():
             limits[resource.name] = int(entry.value)
-    if not limits or min(limits.values()) >= own:
+    if not limits or min(limits.values()) - BATCH_OVERHEAD >= own:
         return {}
     topic, limit = min(limits.items(), key=lambda item: item[1])
-    capped = max(MIN_MESSAGE_MAX_BYTES, limit)
+    capped = max(MIN_MESSAGE_MAX_BYTES, limit - BATCH_OVERHEAD)
     log.warning(
         "topic %s takes messages of at most %d bytes (max.message.bytes): the producer's message.max.bytes is %d "
         "(a dead letter over it goes without its value, an output without its title and url)",

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -198,19 +199,55 @@ class Publisher:
         self.producer = producer
         self.settings = settings
         self.metrics = metrics
+        self._slim_count, self._slim_said = 0, -float("inf")  # outputs sent without title and url (_slimmed)
 
     def _output_delivered(
-        self, tracker: DeliveryTracker, input_ts: float
+        self, tracker: DeliveryTracker, input_ts: float, slim: Callable[[], bool] | None = None
     ) -> Callable[[KafkaError | None, Message], None]:
-        """Delivery callback of one output: track it, and on success count it and observe its latency."""
+        """Delivery callback of one output: track it, and on success count it and observe its latency. One the
+        broker refuses as too large (its topic's limit lowered since the start) is sent again by ``slim`` (without
+        title and url), whose delivery then settles it; any other failure fails the batch."""
 
         def callback(err: KafkaError | None, msg: Message) -> None:
+            if err is not None and err.code() in _TOO_LARGE and slim is not None and slim():
+                tracker.callback(None, msg)  # settled by the slim output, tracked on its own
+                return
             tracker.callback(err, msg)
             if err is None:
                 self.metrics.published.inc()
                 self.metrics.latency.observe(max(0.0, time.time() - input_ts))
 
         return callback
+
+    def _resend_slim(self, tracker: DeliveryTracker, input_ts: float, key: str, value: bytes, headers: Headers) -> bool:
+        """Send an output again without its title and url, from its delivery callback: one try (inside the
+        producer's poll, no waiting for room in its queue); False when the producer refuses it too."""
+        try:
+            self.producer.produce(
+                self.settings.output_topic,
+                value=_without_text(value),
+                key=key,
+                headers=headers,
+                on_delivery=self._output_delivered(tracker, input_ts),
+            )
+        except (BufferError, KafkaException):
+            return False
+        tracker.sent()
+        self._slimmed(key)
+        return True
+
+    def _slimmed(self, key: str) -> None:
+        """Say (at most once a minute, with how many since) that outputs went without their title and url."""
+        self._slim_count += 1
+        now = time.monotonic()
+        if now - self._slim_said >= 60.0:
+            log.warning(
+                "%d output(s) too large for the output topic sent without title and url (the latest: article %r): "
+                "raise its max.message.bytes",
+                self._slim_count,
+                key[:200],
+            )
+            self._slim_said, self._slim_count = now, 0
 
     def _produce(
         self,
@@ -241,32 +278,21 @@ class Publisher:
         key, value, headers = dead_letter_record(msg, rejection, self.settings.dlq_max_bytes)
         reference = [(k, v) for k, v in headers if k.startswith(_OURS)]
         reference.append((H_TRUNCATED, b"true"))
+        where = f"{msg.topic()}[{msg.partition()}]@{msg.offset()}"
         try:
-            self._produce(
-                tracker,
-                self.settings.dlq_topic,
-                key,
-                value,
-                headers,
-                self._dead_letter_delivered(tracker, key, reference),
-            )
+            delivered = self._dead_letter_delivered(tracker, key, reference, where)
+            self._produce(tracker, self.settings.dlq_topic, key, value, headers, delivered)
         except KafkaException as e:
-            self._refused(msg, e)
+            self._refused(where, e)
             self._produce(tracker, self.settings.dlq_topic, key, b"", reference)
         self.metrics.dead_lettered.labels(reason=rejection.reason).inc()
 
-    def _refused(self, msg: Message, why: object) -> None:
+    def _refused(self, where: str, why: object) -> None:
         self.metrics.errors.labels(kind="dead_letter_refused").inc()
-        log.warning(
-            "dead letter of %s[%s]@%s refused (%s): sent without its value",
-            msg.topic(),
-            msg.partition(),
-            msg.offset(),
-            why,
-        )
+        log.warning("dead letter of %s refused (%s): sent without its value", where, why)
 
     def _dead_letter_delivered(
-        self, tracker: DeliveryTracker, key: bytes | None, reference: Headers
+        self, tracker: DeliveryTracker, key: bytes | None, reference: Headers, where: str
     ) -> Callable[[KafkaError | None, Message], None]:
         """Delivery callback of a dead letter: one the broker refuses as too large is sent again as a reference
         (its delivery then settles it); any other failure fails the batch, as an output's does."""
@@ -281,7 +307,7 @@ class Publisher:
                     tracker.callback(err, sent)
                     return
                 tracker.sent()
-                self._refused(sent, err)
+                self._refused(where, err)
                 tracker.callback(None, sent)  # settled by its reference
                 return
             tracker.callback(err, sent)
@@ -307,13 +333,16 @@ class Publisher:
         records = output_records([a for _, a in good], theta, tokens, model, self.settings)
         topic = self.settings.output_topic
         for (msg, article), (value, headers) in zip(good, records, strict=True):
-            delivered = self._output_delivered(tracker, latency_start(msg, consumed_at))
-            if self._fits(tracker, topic, article.id, value, headers, delivered):
+            ts = latency_start(msg, consumed_at)
+            resend = partial(self._resend_slim, tracker, ts, article.id, value, headers)
+            if self._fits(tracker, topic, article.id, value, headers, self._output_delivered(tracker, ts, resend)):
                 continue
             slim = _without_text(value)
-            if not self._fits(tracker, topic, article.id, slim, headers, delivered):
-                detail = f"its output event ({len(value):,} bytes, {len(slim):,} without title and url) is over the "
-                refuse(msg, Rejection("oversize", detail + "producer's message.max.bytes (the output topic's limit)"))
+            if self._fits(tracker, topic, article.id, slim, headers, self._output_delivered(tracker, ts)):
+                self._slimmed(article.id)
+                continue
+            detail = f"its output event ({len(value):,} bytes, {len(slim):,} without title and url) is over the "
+            refuse(msg, Rejection("oversize", detail + "producer's message.max.bytes (the output topic's limit)"))
 
     def _fits(
         self,
