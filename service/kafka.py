@@ -170,7 +170,13 @@ def size_limit(settings: Settings, topics: Iterable[str], timeout: float | None 
     for resource, future in futures.items():
         try:
             entry = future.result(timeout=timeout).get("max.message.bytes")
-        except (KafkaException, concurrent.futures.TimeoutError):  # no such topic yet, or no answer
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:  # one that does not exist yet: nothing to say
+                log.warning("the size limit of topic %s is not known (%s): grant DescribeConfigs on it, or set "
+                            "message.max.bytes in TOPICSTREAM_KAFKA_CONFIG", resource.name, e)  # fmt: skip
+            continue
+        except concurrent.futures.TimeoutError:
+            log.warning("the brokers did not say the size limit of topic %s within %.0f s", resource.name, timeout)
             continue
         if entry is not None and str(entry.value).isdigit():
             limits[resource.name] = int(entry.value)

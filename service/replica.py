@@ -63,6 +63,9 @@ class Replica(BatchWorker):
         return self.follower.reload()
 
     # ------------------------------------------------------------------ the worker's hooks
+    def produced_topics(self) -> list[str]:
+        return [self.settings.output_topic]  # rejects are counted, not dead-lettered
+
     def consumer_group(self) -> str:
         return self.settings.replica_group()
 

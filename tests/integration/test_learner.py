@@ -9,7 +9,6 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -196,20 +195,6 @@ def test_the_learner_keeps_within_the_size_limits_of_the_topics_it_writes(settin
     assert dead.value() in (b"", None) and headers[H_TRUNCATED] == b"true" and headers[H_REASON] == b"not_json"
 
 
-def _one_output(settings: Settings) -> tuple[Any, ...]:
-    """The arguments of ``output_records`` for one article with a title and url, from a small untrained model."""
-    from kernels import SCVB0
-    from service.inflight import ModelRef
-    from service.pipeline import TopicLabels
-    from service.schemas import Article
-
-    model = SCVB0(n_topics=settings.topics, n_words=50, seed=0)
-    labels = TopicLabels(model.topic_word(), [f"w{i}" for i in range(50)])
-    article = Article(id="long", title="Oil " * 200, url="https://example.com/" + "a" * 1000, text="oil")
-    theta = np.full((1, settings.topics), 1.0 / settings.topics)
-    return [article], theta, np.ones(1), ModelRef(labels, "scvb0", 1, settings.topics), settings
-
-
 def test_a_dead_letter_the_broker_refuses_as_too_large_is_sent_again_as_a_reference(settings: Settings) -> None:
     """The broker's MESSAGE_TOO_LARGE for a dead letter (its topic's limit lowered after the learner started, so
     the producer's own limit did not catch it), as it comes to the dead letter's delivery callback: a reference
@@ -218,7 +203,7 @@ def test_a_dead_letter_the_broker_refuses_as_too_large_is_sent_again_as_a_refere
     from confluent_kafka import KafkaError
 
     from service.kafka import DeliveryTracker, flush_all, make_producer
-    from service.pipeline import H_REASON, H_TRUNCATED, Publisher, output_records
+    from service.pipeline import H_REASON, H_TRUNCATED, Publisher
 
     produce(settings, [b"{" + b"x" * 5000])
     (hostile,) = read_all(settings, settings.input_topic, 1, linger=0.5)
@@ -233,17 +218,6 @@ def test_a_dead_letter_the_broker_refuses_as_too_large_is_sent_again_as_a_refere
         assert tracker.done and (tracker.failed == 0) == settled and tracker.acked == (2 if settled else 0)
     (sent,) = read_all(settings, settings.dlq_topic, 1)
     assert sent.key() == b"hostile" and not sent.value() and dict(sent.headers())[H_TRUNCATED] == b"true"
-    # The same for an output: sent again without its title and url, which settles it.
-    ((value, headers),) = output_records(*_one_output(settings))
-    tracker = DeliveryTracker()
-    tracker.sent()
-    slim = partial(publisher._resend_slim, tracker, time.time(), "long", value, headers)
-    publisher._output_delivered(tracker, time.time(), slim)(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), hostile)
-    flush_all(producer, 30)
-    assert tracker.done and tracker.failed == 0
-    (out,) = read_all(settings, settings.output_topic, 1)
-    event = json.loads(out.value())
-    assert out.key() == b"long" and event["title"] is None and event["url"] is None and event["mixture"]
 
 
 def test_a_cold_start_snapshots_after_its_first_batch_and_a_restart_does_not(settings: Settings) -> None:
