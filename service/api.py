@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import pydantic_core
 
-from .pipeline import Headers, output_records, tokenize
+from .pipeline import Headers, output_records, tokenize, topic_entry
 from .schemas import BOM, Article, Rejection, decode_article
 
 if TYPE_CHECKING:
@@ -354,15 +354,8 @@ def topic_view(served: Served, slot: int) -> dict[str, Any]:
     """The topic in ``slot`` of the snapshot served, as ``topicstream topics --json`` gives it (without the drift,
     which the snapshot does not hold): its stable id, slot, name, prevalence, top words and background flag."""
     ref = served.ref
-    topic = ref.topic_ids[slot]
-    return {
-        "topic": topic,
-        "slot": slot,
-        **({"name": ref.names[topic]} if topic in ref.names else {}),
-        "prevalence": float(served.weights[slot]),
-        "top_words": ref.labels.top_words[slot],
-        "background": slot == served.background,
-    }
+    words = ref.labels.top_words[slot]
+    return topic_entry(ref.topic_ids[slot], slot, ref.names, served.weights[slot], words, slot == served.background)
 
 
 def topics_answer(served: Served, show_empty: bool) -> dict[str, Any]:

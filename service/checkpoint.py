@@ -48,7 +48,7 @@ from .anchors import TopicAnchors
 from .backoff import Backoff
 from .lineage import moved_slots
 from .metrics import Metrics
-from .pipeline import TopicLabels
+from .pipeline import TopicLabels, topic_entry
 from .snapshot import FencedOut, SnapshotInfo, SnapshotStore
 
 __all__ = ["Capture", "SnapshotWriter", "snapshot_summary"]
@@ -291,15 +291,10 @@ def snapshot_summary(cap: Capture, info: SnapshotInfo, algorithm: str, names: di
         "topics_used": cap.topics_used,
         "topics_holding_95": mass_topics(cap.weights),  # TopicModel.topics_holding of the captured state
         "model_drift": float(np.dot(cap.weights, cap.drift)),
-        "topics": [
+        "topics": [  # by the stable id, as in outputs, headers and gauges
             {
-                "topic": ids[k],  # the stable id, as in outputs, headers and gauges
-                "slot": k,
-                **({"name": names[ids[k]]} if ids[k] in names else {}),
-                "prevalence": float(cap.weights[k]),
+                **topic_entry(ids[k], k, names, cap.weights[k], cap.labels.top_words[k], k == cap.background),
                 "drift": float(cap.drift[k]),
-                "top_words": cap.labels.top_words[k],
-                "background": k == cap.background,
             }
             for k in range(len(cap.weights))
         ],

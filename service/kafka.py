@@ -152,10 +152,11 @@ def size_limit(settings: Settings, topics: Iterable[str], timeout: float | None 
     record batch over its topic's ``max.message.bytes`` (MESSAGE_TOO_LARGE) whole, so a topic created with a
     smaller limit than the producer's ``message.max.bytes`` (1,000,000 by default) had every full batch refused,
     and the learner stopped and read the batch again, for ever (a helper's proxy that enforces the limit, as Kafka
-    does: 11 restarts a minute, no output). With ``message.max.bytes`` at the smallest topic limit, librdkafka
-    fills smaller batches and refuses a larger message at ``produce`` (:class:`service.pipeline.Publisher` then
-    sends what fits). ``{}`` when no topic is under the producer's own limit, or the brokers do not say
-    (topics not created yet, DescribeConfigs not allowed or not answered within ``timeout``)."""
+    does: 11 restarts a minute, no output). With ``message.max.bytes`` at the smallest topic limit less
+    :data:`BATCH_OVERHEAD`, librdkafka fills smaller batches and refuses a larger message at ``produce``
+    (:class:`service.pipeline.Publisher` then sends what fits). ``{}`` when no topic is under the producer's own
+    limit, or the brokers do not say (topics not created yet, DescribeConfigs not allowed or not answered within
+    ``timeout``)."""
     timeout = CONNECT_TIMEOUT_S if timeout is None else timeout
     own = int(settings.kafka_config.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES))
     admin = make_admin(settings)

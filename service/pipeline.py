@@ -191,6 +191,21 @@ class TopicLabels:
         self.labels = [" ".join(words[:3]) for words in self.top_words]
 
 
+def topic_entry(
+    topic: int, slot: int, names: dict[int, str], prevalence: float, top_words: list[str], background: bool
+) -> dict[str, object]:
+    """One topic as the snapshot summary (``topicstream topics --json``, which adds its drift) and the HTTP API's
+    ``/v1/topics`` describe it: its stable id, slot, name (if it has one), prevalence, top words, background flag."""
+    return {
+        "topic": topic,
+        "slot": slot,
+        **({"name": names[topic]} if topic in names else {}),
+        "prevalence": float(prevalence),
+        "top_words": top_words,
+        "background": background,
+    }
+
+
 class Publisher:
     """Writes output events and dead letters; every send is counted in the batch's :class:`DeliveryTracker`."""
 
