@@ -39,6 +39,7 @@ ERROR_KINDS = (
     "input_recreated",
     "tokenizer",
     "partitions_elsewhere",
+    "output_slimmed",
 )
 
 

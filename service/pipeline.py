@@ -233,7 +233,9 @@ class Publisher:
         return callback
 
     def _slimmed(self, key: str) -> None:
-        """Say (at most once a minute, with how many since) that outputs went without their title and url."""
+        """Count (``errors_total{kind="output_slimmed"}``) and say (at most once a minute, with how many since) that
+        outputs went without their title and url."""
+        self.metrics.errors.labels(kind="output_slimmed").inc()
         self._slim_count += 1
         now = time.monotonic()
         if now - self._slim_said >= 60.0:

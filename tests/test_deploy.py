@@ -237,6 +237,7 @@ def test_error_alerts_cover_every_kind() -> None:
         "input_recreated",
         "tokenizer",
         "partitions_elsewhere",
+        "output_slimmed",
     }
     assert once < set(ERROR_KINDS) and _kinds(steady["expr"], "!~") == once
     for kind in once:

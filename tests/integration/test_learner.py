@@ -191,6 +191,7 @@ def test_the_learner_keeps_within_the_size_limits_of_the_topics_it_writes(settin
     events = {m.key().decode(): json.loads(m.value()) for m in outputs}
     assert events["long"]["title"] is None and events["long"]["url"] is None and events["long"]["top_topics"]
     assert all(events[json.loads(v)["id"]]["title"] for v in good)
+    assert sample(learner.metrics, "topicstream_errors_total", kind="output_slimmed") == 1
     headers = dict(dead.headers())
     assert dead.value() in (b"", None) and headers[H_TRUNCATED] == b"true" and headers[H_REASON] == b"not_json"
 
