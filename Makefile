@@ -18,7 +18,8 @@ help:
 	@echo "            ARTICLES=path.jsonl[.gz] replays a file instead of generated articles; RATE=articles/s"
 	@echo "            ARGS=\"--duration 60\" stops it after a minute (any option of topicstream demo --help)"
 	@echo "make test   run the whole test suite against a real broker and a real Redis"
-	@echo "make lint   ruff and mypy"
+	@echo "make lint   ruff check, ruff format --check and mypy (no tests)"
+	@echo "make clean  remove .venv/, the caches and numba's on-disk cache"
 	@echo "make bench  regenerate docs/benchmarks.md against the peers, then the end-to-end service benchmark"
 	@echo "make docs   regenerate the README's and docs' tables that come from the code (settings, metrics, ...)"
 

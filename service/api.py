@@ -289,7 +289,7 @@ class InferenceApi:
             raise _Answer(
                 503,
                 "no_model",
-                "no snapshot served yet: the learner has not written one",
+                "no snapshot served yet: none written, or the first one is still loading",
                 [("Retry-After", str(RETRY_AFTER_S))],
             )
         if path == "/v1/model":

@@ -44,7 +44,8 @@ def topics_table(
     hidden = 0 if show_empty else sum(1 for t in rows if t["prevalence"] < EMPTY)
     small = 0 if show_empty else sum(1 for t in rows if EMPTY <= t["prevalence"] < smallest)
     rows = rows if show_empty else [t for t in rows if t["prevalence"] >= max(EMPTY, smallest)]
-    notes = [f"{_count(hidden, 'empty topic slot')} not shown (--all shows them)"] if hidden else []
+    shown_by = "(topicstream topics --all shows them)"
+    notes = [f"{_count(hidden, 'empty topic slot')} not shown {shown_by}"] if hidden else []
     if small:
         notes.append(f"{_count(small, 'topic')} under {smallest:.0%} of the articles not shown")
     holding, used, slots = summary.get("topics_holding_95"), summary["topics_used"], len(summary["topics"])

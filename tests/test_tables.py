@@ -23,7 +23,7 @@ def test_empty_slots_are_left_out_and_counted_unless_asked_for() -> None:
     s = summary([0.5, 0.0, 0.3, EMPTY / 2, 0.2 - EMPTY / 2, EMPTY])
     table = topics_table(s)
     assert list(table.columns[0].cells) == ["0", "2", "4", "5"]  # most prevalent first; EMPTY itself is a topic
-    assert table.caption == "2 empty topic slots not shown (--all shows them)"
+    assert table.caption == "2 empty topic slots not shown (topicstream topics --all shows them)"
     everything = topics_table(s, show_empty=True)
     assert list(everything.columns[0].cells) == ["0", "2", "4", "5", "3", "1"] and everything.caption is None
     assert list(topics_table(s, limit=2).columns[0].cells) == ["0", "2"]
@@ -82,4 +82,6 @@ def test_a_live_view_of_a_small_corpus_shows_the_topics_used_and_counts_the_rest
     assert table.caption == "16 topics under 1% of the articles not shown"
     assert len(list(topics_table(s).columns[0].cells)) == 20  # `topicstream topics` shows every topic but empty slots
     one = topics_table(summary([0.5, 0.495, 0.005, EMPTY / 2]), smallest=0.01).caption
-    assert one == "1 empty topic slot not shown (--all shows them)\n1 topic under 1% of the articles not shown"
+    assert one == (
+        "1 empty topic slot not shown (topicstream topics --all shows them)\n1 topic under 1% of the articles not shown"
+    )
