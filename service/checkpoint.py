@@ -131,13 +131,24 @@ class SnapshotWriter:
         self._thread.start()
 
     def drift_from(
-        self, phi: NDArray[np.floating], ids: list[int], weights: NDArray[np.floating], docs_learned: int
+        self,
+        phi: NDArray[np.floating],
+        ids: list[int],
+        weights: NDArray[np.floating],
+        docs_learned: int,
+        anchors: object = None,
     ) -> None:
         """Measure the next snapshot's drift from ``phi`` (a restored model's topics, with their ``ids`` and
-        ``weights``, after ``docs_learned`` documents; call before the first capture), and anchor those topics
-        there. Without it the first snapshot after a restart had drift 0 for every topic: the drift alert missed
-        what changed while the learner was away, and topics that changed meaning kept their ids."""
+        ``weights``, after ``docs_learned`` documents; call before the first capture), and take the topics'
+        ``anchors`` the snapshot holds (:meth:`TopicAnchors.state_after`), or anchor them where they stand when it
+        holds none (older snapshots) or none that fits. Without it the first snapshot after a restart had drift 0
+        for every topic: the drift alert missed what changed while the learner was away, and topics that changed
+        meaning kept their ids."""
         self._prev_phi, self._prev_docs = np.asarray(phi, dtype=np.float32).copy(), docs_learned
+        if self.anchors.load(anchors, self._prev_phi):
+            return
+        if anchors is not None:
+            log.warning("the snapshot's topic anchors do not fit its model: anchoring its topics where they stand")
         self.anchors.restore(self._prev_phi, ids, weights, docs_learned)
 
     @property
@@ -190,6 +201,10 @@ class SnapshotWriter:
         cap.anchor_drift, cap.anchor_kept = self.anchors.compare(phi, cap.topic_ids)
         cap.phi = phi.astype(np.float32)
         del phi
+        moved = moved_slots(cap.events, cap.topic_ids)
+        anchors = self.anchors.state_after(cap.phi, cap.topic_ids, cap.weights, cap.docs_learned, moved)
+        if anchors is not None:  # a restart goes on from them (service/anchors.py)
+            cap.payload["anchors"] = anchors
         if self.plan is None or (shadow is None and cap.unseen_docs is None):
             return 0.0
         t0 = time.perf_counter()

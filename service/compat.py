@@ -62,13 +62,18 @@ KERNEL_CODE_BYTES = {"scvb0": 0, "ohdp": 51 * 1024**2, "pf": 106 * 1024**2}
 #: made a fifth, a row-order copy of φ, until ``topic_word`` returned φ in row order: measured in process at the
 #: defaults, 125 → 75 MiB above the arrays held); φ in float32 for drift, now and at the last snapshot, and the
 #: packed snapshot come after some of those are freed. The topics' anchors, φ in float32 held for the process's
-#: life (service/anchors.py), are counted apart: :data:`ANCHOR_BYTES_PER_ENTRY`.
+#: life (service/anchors.py), and their roots in float16 for the snapshot, are counted apart:
+#: :data:`ANCHOR_BYTES_PER_ENTRY`.
 #: Topic hygiene adds the copy it plans on, held between snapshots, and its planner's working arrays (3·S).
 LEARNER_STATE_COPIES, HYGIENE_STATE_COPIES = 4, 3
-#: The learner's topic anchors: one float32 per word and topic.
-ANCHOR_BYTES_PER_ENTRY = 4
+#: The learner's topic anchors: one float32 per word and topic, and the float16 root of each that the snapshot
+#: being written holds (:data:`ANCHOR_SNAPSHOT_BYTES_PER_ENTRY`).
+ANCHOR_BYTES_PER_ENTRY = 6
+#: A snapshot's topic anchors (``TopicAnchors.state_after``): a float16 per word and formed topic, at most W × K.
+ANCHOR_SNAPSHOT_BYTES_PER_ENTRY = 2
 #: A replica's peak, while it loads a snapshot: the model served, the snapshot's bytes (twice, briefly, in the Redis
-#: client), the new model and φ for the labels.
+#: client: with the anchors it does not use, :data:`ANCHOR_SNAPSHOT_BYTES_PER_ENTRY` each), the new model and φ for
+#: the labels.
 REPLICA_STATE_COPIES = 4
 #: The settings that give a kernel its ``n_topics``, ``n_words`` and ``seed``.
 BASE_SETTINGS = {"n_topics": "TOPICSTREAM_TOPICS", "n_words": "TOPICSTREAM_VOCAB_SIZE", "seed": "TOPICSTREAM_SEED"}
@@ -147,9 +152,11 @@ def _state_bytes(settings: Settings) -> int:
 
 
 def snapshot_bytes(settings: Settings) -> int:
-    """Size of one snapshot: the kernel's state arrays, ≈ :data:`VOCAB_BYTES_PER_SLOT` per vocabulary slot and 8
-    bytes per text of the duplicate window."""
-    return _state_bytes(settings) + VOCAB_BYTES_PER_SLOT * settings.vocab_size + 8 * settings.duplicate_window
+    """Size of one snapshot: the kernel's state arrays, the topics' anchors (at most
+    :data:`ANCHOR_SNAPSHOT_BYTES_PER_ENTRY` per word and topic), ≈ :data:`VOCAB_BYTES_PER_SLOT` per vocabulary slot
+    and 8 bytes per text of the duplicate window."""
+    s = settings
+    return _state_bytes(s) + _snapshot_anchor_bytes(s) + VOCAB_BYTES_PER_SLOT * s.vocab_size + 8 * s.duplicate_window
 
 
 def learner_state_copies(settings: Settings) -> int:
@@ -177,10 +184,17 @@ def _anchor_bytes(settings: Settings) -> int:
     return ANCHOR_BYTES_PER_ENTRY * settings.vocab_size * settings.topics
 
 
+def _snapshot_anchor_bytes(settings: Settings) -> int:
+    """A snapshot's topic anchors, at most: :data:`ANCHOR_SNAPSHOT_BYTES_PER_ENTRY` per word and topic."""
+    return ANCHOR_SNAPSHOT_BYTES_PER_ENTRY * settings.vocab_size * settings.topics
+
+
 def replica_peak_bytes(settings: Settings) -> int:
     """A replica's memory while it loads a new snapshot, its peak: :data:`REPLICA_STATE_COPIES` × S, the
-    vocabulary and the runtime."""
-    return REPLICA_STATE_COPIES * _state_bytes(settings) + _runtime_bytes(settings)
+    snapshot's anchors twice, the vocabulary and the runtime."""
+    return (
+        REPLICA_STATE_COPIES * _state_bytes(settings) + 2 * _snapshot_anchor_bytes(settings) + _runtime_bytes(settings)
+    )
 
 
 def _cgroup_free_bytes(root: Path = Path("/sys/fs/cgroup")) -> int | None:
@@ -226,7 +240,8 @@ def size_problems(
     if snap > redis_max_bytes:
         problems.append(
             f"TOPICSTREAM_VOCAB_SIZE × TOPICSTREAM_TOPICS: a {s.algorithm} snapshot at {shape} is "
-            f"{_mb(state)} of state + {VOCAB_BYTES_PER_SLOT} B × W of vocabulary = {_mb(snap)}, more than the "
+            f"{_mb(state)} of state + {ANCHOR_SNAPSHOT_BYTES_PER_ENTRY} B × W × K of topic anchors + "
+            f"{VOCAB_BYTES_PER_SLOT} B × W of vocabulary = {_mb(snap)}, more than the "
             f"{_mb(redis_max_bytes)} Redis stores in one value (proto-max-bulk-len); lower W or K"
         )
     need = learner_peak_bytes(s)

@@ -227,7 +227,8 @@ class Learner(BatchWorker):
         )
         if start.restored_version:  # the first snapshot's drift is measured from the restored topics
             model = self.model
-            self.writer.drift_from(phi, list(self.lineage.slot_ids), model.topic_weights(), int(model.n_docs_seen_))
+            weights, docs = model.topic_weights(), int(model.n_docs_seen_)
+            self.writer.drift_from(phi, list(self.lineage.slot_ids), weights, docs, start.anchors)
         del phi
         self._batches_since_snapshot = 0
         self._last_snapshot = time.monotonic()

@@ -58,6 +58,8 @@ class Start:
     input_topic_id: str | None = None
     #: The hashes of the texts learned last (:meth:`service.duplicates.RecentTexts.state`), when the snapshot has them.
     recent_texts: NDArray[np.uint64] | None = None
+    #: The topics' anchors (:meth:`service.anchors.TopicAnchors.state_after`), when the snapshot has them.
+    anchors: object = None
 
     def forget_input_if_recreated(self, topic: str, now: str | None) -> dict[tuple[str, int], int]:
         """Drop the positions in ``topic`` when its id is ``now`` no longer the one they were read in (deleted
@@ -146,6 +148,7 @@ def restore_or_create(
     texts = payload.get("recent_texts")
     if isinstance(texts, np.ndarray) and texts.dtype == np.uint64 and texts.ndim == 1:
         start.recent_texts = texts
+    start.anchors = payload.get("anchors")
     metrics.snapshot_seen(start.version, float(meta["created_at"]), int(meta["size_bytes"]))
     log.info(
         "restored snapshot %d (%d articles learned); offsets %s",

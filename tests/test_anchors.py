@@ -55,8 +55,20 @@ class Stream:
         slots, scores = renewals(cap)
         self.renewed += [(self.docs, k, s) for k, s in zip(slots, scores, strict=True)]
         self.pending = slots
-        self.anchors.update(phi.astype(np.float32), cap.topic_ids, cap.weights, cap.docs_learned, changed)
+        written = phi.astype(np.float32)
+        self.held = self.anchors.state_after(written, cap.topic_ids, cap.weights, cap.docs_learned, changed)
+        self.anchors.update(written, cap.topic_ids, cap.weights, cap.docs_learned, changed)
         self.prev, self.prev_docs = phi, self.docs
+
+    def restart(self, from_snapshot: bool = True) -> None:
+        """The learner restarts from the last snapshot: its anchors from what the snapshot holds, or (as before the
+        snapshot held them) anchored where the restored topics stand."""
+        assert self.prev is not None
+        self.anchors = TopicAnchors()
+        if from_snapshot:
+            assert self.anchors.load(self.held, self.prev)
+        else:
+            self.anchors.restore(self.prev, self.ids, self.weights, self.docs)
 
 
 @pytest.fixture
@@ -176,3 +188,73 @@ def test_a_jump_from_a_snapshot_of_a_model_still_forming_renews_nothing(topics: 
     assert stream.renewed == []
     stream.snapshot(topics[:K])  # both past the warm-up now: slot 1 jumps back
     assert [k for _, k, _ in stream.renewed] == [1]
+
+
+@pytest.mark.parametrize("from_snapshot", [True, False])
+def test_a_restart_goes_on_from_the_anchors_the_snapshot_holds(
+    topics: NDArray[np.float64], from_snapshot: bool
+) -> None:
+    """Slot 0 moves to another subject in 20 small steps, and the learner restarts half way. With the anchors the
+    snapshot holds, the slot is renewed as without the restart; anchored where the restart found it (before the
+    snapshots held anchors), what it drifted before the restart no longer counted, and the old id took the new
+    subject for good."""
+    path = np.array([(1 - t) * topics[0] + t * topics[K] for t in np.linspace(0.0, 1.0, 21)])
+    stream = Stream(topics[:K])
+    for step, row in enumerate(path[1:], 1):
+        phi = topics[:K].copy()
+        phi[0] = row
+        stream.snapshot(phi)
+        if step == 10:
+            stream.restart(from_snapshot)
+    if from_snapshot:
+        assert [(k, s > ANCHOR_DRIFT) for _, k, s in stream.renewed] == [(0, True)]
+    else:
+        assert stream.renewed == []
+
+
+def test_the_anchors_a_snapshot_holds_are_those_the_writer_goes_on_with(topics: NDArray[np.float64]) -> None:
+    """What :meth:`TopicAnchors.load` makes of a snapshot's anchors equals what the writer holds after writing it:
+    the same ids, ages and formed rows, the anchors within float16's precision of their roots, the same distances
+    within 0.001; a light slot still forming follows the restored topics."""
+    rng = np.random.default_rng(8)
+    weights = np.array([RENEW_WEIGHT / 2, 0.4, 0.3, 0.3 - RENEW_WEIGHT / 2])
+    stream = Stream(topics[:K], weights)
+    for _ in range(5):
+        stream.snapshot(np.array([subject(10 * k, rng) for k in range(K)]), changed=(2,))
+    kept, restored = stream.anchors, TopicAnchors()
+    assert restored.load(stream.held, stream.prev)
+    assert kept.phi is not None and restored.phi is not None
+    assert list(restored.formed) == list(kept.formed) == [False, True, False, True]
+    assert (restored.ids == kept.ids).all() and (restored.since == kept.since).all()
+    np.testing.assert_allclose(restored.phi, kept.phi, rtol=2e-3, atol=1e-9)
+    later = np.array([subject(10 * k, rng) for k in range(K)])
+    for a, b in zip(restored.compare(later, stream.ids), kept.compare(later, stream.ids), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-3)
+
+
+def test_anchors_that_do_not_fit_the_restored_model_are_not_taken(topics: NDArray[np.float64]) -> None:
+    """A snapshot's anchors are read as untrusted bytes: another shape, dtype or key, or a negative or infinite
+    root, and :meth:`TopicAnchors.load` says False and changes nothing (the learner then anchors the topics where
+    they stand)."""
+    stream = Stream(topics[:K])
+    stream.snapshot(topics[:K])
+    good = stream.held
+    assert good is not None and good["formed"].all()
+    roots = good["roots"]
+    bad = [
+        None,
+        {**good, "extra": good["ids"]},
+        {k: v for k, v in good.items() if k != "since"},
+        {**good, "roots": roots.astype(np.float32)},
+        {**good, "roots": roots[:, :-1]},
+        {**good, "roots": roots[:-1]},
+        {**good, "ids": good["ids"][:-1]},
+        {**good, "formed": good["formed"].astype(np.int64)},
+        {**good, "roots": np.where(np.arange(W) == 3, np.float16(-1), roots).astype(np.float16)},
+        {**good, "roots": np.where(np.arange(W) == 3, np.float16(np.inf), roots).astype(np.float16)},
+        {**good, "since": good["since"] - 10**9},
+    ]
+    for state in bad:
+        anchors = TopicAnchors()
+        assert not anchors.load(state, topics[:K]) and anchors.phi is None
+    assert TopicAnchors().load(good, topics[:K])

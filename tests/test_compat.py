@@ -159,8 +159,8 @@ def test_the_memory_formulas_count_topic_hygienes_copy_and_give_the_manifests_th
     assert 700 * mib <= learner_peak_bytes(s) <= 800 * mib  # the learner's request: 800Mi
     assert 565 * mib <= learner_peak_bytes(load_settings(topic_hygiene=False)) <= 640 * mib
     assert 560 * mib <= replica_peak_bytes(s) <= 640 * mib  # the replicas' request: 640Mi
-    off = load_settings(topic_hygiene=False)  # the learner's 4 copies and the replica's 4, and its anchors
-    assert learner_peak_bytes(off) - replica_peak_bytes(off) == 4 * 65_536 * 100
+    off = load_settings(topic_hygiene=False)  # the learner's 4 copies and the replica's 4, and the anchors
+    assert learner_peak_bytes(off) - replica_peak_bytes(off) == (6 - 2 * 2) * 65_536 * 100
     pf = load_settings(algorithm="pf")
     assert learner_state_copies(pf) == 7  # pf's hygiene (merges only) is on by default
     assert learner_peak_bytes(pf) > learner_peak_bytes(s)
@@ -172,9 +172,9 @@ def test_a_model_too_large_for_the_machine_is_refused_with_the_formula() -> None
     assert len(problems) == 2
     redis_line, memory_line = problems
     assert redis_line.startswith("TOPICSTREAM_VOCAB_SIZE × TOPICSTREAM_TOPICS: a scvb0 snapshot at W = 65,536")
-    assert "1,000 MiB of state" in redis_line and "512 MiB" in redis_line
-    assert "7 × state + 4 B × W × K + 48 B × W + runtime" in memory_line
-    assert "7 × 1,000 MiB + 500 MiB + 3 MiB + 370 MiB" in memory_line
+    assert "1,000 MiB of state + 2 B × W × K of topic anchors" in redis_line and "512 MiB" in redis_line
+    assert "7 × state + 6 B × W × K + 48 B × W + runtime" in memory_line
+    assert "7 × 1,000 MiB + 750 MiB + 3 MiB + 370 MiB" in memory_line
     assert "2,048 MiB is available" in memory_line
     assert size_problems(s, memory_bytes=64 * 1024**3, redis_max_bytes=2 * 1024**3) == []
 

@@ -483,11 +483,16 @@ def test_a_slot_whose_topic_changed_without_a_move_gets_a_fresh_id(settings: Set
         learner.close()
 
 
-def test_a_slot_whose_topic_moves_to_another_subject_step_by_step_gets_a_fresh_id(settings: Settings) -> None:
+@pytest.mark.parametrize("restart", [False, True], ids=["", "restarted-half-way"])
+def test_a_slot_whose_topic_moves_to_another_subject_step_by_step_gets_a_fresh_id(
+    settings: Settings, restart: bool
+) -> None:
     """Past the warm-up, the largest topic's words are moved to 20 words it did not use, a quarter of the way per
     snapshot (the kernel's own delete and birth, called directly, with articles learned in between): no snapshot
     sees a jump of 0.5, but once the slot is more than 0.7 from the topic its id was anchored on, the next capture
-    gives it a fresh id, a birth whose parent is the old id. Before, the old id took the new meaning for good."""
+    gives it a fresh id, a birth whose parent is the old id. Before, the old id took the new meaning for good.
+    Also when the learner restarts half way: the snapshot holds the anchors (before, the restart anchored the slot
+    where it stood, half way, and the old id took the new meaning for good)."""
     s = settings.model_copy(update={"batch_size": 50, "topic_hygiene": False})
     produce(s, good_articles(1200, seed=81))
     learner = Learner(s)
@@ -504,6 +509,12 @@ def test_a_slot_whose_topic_moves_to_another_subject_step_by_step_gets_a_fresh_i
         new[np.setdiff1d(np.arange(model.n_words), np.flatnonzero(start > 10.0 / model.n_words))[:20]] = 1 / 20
         summaries, ids = [], []
         for t in (0.25, 0.5, 0.75, 1.0):
+            if restart and t == 0.75:
+                learner.close()
+                learner = Learner(s)
+                learner.subscribe()
+                assert learner.lineage is not None and learner.lineage.slot_ids[k] == old_id
+                model = learner.model
             share = float(model.topic_weights()[k])
             model.delete_topic(k)
             probs = (1 - t) * start + t * new
