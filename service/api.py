@@ -169,7 +169,7 @@ def openapi_document() -> dict[str, Any]:
     event_headers = {
         name: {"description": what, "schema": {"type": "string"}}
         for name, what in (
-            ("topicstream-topic", "the dominant topic id (empty for an article with no known word)"),
+            ("topicstream-topic", "the dominant topic id, never the background (empty: no known word)"),
             ("topicstream-topics", "the ids of top_topics, comma-separated"),
             ("topicstream-model-version", "the snapshot version that answered"),
             ("topicstream-algorithm", "the kernel"),

@@ -452,8 +452,9 @@ def subscribe(
             for m in matches:
                 if m.topic in background:
                     err.print(
-                        f"[yellow]topic {m.topic} is the background topic: the words every article uses, so it "
-                        "tags articles of every subject; give words of a subject, or --min-weight[/yellow]"
+                        f"[yellow]topic {m.topic} is the background topic: the words every article uses, which "
+                        "outputs never list among their top topics, so it tags no article; give words of a "
+                        "subject[/yellow]"
                     )
         else:
             err.print(f"no topic of snapshot v{summary.get('version')} has any of {words!r} yet; waiting")

@@ -59,8 +59,8 @@ ROOT = Path(__file__).resolve().parents[1]
 HEADER_DOCS: dict[str, tuple[str, str]] = {
     "H_TOPIC": (
         "output",
-        "the dominant topic's stable id (its slot until topic hygiene moves a topic); empty for an article without a "
-        "word in the vocabulary",
+        "the dominant topic's stable id (its slot until topic hygiene moves a topic), the background topic left out; "
+        "empty for an article without a word in the vocabulary",
     ),
     "H_TOPICS": ("output", "comma-separated stable ids of the topics in `top_topics` (empty when none qualifies)"),
     "H_VERSION": ("output", "version of the snapshot (model) that computed the mixture"),

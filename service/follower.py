@@ -156,8 +156,8 @@ class SnapshotFollower:
         lineage = Lineage.from_state(payload["lineage"]) if payload.get("lineage") else None
         ids = tuple(lineage.slot_ids) if lineage is not None else tuple(range(model.n_topics))
         names = TopicNames(self.store.r, self.settings.redis_prefix).all()
-        ref = ModelRef(labels, model.algorithm, int(meta["version"]), model.n_topics, ids, names)
         background = model.background_topic(phi)
+        ref = ModelRef(labels, model.algorithm, int(meta["version"]), model.n_topics, ids, names, background)
         created, size = float(meta["created_at"]), int(meta.get("size_bytes", 0))
         return Served(model, vocab, ref, model.topic_weights(), background, lineage, created, size)
 

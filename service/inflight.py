@@ -24,7 +24,10 @@ class ModelRef:
     """What an output event says about the model that computed it.
 
     ``topic_ids[k]`` is the stable id of the topic in slot k (:mod:`service.lineage`; ids equal slots until topic
-    hygiene merges or re-seeds one), ``names`` the names people gave topic ids (``topicstream label``).
+    hygiene merges or re-seeds one), ``names`` the names people gave topic ids (``topicstream label``),
+    ``background`` the slot of the background topic (the words every article uses:
+    :meth:`kernels.TopicModel.background_topic`), if the model has one: it keeps its weight in an output's
+    ``mixture`` but is never one of its ``top_topics`` (see :func:`service.pipeline.output_records`).
     """
 
     labels: TopicLabels
@@ -33,6 +36,7 @@ class ModelRef:
     n_topics: int
     topic_ids: tuple[int, ...] = ()
     names: dict[int, str] = field(default_factory=dict)
+    background: int | None = None
 
 
 @dataclass

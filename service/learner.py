@@ -215,6 +215,7 @@ class Learner(BatchWorker):
         self.metrics.beat()
         phi = self.model.topic_word()
         self.labels = TopicLabels(phi, self.vocab.slot_words())
+        self._background = self.model.background_topic(phi)  # then each written snapshot's (_written)
         self.metrics.describe_model(s.algorithm, s.topics, s.vocab_size)
         self.writer = SnapshotWriter(
             self.store,
@@ -348,7 +349,9 @@ class Learner(BatchWorker):
         batch.encoded = self.vocab.encode(bags, counted=batch.context)
         # The topic ids are set on the kernel lane, when the mixtures are computed (:meth:`compute`).
         s = self.settings
-        batch.model = ModelRef(self.labels, s.algorithm, self.version, s.topics, names=self._names)
+        batch.model = ModelRef(
+            self.labels, s.algorithm, self.version, s.topics, names=self._names, background=self._background
+        )
         self.articles_learned += len(batch.decoded.good)
 
     def compute(self, batch: InFlight) -> NDArray[np.float64]:
@@ -611,7 +614,7 @@ class Learner(BatchWorker):
     def _written(self, cap: Capture, info: SnapshotInfo) -> None:
         """After a snapshot is in Redis (writer thread): labels, metrics, the lineage events, the summary."""
         assert cap.labels is not None  # described by the writer before the write
-        self.labels = cap.labels
+        self.labels, self._background = cap.labels, cap.background
         self.version = self._stored_version = info.version
         self._unwritten_events = []  # the next capture waits for this write: no race with it
         self._ids_durable = cap.next_id

@@ -352,7 +352,7 @@ class Fate(NamedTuple):
     why: str  # for a person, when ``now`` is not the id itself
     #: For a person, when the topic that carries it is empty (prevalence under ``service.tables.EMPTY``, a slot that
     #: ``topicstream topics`` leaves out): a slot that a merge or retirement emptied, under its fresh id, may take
-    #: long to fill.
+    #: long to fill; or the background topic, which no output lists among its top topics.
     empty: str = ""
 
 
@@ -371,7 +371,12 @@ def topic_fate(topic: int, summary: dict[str, Any] | None, events: list[LineageE
             return Fate(None, False, f"snapshot v{summary['version']} has no topic {topic}")
     held = next((t for t in summary["topics"] if t["topic"] == now), None)
     empty = ""
-    if held is not None and held["prevalence"] < EMPTY:
+    if held is not None and held.get("background"):
+        empty = (
+            f"topic {now} is the background topic (the words every article uses): outputs keep its weight in their "
+            "mixture but never list it among their top topics, so no article will be tagged with it"
+        )
+    elif held is not None and held["prevalence"] < EMPTY:
         empty = (
             f"topic {now} holds next to no articles (prevalence {held['prevalence']:.4f} in snapshot "
             f"v{summary['version']}): it may be long before an article is tagged with it"

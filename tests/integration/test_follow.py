@@ -696,6 +696,8 @@ def test_words_that_choose_the_background_topic_are_told_so(settings: Settings) 
     result = CliRunner().invoke(app, args, env={**env_for(s), "COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     said = " ".join(result.output.split())
-    assert "topic 0 is the background topic: the words every article uses, so it tags articles of every" in said
+    assert "topic 0 is the background topic: the words every article uses, which outputs never list" in said
+    by_id = CliRunner().invoke(app, ["subscribe", "0", *args[3:]], env={**env_for(s), "COLUMNS": "200"})
+    assert by_id.exit_code == 0 and "topic 0 is the background topic" in " ".join(by_id.output.split())
     chosen = CliRunner().invoke(app, [*args[:2], "oil opec", *args[3:]], env={**env_for(s), "COLUMNS": "200"})
     assert chosen.exit_code == 0 and '"id": "o1"' in chosen.output and "background topic" not in chosen.output
