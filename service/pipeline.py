@@ -387,6 +387,9 @@ def output_records(
     and the headers: it holds the words every article uses, not what one is about. Before, it was the dominant
     topic of nearly every article wherever the model had one (SCVB0 with its background slot, as ``make run``
     sets it: 86–97 % of BBC's test articles), and a subscriber of the ``topicstream-topic`` header got nothing else.
+    The other topics' ``top_topics`` weights are then their shares of what the background leaves (θ_k / (1 − θ_b)),
+    which the threshold applies to: the background held a median 55 % of the mixture (BBC, b = 0.2, K = 100), and
+    against the whole mixture 107 of 445 articles had no topic over the 0.1 threshold, so no tag at all.
     """
     s = settings
     n_topics = theta.shape[1]
@@ -402,6 +405,8 @@ def output_records(
     records = []
     for j, article in enumerate(articles):
         row = theta[j]
+        if background is not None:  # the shares of the subjects: what the background leaves
+            row = row / max(1.0 - float(row[background]), 1e-12)
         top = []
         known = tokens[j] > 0  # no word in the vocabulary: the mixture is the prior's, about nothing
         ranked = [k for k in order[j].tolist() if k != background][: s.top_topics_max] if known else []

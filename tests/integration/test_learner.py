@@ -1481,7 +1481,8 @@ def test_background_slot_is_marked_in_the_summary_and_the_gauge(settings: Settin
     """With ``kernel_params = {"background": b}`` SCVB0's slot 0 is the background topic: the snapshot summary
     flags it and ``topicstream_background_topic`` holds its id (−1 without a slot); the outputs after it keep its
     weight in their mixture but never name it among their top topics or in their headers (before, it was the
-    dominant topic of nearly every article, and of every one here). b = 0.2, as ``make run`` uses:
+    dominant topic of nearly every article, and of every one here), and their top topics' weights are their shares
+    of what the background leaves. b = 0.2, as ``make run`` uses:
     at 0.05 the slot sometimes ended up holding too little of the generic words to be marked, depending on how the
     backlog fell into batches (a fresh-clone run failed here once in two, after passing dozens of times)."""
     s = settings.model_copy(update={"algorithm": "scvb0", "batch_size": 10, "kernel_params": {"background": 0.2}})
@@ -1515,4 +1516,7 @@ def test_background_slot_is_marked_in_the_summary_and_the_gauge(settings: Settin
         event, headers = json.loads(m.value()), dict(m.headers())
         assert event["mixture"][0] > s.top_topics_threshold and event["top_topics"]
         assert topic_id not in [t["topic"] for t in event["top_topics"]]
+        for t in event["top_topics"]:  # each a share of what the background leaves
+            share = event["mixture"][t.get("slot", t["topic"])] / (1 - event["mixture"][0])
+            assert t["weight"] == pytest.approx(share, abs=1e-4) and t["weight"] >= s.top_topics_threshold
         assert str(topic_id) not in headers[H_TOPICS].decode().split(",") and headers[H_TOPIC] != str(topic_id).encode()
