@@ -30,6 +30,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ._batch import Batch, Docs, as_batch, integer_ids
+from ._numba_cache import compile_apart
 
 __all__ = [
     "EXACT_FASTMATH",
@@ -145,6 +146,10 @@ class TopicModel(abc.ABC):
     #: Settings that a model restored from a snapshot cannot take a new value for, because the learned state's
     #: shapes or meaning depend on them (:meth:`set_params` refuses them). Each kernel adds its own, saying why.
     restore_fixed: ClassVar[frozenset[str]] = frozenset({"n_topics", "n_words", "seed"})
+    #: The numba functions ("module:function") that :meth:`warm_up` compiles in a child process when numba's cache
+    #: lacks one (:func:`kernels._numba_cache.compile_apart`): a kernel measured to run slower in the process that
+    #: compiled it names its entry points here.
+    compiled_apart: ClassVar[tuple[str, ...]] = ()
     #: The learned state a snapshot stores, in the snapshot's order (besides the random generator and the counters
     #: that :meth:`state_dict` adds), read by :meth:`_get_state`, :meth:`_set_state` and :meth:`state_bytes`. A
     #: kernel whose state is not such a list of arrays and scalars (the particle filter's pools) overrides those.
@@ -418,8 +423,11 @@ class TopicModel(abc.ABC):
         numba caches compiled code on disk (``cache=True``), so this costs seconds on a first start and almost
         nothing afterwards. A service calls it before it joins a consumer group: compiling inside the first
         batch could exceed ``max.poll.interval.ms``. ``params`` (e.g. the service's kernel settings) select the
-        code paths to compile; they override the small unit-test settings.
+        code paths to compile; they override the small unit-test settings. A kernel whose
+        :attr:`compiled_apart` entry points the cache lacks is compiled in a child process first and loaded from
+        the cache here (:func:`kernels._numba_cache.compile_apart`: it runs faster so).
         """
+        compile_apart(cls.algorithm, params, cls.compiled_apart)
         rng = np.random.default_rng(0)
         n_words = 20
         factory: Callable[..., TopicModel] = cls

@@ -133,6 +133,8 @@ class OnlineHDP(OnlineHDPBase):
     #: ``settle_docs``, ``settled_tol``, ``relax``, ``settled_relax``, ``sequential``, ``batch_size``, ``window`` and
     #: the concentrations' priors shape only the document step and future updates.
     restore_fixed: ClassVar[frozenset[str]] = TopicModel.restore_fixed
+    #: 13 % faster loaded from numba's cache than in the process that compiled it (kernels/_numba_cache.py).
+    compiled_apart: ClassVar[tuple[str, ...]] = ("kernels._ohdp_numba:cvb_batch",)
     _set_state_installs_all = True
     #: Merges and deletes (docs/ohdp.md, "Splinters, and the co-occurrence merge"): merges by distance at the
     #: HDP's threshold 0.35 (its copies of one topic lie at 0.25–0.35; at 0.25 the demo kept its generic words in

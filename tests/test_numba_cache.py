@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -71,3 +74,25 @@ def test_no_home_at_all_is_no_place_for_numba(private_tmp: Path, monkeypatch: py
     monkeypatch.setattr(pwd, "getpwuid", no_entry)
     chosen = ensure_numba_cache(NOWHERE / "kernels", {})
     assert chosen == str(private_tmp / f"topicstream-numba-{os.getuid()}")
+
+
+_PROBE = """
+import json
+from kernels import _ohdp_numba as k
+from kernels.ohdp import OnlineHDP
+OnlineHDP.warm_up()
+stats = k.cvb_batch.stats
+print(json.dumps([sum(stats.cache_hits.values()), sum(stats.cache_misses.values()), len(k._cvb_doc.overloads)]))
+"""
+
+
+def test_a_kernel_the_cache_lacks_is_compiled_apart_and_loaded_from_the_cache(tmp_path: Path) -> None:
+    """The online HDP ran about 13 % slower in the process that compiled it than loaded from numba's cache (the
+    compiling process calls its callees' own libraries: kernels/_numba_cache.py). With an empty cache, ``warm_up``
+    compiles it in a child process, and this process loads ``cvb_batch`` from the cache: a hit, no miss, and no
+    library of its own for the callee ``_cvb_doc``. Before, it compiled here: a miss and a callee library."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    env.pop("TOPICSTREAM_COMPILING_APART", None)
+    done = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, check=True)
+    hits, misses, callee_libraries = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (hits, misses, callee_libraries) == (1, 0, 0), done.stderr
