@@ -30,7 +30,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ._batch import Batch, Docs, as_batch, integer_ids
-from ._numba_cache import compile_apart
+from ._numba_cache import compile_apart, uncache_after_fault
 
 __all__ = [
     "EXACT_FASTMATH",
@@ -425,9 +425,20 @@ class TopicModel(abc.ABC):
         batch could exceed ``max.poll.interval.ms``. ``params`` (e.g. the service's kernel settings) select the
         code paths to compile; they override the small unit-test settings. A kernel whose
         :attr:`compiled_apart` entry points the cache lacks is compiled in a child process first and loaded from
-        the cache here (:func:`kernels._numba_cache.compile_apart`: it runs faster so).
+        the cache here (:func:`kernels._numba_cache.compile_apart`: it runs faster so). A cache that fails (a
+        truncated file, a full disk) is left aside in this process (:func:`kernels._numba_cache.uncache_after_fault`).
         """
         compile_apart(cls.algorithm, params, cls.compiled_apart)
+        try:
+            cls._warm_up_here(params)
+        except Exception as e:
+            if not uncache_after_fault(e):
+                raise
+            cls._warm_up_here(params)
+
+    @classmethod
+    def _warm_up_here(cls, params: dict[str, Any]) -> None:
+        """:meth:`warm_up`'s tiny model, in this process."""
         rng = np.random.default_rng(0)
         n_words = 20
         factory: Callable[..., TopicModel] = cls

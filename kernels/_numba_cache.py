@@ -20,6 +20,7 @@ cache lacks a kernel's entry points, it is compiled in a child process first, an
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import logging
@@ -31,7 +32,7 @@ from collections.abc import Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["compile_apart", "ensure_numba_cache"]
+__all__ = ["compile_apart", "ensure_numba_cache", "uncache_after_fault"]
 
 log = logging.getLogger(__name__)
 
@@ -101,31 +102,52 @@ def ensure_numba_cache(source_dir: Path, environ: MutableMapping[str, str] = os.
 
 #: Set in the child that :func:`compile_apart` starts: it compiles in place.
 _CHILD = "TOPICSTREAM_COMPILING_APART"
-#: The most seconds the child may take (compiling the online HDP takes about 10 s on a loaded 2-core machine).
-COMPILE_TIMEOUT_S = 600.0
+#: The most seconds the child may take: compiling the online HDP took 7–14 s alone and 30–44 s with four compiling at
+#: once on a 2-core machine; well under the 300 s without a turn of the batch loop after which ``/healthz`` fails
+#: (a hung child then leaves time to compile here).
+COMPILE_TIMEOUT_S = 120.0
 _CHILD_CODE = (
-    "import json, sys\n"
+    "import ctypes, json, signal, sys\n"
+    "if sys.platform == 'linux':  # die with the parent (PR_SET_PDEATHSIG), not linger stopped or orphaned\n"
+    "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)\n"
     "from kernels.registry import kernel_class\n"
     "kernel_class(sys.argv[1]).warm_up(**json.loads(sys.argv[2]))\n"
 )
 
 
 def _cached(entry_point: str) -> bool:
-    """Whether numba's cache holds an index for ``entry_point`` ("module:function"); True where numba does not say
+    """Whether this process would load ``entry_point`` ("module:function") from numba's cache: its index is fresh by
+    numba's own test (this numba's version, the source file's stamp: a kernel edited since left an index that
+    numba ignores, and the process compiled in place, 16 % slower, a helper's runs), names at least one entry, and
+    every data file it names reads back. An index or data file that does not read back (truncated, garbled) is
+    flushed, so that the child writes it anew instead of this process failing on it. True where numba does not say
     (another version's internals, caching off): then nothing is compiled apart."""
     module, name = entry_point.split(":")
     try:
-        dispatcher = getattr(importlib.import_module(module), name)
-        return os.path.exists(dispatcher._cache._cache_file._index_path)
+        cache_file = getattr(importlib.import_module(module), name)._cache._cache_file
+        load_index, load_data, flush = cache_file._load_index, cache_file._load_data, cache_file.flush
     except AttributeError:
         return True
+    try:
+        overloads = load_index()  # {} where there is none, or it is stale, or another numba's
+        for data_name in overloads.values():
+            load_data(data_name)
+    except FileNotFoundError:  # a data file the index names is gone
+        return False
+    except Exception as e:  # unpickling bytes on disk raises many kinds
+        log.warning("numba's cache of %s does not read back (%r): compiling it again", entry_point, e)
+        with contextlib.suppress(OSError):
+            flush()
+        return False
+    return bool(overloads)
 
 
 def compile_apart(algorithm: str, params: Mapping[str, Any], entry_points: Sequence[str]) -> bool:
     """Compile kernel ``algorithm`` with ``params`` in a child process (its ``warm_up``) when numba's cache lacks
     one of its ``entry_points``, so that this process loads them from the cache (see the module docstring).
     Returns whether the child compiled them; False (this process compiles, as before) inside the child, with the
-    JIT off, with parameters that are not JSON, or when the child failed or could not write the cache (said)."""
+    JIT off, with parameters that are not JSON, or when the child failed, took over :data:`COMPILE_TIMEOUT_S` or
+    wrote no cache (said). The child imports this very ``kernels`` package (its directory first on its path)."""
     from numba.core import config
 
     jit_off = bool(getattr(config, "DISABLE_JIT", False))
@@ -135,14 +157,52 @@ def compile_apart(algorithm: str, params: Mapping[str, Any], entry_points: Seque
         args = [sys.executable, "-c", _CHILD_CODE, algorithm, json.dumps(dict(params))]
     except TypeError:  # parameters only Python holds (numpy scalars from a caller): compiled here
         return False
-    env = {**os.environ, _CHILD: "1"}  # NUMBA_CACHE_DIR with it (ensure_numba_cache sets it there too)
+    ours = str(Path(__file__).resolve().parents[1])  # the directory that holds this kernels package
+    path = os.pathsep.join(p for p in (ours, os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, _CHILD: "1", "PYTHONPATH": path}  # NUMBA_CACHE_DIR with it (ensure_numba_cache sets it)
     try:
         done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired) as e:
         log.warning("compiling the %s kernel in a child process failed (%s): compiling it here", algorithm, e)
         return False
     if done.returncode != 0 or not all(map(_cached, entry_points)):
-        why = done.stderr.strip().splitlines()[-1:] or ["it wrote no cache"]
+        why = done.stderr.strip().splitlines()[-1:] or [f"exit status {done.returncode}, no cache written"]
         log.warning("compiling the %s kernel in a child process failed (%s): compiling it here", algorithm, why[0])
         return False
+    return True
+
+
+def uncache_after_fault(error: BaseException) -> bool:
+    """Whether ``error`` came from numba's cache (a frame in ``numba/core/caching.py``: a full or read-only disk while
+    saving, a truncated or garbled index or data file while loading). If so, every numba function of ``kernels``
+    and ``service`` stops using the cache in this process, which compiles (slower, but it starts), said with the
+    directory to clear; a file that did not load is flushed, so the next start writes it anew. Before, such a file
+    stopped every start with an ``UnpicklingError`` or ``EOFError`` (a crash loop; in Kubernetes the cache's
+    ``emptyDir`` outlives the container)."""
+    tb, from_cache = error.__traceback__, False
+    while tb is not None and not from_cache:
+        from_cache = tb.tb_frame.f_code.co_filename.endswith(os.path.join("numba", "core", "caching.py"))
+        tb = tb.tb_next
+    if not from_cache:
+        return False
+    from numba.core import config
+    from numba.core.caching import NullCache
+    from numba.core.dispatcher import Dispatcher
+
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] not in ("kernels", "service"):
+            continue
+        for value in list(vars(module).values()):
+            if isinstance(value, Dispatcher):
+                dispatcher: Any = value  # its cache is numba's internals
+                if not isinstance(error, OSError):  # a file that did not load: the next start compiles it anew
+                    with contextlib.suppress(OSError, AttributeError):
+                        dispatcher._cache.flush()
+                dispatcher._cache = NullCache()
+    log.warning(
+        "numba's cache failed (%s: %s): compiling without it in this process; clear %s if it persists",
+        type(error).__name__,
+        error,
+        getattr(config, "CACHE_DIR", None) or "the __pycache__ directories beside the kernels",
+    )
     return True
