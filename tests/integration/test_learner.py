@@ -25,6 +25,7 @@ from service.lease import Lease
 from service.lineage import LineageEvent, LineageStore
 from service.metrics import Metrics
 from service.pipeline import H_REASON, H_SRC_OFFSET, H_SRC_PARTITION, H_SRC_TOPIC, H_TOPIC, H_TOPICS, H_VERSION
+from service.replica import Replica
 from service.schemas import TopicEvent
 from service.settings import Settings
 from service.snapshot import SnapshotStore
@@ -1512,6 +1513,13 @@ def test_background_slot_is_marked_in_the_summary_and_the_gauge(settings: Settin
     outputs = read_all(s, s.output_topic, len(texts) + 40)
     later = [m for m in outputs if json.loads(m.value())["id"] in {f"a{1000 + i}" for i in range(40)}]
     assert len(later) == 40 and all(int(dict(m.headers())[H_VERSION]) >= marked_in for m in later)
+    replica = Replica(s)  # a replica's outputs come from the same records, with the background it finds itself
+    try:
+        assert replica.reload()
+        replica.between_batches(None)
+        assert replica.served is not None and replica.served.ref.background == 0
+    finally:
+        replica.close()
     for m in later:
         event, headers = json.loads(m.value()), dict(m.headers())
         assert event["mixture"][0] > s.top_topics_threshold and event["top_topics"]
