@@ -54,6 +54,7 @@ _PROCESS_FIELDS = (
     *CONNECTION_FIELDS,
     *TEST_SIZE_FIELDS,
     "algorithm",
+    "kernel_params",  # else a soak "with the demo's settings" ran the kernel's defaults (a helper's soak)
     "topic_hygiene_every_s",
     "lease_ttl_s",
     "snapshot_every_batches",

@@ -191,5 +191,10 @@ TEST_SIZE_FIELDS = (
 
 
 def env_for(s: Settings, fields: Iterable[str] = CONNECTION_FIELDS) -> dict[str, str]:
-    """``fields`` of ``s`` as the ``TOPICSTREAM_*`` environment of a command or a process."""
-    return {f"TOPICSTREAM_{f.upper()}": str(getattr(s, f)) for f in fields}
+    """``fields`` of ``s`` as the ``TOPICSTREAM_*`` environment of a command or a process (dicts and lists as JSON,
+    as the settings read them)."""
+
+    def text(value: Any) -> str:
+        return json.dumps(value) if isinstance(value, dict | list) else str(value)
+
+    return {f"TOPICSTREAM_{f.upper()}": text(getattr(s, f)) for f in fields}
