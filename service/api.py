@@ -355,7 +355,7 @@ def topic_view(served: Served, slot: int) -> dict[str, Any]:
     which the snapshot does not hold): its stable id, slot, name, prevalence, top words and background flag."""
     ref = served.ref
     words = ref.labels.top_words[slot]
-    return topic_entry(ref.topic_ids[slot], slot, ref.names, served.weights[slot], words, slot == served.background)
+    return topic_entry(ref.topic_ids[slot], slot, ref.names, served.weights[slot], words, slot == ref.background)
 
 
 def topics_answer(served: Served, show_empty: bool) -> dict[str, Any]:

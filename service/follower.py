@@ -43,13 +43,13 @@ WAIT_LOG_EVERY_S = 60.0
 @dataclass(frozen=True)
 class Served:
     """A loaded snapshot: everything a batch needs, swapped as one reference; and, for the HTTP API's topics
-    (:mod:`service.api`), each slot's prevalence, the background slot and the lineage the snapshot holds."""
+    (:mod:`service.api`), each slot's prevalence and the lineage the snapshot holds (the background slot is the
+    ``ref``'s)."""
 
     model: TopicModel
     vocab: Vocabulary
     ref: ModelRef
     weights: NDArray[np.float64]  # TopicModel.topic_weights(), by slot
-    background: int | None  # TopicModel.background_topic()
     lineage: Lineage | None  # None for a snapshot written before topics had stable ids (ids = slots)
     created_at: float = 0.0  # the snapshot's, for the age gauge
     size_bytes: int = 0
@@ -159,7 +159,7 @@ class SnapshotFollower:
         background = model.background_topic(phi)
         ref = ModelRef(labels, model.algorithm, int(meta["version"]), model.n_topics, ids, names, background)
         created, size = float(meta["created_at"]), int(meta.get("size_bytes", 0))
-        return Served(model, vocab, ref, model.topic_weights(), background, lineage, created, size)
+        return Served(model, vocab, ref, model.topic_weights(), lineage, created, size)
 
     def _check_tokenizer(self, learners: object, version: int) -> None:
         """Warn (once per fingerprint) and count ``errors_total{kind="tokenizer"}`` when the learner that wrote a
