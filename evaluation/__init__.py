@@ -27,6 +27,9 @@ NMI
     the dominant topic ``argmax θ`` inferred from the *whole* test document. Documents without a label are
     skipped; for multi-label corpora (Reuters: ``"grain;wheat"``) the first label is used. ``None`` unless the
     labelled test documents hold two different labels (with one, NMI is 1 or 0 whatever the model does).
+    ``nmi_without_background`` takes the dominant topic among the others when the model marks a background topic
+    (``background_topic``), as the outputs name it (``topicstream-topic``): a background that most documents lean
+    on would otherwise be every document's "dominant topic", and NMI would score the background, not the topics.
 
 NPMI coherence
     For each topic, its 10 most probable words; for every pair, NPMI = log(p_ij / (p_i p_j)) / −log p_ij with

@@ -47,6 +47,9 @@ OUTPUT_FIELDS: dict[str, str] = {
     "topic_ids": "those topics' slots, in the same order",
     "topics_used_heldout": "topics with at least 1 % of the mean θ over the test documents (the benchmarks' count)",
     "npmi_coherence_heldout": "mean NPMI over those topics (the benchmarks' NPMI: docs/benchmarks.md)",
+    "background_topic": "the topic the model marks as its background (`background_topic()`), null without one",
+    "nmi_without_background": "NMI of the dominant topic as the outputs name it (`topicstream-topic`): the "
+    "background topic left out; `nmi` when there is none",
     "test_docs": "test documents",
     "heldout_docs": "test documents scored (at least 2 in-vocabulary tokens)",
     "heldout_tokens": "the held-out tokens scored",
@@ -116,7 +119,10 @@ def evaluate(
     t0 = time.perf_counter()
     model.flush()  # a corpus shorter than what a kernel holds back (the particle filter's initial sample)
     train_seconds += time.perf_counter() - t0
-    scores = score_model(model.topic_word(), model.transform, corpus, topic_weights=model.topic_weights())
+    background = model.background_topic()
+    scores = score_model(
+        model.topic_word(), model.transform, corpus, topic_weights=model.topic_weights(), background=background
+    )
     train_tokens = corpus.train.n_tokens
     return {
         "algorithm": algorithm,
@@ -135,6 +141,8 @@ def evaluate(
         "topic_ids": scores["topic_ids"],
         "topics_used_heldout": scores["topics_used_heldout"],
         "npmi_coherence_heldout": scores["npmi_coherence_heldout"],
+        "background_topic": background,
+        "nmi_without_background": scores["nmi_without_background"],
         "test_docs": corpus.test.n_docs,
         "heldout_docs": scores["heldout_docs"],
         "heldout_tokens": int(scores["heldout_tokens"]),
@@ -208,6 +216,7 @@ def _print_report(result: dict[str, Any]) -> None:
         "heldout_tokens",
         "heldout_loglik_per_word",
         "nmi",
+        "nmi_without_background",
         "npmi_coherence",
         "topics_used",
         "vocab_size",
@@ -219,7 +228,7 @@ def _print_report(result: dict[str, Any]) -> None:
     topics.add_column("topic", justify="right")
     topics.add_column("top words")
     for k, words in zip(result["topic_ids"], result["top_words"], strict=True):
-        topics.add_row(str(k), " ".join(words))
+        topics.add_row(f"{k} (background)" if k == result["background_topic"] else str(k), " ".join(words))
     console.print(topics)
 
 

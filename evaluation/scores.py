@@ -97,15 +97,19 @@ def npmi_coherence(top_ids: Sequence[Sequence[int]], reference: Batch, n_words: 
     return float(np.mean(vals)) if vals else float("nan")
 
 
-def nmi(labels: Sequence[str | None], theta: NDArray[np.floating]) -> float | None:
+def nmi(labels: Sequence[str | None], theta: NDArray[np.floating], leave_out: int | None = None) -> float | None:
     """NMI between labels and ``argmax θ`` over the labelled documents; ``None`` without two labelled documents of
-    different labels (with one label, NMI is 1 or 0 whatever the model does)."""
+    different labels (with one label, NMI is 1 or 0 whatever the model does). ``leave_out``: a topic that is never
+    the dominant one (the background topic, which the outputs never name: the argmax over the others)."""
     from sklearn.metrics import normalized_mutual_info_score
 
     rows = [i for i, lab in enumerate(labels) if lab is not None]
     if len({labels[i] for i in rows}) < 2:
         return None
-    pred = np.argmax(np.asarray(theta)[rows], axis=1)
+    scores = np.array(np.asarray(theta)[rows], dtype=np.float64)
+    if leave_out is not None and scores.shape[1] > 1:
+        scores[:, leave_out] = -np.inf
+    pred = np.argmax(scores, axis=1)
     return float(normalized_mutual_info_score([labels[i] for i in rows], pred))
 
 
@@ -159,13 +163,15 @@ def score_model(
     corpus: PreparedCorpus,
     *,
     topic_weights: NDArray[np.floating] | None = None,
+    background: int | None = None,
     n_top: int = N_TOP_WORDS,
     threshold: float = USED_THRESHOLD,
 ) -> dict[str, Any]:
     """Every quality score of a trained model, given its φ (K×W) and its θ inference (rows sum to 1).
 
     ``topic_weights`` (the model's own prevalence) decides the used topics; without it, the mean θ over the
-    test documents does.
+    test documents does. ``background``: the topic the model marks as its background, which
+    ``nmi_without_background`` never takes as a document's dominant topic (nor do the outputs).
     """
     phi = np.asarray(phi, dtype=np.float64)
     theta_obs = np.asarray(infer(corpus.observed), dtype=np.float64)
@@ -183,6 +189,7 @@ def score_model(
         "heldout_docs": corpus.held_out.n_docs,
         "heldout_tokens": corpus.held_out.n_tokens,
         "nmi": nmi(corpus.test_labels, theta_full),
+        "nmi_without_background": nmi(corpus.test_labels, theta_full, background),
         "npmi_coherence": npmi_coherence(tops.tolist(), corpus.test, corpus.n_words),
         "topics_used": len(used),
         "topics_used_heldout": len(used_heldout),
