@@ -127,6 +127,10 @@ class Soak:
             batch_size=500,
             snapshot_every_batches=20,
             snapshot_every_s=5.0,
+            # The tests' 50 ms fetch wait suits their small logs; a soak's grow to ~150,000 records a partition, and
+            # then Tansu answered a busy machine's 50 ms fetches empty for good: a helper's soak, whose replica
+            # stalled 68,153 records short of the end (README, TOPICSTREAM_FETCH_WAIT_MS: the service's 500 ms).
+            fetch_wait_ms=500,
         )
         self.learners: list[Proc] = []
         self.replica: Proc | None = None
