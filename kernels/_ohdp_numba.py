@@ -4,7 +4,7 @@ that feed the corpus stick, and the stick's mean E[β] from them."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from numba import njit
@@ -30,8 +30,8 @@ class Fixed(NamedTuple):
 
 class Step(NamedTuple):
     """The settings the document step reads: η, V (the vocabulary in use: the W of φ̂'s denominator), α0, γ, the
-    sweeps' tolerance and cap, ``sequential`` (later documents see the earlier ones' raw counts) and the sweeps'
-    over-relaxation w (:func:`_cvb_doc`)."""
+    sweeps' tolerance and cap, ``sequential`` (later documents see the earlier ones' raw counts), the sweeps'
+    over-relaxation w (:func:`_cvb_doc`) and ``single``: sweep in float32 (:func:`cvb_batch`)."""
 
     eta: float
     vocab: int
@@ -41,6 +41,7 @@ class Step(NamedTuple):
     max_iter: int
     sequential: bool
     relax: float = 1.0
+    single: bool = False
 
 
 class Written(NamedTuple):
@@ -83,12 +84,12 @@ def beta_from_tables(m: NDArray[np.float64], rank: NDArray[np.int64], gamma: flo
 @njit(cache=True, nogil=True, fastmath=EXACT_FASTMATH)
 def _cvb_doc(
     cnts: NDArray[np.float64],
-    phat: NDArray[np.float64],
-    prior: NDArray[np.float64],
+    phat: NDArray[np.floating],
+    prior: NDArray[np.floating],
     tol: float,
     max_iter: int,
-    gam: NDArray[np.float64],
-    nj: NDArray[np.float64],
+    gam: NDArray[np.floating],
+    nj: NDArray[np.floating],
     relax: float = 1.0,
 ) -> int:
     """Zero-order collapsed update of one document with the topics fixed (Sato et al. 2012; SCVB0 Eq. 5):
@@ -108,33 +109,41 @@ def _cvb_doc(
     with several may settle on another; the plain sweeps shrink the change by a steady 0.93–0.96 each near one on
     news (docs/ohdp.md), and w = 1.3–1.7 take a third fewer. The stopping test stays the plain update's change
     Σ_n c_n |x − γ_n|₁; the rows are made to sum to 1 and N_j recounted after the last sweep (mid-sweep the floor
-    lets a row sum to up to w). w = 1 is the plain sweep.
+    lets a row sum to up to w). w = 1 is the plain sweep (its rows are recounted too).
+
+    The sweeps compute in the type of φ̂, the prior, γ and N_j (all four alike), float32 or float64
+    (:func:`cvb_batch`); the counts and the stopping test stay float64.
     """
     U = phat.shape[0]
     K = phat.shape[1]
-    nj[:] = 0.0
+    f0 = nj.dtype.type(0.0)
+    one = nj.dtype.type(1.0)
+    nj[:] = f0
     ntot = 0.0
     for n in range(U):
         for k in range(K):
             gam[n, k] = phat[n, k] * prior[k]
         tot = _sum_rows(gam[n])
-        c = cnts[n]
-        ntot += c
+        c = nj.dtype.type(cnts[n])
+        ntot += cnts[n]
+        rt = one / tot
         for k in range(K):
-            gam[n, k] /= tot
+            gam[n, k] *= rt
             nj[k] += c * gam[n, k]
-    g = np.empty(K)
-    change = np.empty(K)
+    g = np.empty_like(nj)
+    change = np.empty_like(nj)
+    w = nj.dtype.type(relax)
+    half = nj.dtype.type(0.5)
     it = 0
     while it < max_iter:
         it += 1
-        change[:] = 0.0
+        change[:] = f0
         for n in range(U):
-            c = cnts[n]
-            own = min(c, 1.0)
+            c = nj.dtype.type(cnts[n])
+            own = min(c, one)
             for k in range(K):
-                g[k] = phat[n, k] * (max(nj[k] - own * gam[n, k], 0.0) + prior[k])
-            inv = 1.0 / _sum_rows(g)
+                g[k] = phat[n, k] * (max(nj[k] - own * gam[n, k], f0) + prior[k])
+            inv = one / _sum_rows(g)
             if relax == 1.0:
                 for k in range(K):
                     x = g[k] * inv
@@ -147,19 +156,20 @@ def _cvb_doc(
                     x = g[k] * inv
                     dx = x - gam[n, k]
                     change[k] += c * abs(dx)
-                    y = max(gam[n, k] + relax * dx, 0.5 * x)
+                    y = max(gam[n, k] + w * dx, half * x)
                     nj[k] += c * (y - gam[n, k])
                     gam[n, k] = y
         if _sum_rows(change) <= tol * ntot:
             break
-    if relax != 1.0:  # rows the floor kept from summing to 1: normalised, and N_j recounted from them
-        nj[:] = 0.0
-        for n in range(U):
-            c = cnts[n]
-            inv = 1.0 / _sum_rows(gam[n])
-            for k in range(K):
-                gam[n, k] *= inv
-                nj[k] += c * gam[n, k]
+    # Rows the floor kept from summing to 1 normalised, and N_j recounted from them (also after plain sweeps: in
+    # float32 an N_j moved by thousands of steps drifts from Σ c γ by 10⁻⁵ of itself).
+    nj[:] = f0
+    for n in range(U):
+        c = nj.dtype.type(cnts[n])
+        inv = one / _sum_rows(gam[n])
+        for k in range(K):
+            gam[n, k] *= inv
+            nj[k] += c * gam[n, k]
     return it
 
 
@@ -169,20 +179,27 @@ LANES = 16
 
 
 @njit(cache=True, nogil=True, fastmath=EXACT_FASTMATH | {"reassoc"})
-def _sum_rows(x: NDArray[np.float64]) -> float:  # pragma: no cover (compiled)
-    """Σ x, for the sweep buffers of :func:`_cvb_doc` (whose length is a multiple of :data:`LANES`): the one loop
-    compiled with fast-math ``reassoc``, so that LLVM splits the sum into vector lanes. Four scalar partial sums in a
-    fixed order (the sum this replaced) did not vectorise, nor eight: the sweeps ran 1.35–1.4× slower on BBC.
+def _sum_rows(x: NDArray[np.floating]) -> float:  # pragma: no cover (compiled)
+    """Σ x in x's own type, for the sweep buffers of :func:`_cvb_doc` (whose length is a
+    multiple of :data:`LANES`): the one loop compiled with fast-math ``reassoc``, so that LLVM splits the sum into
+    vector lanes. Four scalar partial sums in a fixed order (the sum this replaced) did not vectorise, nor eight: the
+    sweeps ran 1.35–1.4× slower on BBC.
 
     ``EXACT_FASTMATH`` leaves ``reassoc`` out because with it a kernel's results changed with where its arrays lay in
     memory. This sum splits by index, not by address (LLVM vectorises it without peeling for alignment):
-    ``tests/test_ohdp.py`` sums the same values at every 8-byte offset and gets the same bits. A CPU with other
+    ``tests/test_ohdp.py`` sums the same values at every offset (4-byte steps) and gets the same bits. A CPU with other
     vector widths may round the last bit otherwise, as it may any vectorised loop."""
-    s = 0.0
+    s = x.dtype.type(0.0)
     for k in range(x.shape[0]):
         s += x[k]
     return s
 
+
+#: The smallest prior of a topic in float32 sweeps (:func:`_cvb_doc`): the empty tail of the stick halves β at each
+#: topic (2⁻¹⁵⁰ at K = 150), below float32's smallest normal number (1.2·10⁻³⁸), where arithmetic is slow and
+#: underflows to 0; at 10⁻²⁵, φ̂·prior stays a normal number for any φ̂ above 10⁻¹³, and such a topic's share of a
+#: document is as negligible as before. (float64 sweeps keep the floor of 10⁻¹⁰⁰.)
+_SINGLE_PRIOR_FLOOR = 1e-25
 
 # log(1 − x) by its series below this x (see :func:`cvb_batch`): through x⁸, the first term left out is below
 # x⁸/9 relative to |log(1 − x)| ≥ x, i.e. ≤ 2⁻⁵⁶/9 ≈ 1.5e-18, under the rounding of ``np.log1p`` itself.
@@ -200,7 +217,7 @@ def _log1m_series(x: float) -> float:  # pragma: no cover (compiled)
 
 @njit(cache=True, nogil=True, fastmath=EXACT_FASTMATH)
 def _add_doc(
-    gam: NDArray[np.float64],
+    gam: NDArray[np.floating],
     cnts: NDArray[np.float64],
     slots: NDArray[np.int64],
     stat: NDArray[np.float64],
@@ -209,7 +226,7 @@ def _add_doc(
     prod: NDArray[np.float64],
     buf: NDArray[np.float64],
 ) -> None:  # pragma: no cover (compiled)
-    """Add a finished document to Ĝ (``stat[slots[n]] += c_n γ_n``, ``run_tot`` its column sums) and write
+    """Add a finished document to Ĝ (``stat[slots[n]] += c_n γ_n``, in float64; ``run_tot`` its column sums) and write
     ``logp0[k]`` = log P(n_jk = 0) = Σ_n c_n log(1 − γ_nk) (Sato et al. 2012), γ clipped at 1 − 10⁻¹².
 
     log(1 − γ) costs a ``log1p`` per entry if done plainly, more than a sweep of :func:`_cvb_doc`, so: below
@@ -230,7 +247,7 @@ def _add_doc(
         srow = stat[slots[n]]
         if c == 1.0:
             for k in range(K):
-                x = grow[k]
+                x = np.float64(grow[k])
                 srow[k] += x
                 run_tot[k] += x
                 small = x < _SERIES_BELOW
@@ -239,7 +256,7 @@ def _add_doc(
         else:
             big = 0
             for k in range(K):
-                x = grow[k]
+                x = np.float64(grow[k])
                 cx = c * x
                 srow[k] += cx
                 run_tot[k] += cx
@@ -248,7 +265,7 @@ def _add_doc(
                     big += 1
             if big > 0:
                 for k in range(K):
-                    x = grow[k]
+                    x = np.float64(grow[k])
                     if x >= _SERIES_BELOW:
                         buf[k] = np.log1p(-min(x, 1.0 - 1e-12))
             for k in range(K):
@@ -275,30 +292,53 @@ def cvb_batch(docs: CSR, fixed: Fixed, step: Step, out: Written) -> int:
     digammas and (if ``sequential``) an O(K log K) sort for β. log(1 − γ) is summed for P(n_jk = 0) by its
     Taylor series where γ < 1/128 (nearly all of the U×K entries: a word's mass sits on a few topics), so only
     the few larger entries call ``log1p``, which would otherwise cost more than several sweeps.
+
+    With ``step.single`` the sweeps (:func:`_cvb_doc`) run in float32: a vector holds twice the topics, and the
+    sweeps, 85–90 % of a settled model's pass, run ~1.35× faster. What is kept across documents (Ĝ, the tables, θ)
+    is summed in float64 either way. The online HDP sweeps in float32 once it has settled (``settle_docs``): at its
+    ``settled_tol`` = 10⁻² per token a sweep stops far above float32's rounding (N_j is known to ~2·10⁻⁵ of the
+    tokens), and held-out likelihood and NPMI stayed float64's to four digits (docs/ohdp.md, "Sweeps in float32 once
+    settled"). While the model settles, its documents sweep to 10⁻⁴ in float64: there the topics are still alike,
+    and float32's rounding changed which of them a document's mass went to (Reuters' NPMI 0.010 lower over ten
+    corpus orders).
     """
+    K = fixed.rows.shape[1]
+    Kp = -(-K // LANES) * LANES  # the sweeps' topics, padded (:func:`_cvb_doc`); padding φ̂ and prior stay 0
+    indptr = docs.indptr
+    u_max = 0
+    for d in range(indptr.shape[0] - 1):
+        u_max = max(u_max, indptr[d + 1] - indptr[d])
+    # one buffer for every document (U_j ≤ u_max rows used)
+    if step.single:
+        sweeps32 = (np.zeros((u_max, Kp), np.float32), np.empty((u_max, Kp), np.float32), np.empty(Kp, np.float32))
+        return _batch(docs, fixed, step, out, sweeps32, _SINGLE_PRIOR_FLOOR)
+    sweeps64 = (np.zeros((u_max, Kp)), np.empty((u_max, Kp)), np.empty(Kp))
+    return _batch(docs, fixed, step, out, sweeps64, 0.0)
+
+
+@njit(cache=True, nogil=True, fastmath=EXACT_FASTMATH)
+def _batch(
+    docs: CSR, fixed: Fixed, step: Step, out: Written, sweeps: tuple[Any, Any, Any], floor: float
+) -> int:  # pragma: no cover (compiled)
+    """:func:`cvb_batch`'s documents, with the sweeps' buffers ``sweeps`` = (φ̂, γ, N_j) in the type they run in;
+    the sweeps' prior is at least ``floor``."""
     indptr, slots, counts = docs
     base, base_tot, base_tables, rank = fixed
-    eta, vocab, alpha, gamma, tol, max_iter, sequential, relax = step
+    eta, vocab, alpha, gamma, tol, max_iter, sequential, relax, _ = step
+    phat_all, gam_all, nj = sweeps
     stat, tables, theta = out
     K = base.shape[1]
     n_docs = indptr.shape[0] - 1
     Veta = vocab * eta
     inv = np.empty(K)
     run_tot = np.zeros(K)
-    Kp = -(-K // LANES) * LANES  # the sweeps' topics, padded (:func:`_cvb_doc`)
-    nj = np.empty(Kp)
+    prior_s = np.zeros(nj.shape[0], nj.dtype)  # the prior in the sweeps' type (padding columns 0)
     logp0 = np.empty(K)
-    prior = np.zeros(Kp)
+    prior = np.zeros(K)
     dig_prior = np.empty(K)
     buf = np.empty(K)
     prod = np.empty(K)
     cur = base_tables.copy()
-    u_max = 0
-    for d in range(n_docs):
-        u_max = max(u_max, indptr[d + 1] - indptr[d])
-    # one buffer for every document (U_j ≤ u_max rows used); the padding columns' φ̂ and prior stay 0
-    phat_all = np.zeros((u_max, Kp))
-    gam_all = np.empty((u_max, Kp))
     ptot = 0.0
     total_it = 0
     for d in range(n_docs):
@@ -307,6 +347,7 @@ def cvb_batch(docs: CSR, fixed: Fixed, step: Step, out: Written) -> int:
             ptot = 0.0
             for k in range(K):
                 prior[k] = max(alpha * beta[k], 1e-100)
+                prior_s[k] = max(prior[k], floor)
                 ptot += prior[k]
                 dig_prior[k] = digamma(prior[k])
         lo = indptr[d]
@@ -332,7 +373,7 @@ def cvb_batch(docs: CSR, fixed: Fixed, step: Step, out: Written) -> int:
                     prow[k] = (brow[k] + eta) * inv[k]
         gam = gam_all[:U]
         cnts = counts[lo:hi]
-        total_it += _cvb_doc(cnts, phat, prior, tol, max_iter, gam, nj, relax)
+        total_it += _cvb_doc(cnts, phat, prior_s, tol, max_iter, gam, nj, relax)
         # Ĝ += c·γ, and the expected tables, Sato et al. (2012): E[m_jk] ≈ P(n_jk > 0) · α0β_k (ψ(α0β_k +
         # E[n_jk | n_jk > 0]) − ψ(α0β_k)), with P(n_jk = 0) = Π_n (1 − γ_nk)^{c_n}. (Plugging E[n_jk] straight
         # into the Antoniak mean counts a whole table for any sliver of mass, which flattens β over the whole
@@ -340,12 +381,12 @@ def cvb_batch(docs: CSR, fixed: Fixed, step: Step, out: Written) -> int:
         _add_doc(gam, cnts, slots[lo:hi], stat, run_tot, logp0, prod, buf)
         tot = 0.0
         for k in range(K):
-            tot += nj[k] + prior[k]
+            tot += np.float64(nj[k]) + prior[k]
             pk = -np.expm1(logp0[k])
             if pk > 1e-300 and nj[k] > 0.0:
-                x = pk * prior[k] * (digamma(prior[k] + nj[k] / pk) - dig_prior[k])
+                x = pk * prior[k] * (digamma(prior[k] + np.float64(nj[k]) / pk) - dig_prior[k])
                 tables[k] += x
                 cur[k] += x
         for k in range(K):
-            theta[d, k] = (nj[k] + prior[k]) / tot
+            theta[d, k] = (np.float64(nj[k]) + prior[k]) / tot
     return total_it

@@ -110,6 +110,8 @@ class OnlineHDP(OnlineHDPBase):
         burn-in pass), while a document that opens a new topic still moves a lot and keeps sweeping up to
         ``max_iter``. Measured in ``docs/ohdp.md`` ("Speed against gensim"): 1.2–2.6× faster on the news
         corpora at an equal or better held-out likelihood, every planted topic of the demo generator still recovered.
+        Once settled, the sweeps also run in float32 (``kernels._ohdp_numba.cvb_batch``; ``docs/ohdp.md``, "Sweeps in
+        float32 once settled").
     relax, settled_relax : float
         Over-relaxation w of the document sweeps (``kernels._ohdp_numba._cvb_doc``) while the model settles and
         after: each sweep moves a word's responsibilities w times as far as the plain update would (never below
@@ -211,6 +213,7 @@ class OnlineHDP(OnlineHDPBase):
             int(self.max_iter),
             bool(self.sequential) and update,
             float(self.settled_relax) if settled else float(self.relax),
+            settled,  # sweeps in float32 once settled (kernels._ohdp_numba.cvb_batch)
         )
         fixed = Fixed(
             self.topic_stat_[mb.rows] * self.scale_, self.topic_total_ * self.scale_, self.tables_, self.topic_rank_
