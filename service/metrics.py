@@ -40,6 +40,7 @@ ERROR_KINDS = (
     "tokenizer",
     "partitions_elsewhere",
     "output_slimmed",
+    "group_stalled",
 )
 
 

@@ -238,6 +238,7 @@ def test_error_alerts_cover_every_kind() -> None:
         "tokenizer",
         "partitions_elsewhere",
         "output_slimmed",
+        "group_stalled",
     }
     assert once < set(ERROR_KINDS) and _kinds(steady["expr"], "!~") == once
     for kind in once:
