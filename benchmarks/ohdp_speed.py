@@ -3,11 +3,13 @@
     nice -n 19 .venv/bin/python -m benchmarks.ohdp_speed                          # defaults, + gensim
     nice -n 19 .venv/bin/python -m benchmarks.ohdp_speed --no-gensim --set '{"tol": 2e-3}' --corpus-seed 1
     nice -n 19 .venv/bin/python -m benchmarks.ohdp_speed --planted --set '{"tol": 2e-3}'
+    nice -n 19 .venv/bin/python -m benchmarks.ohdp_speed --corpora 20ng --batch-size 256 --all-train   # issue 11's
 
-Each run is one ``benchmarks.peers.run`` (the measurement of ``benchmarks/run_all.py``: minibatches of 100,
-truncation 150, CPU seconds of the updates only, held-out log-likelihood, NPMI and topics used as
-``evaluation.score_model`` scores them) on the corpora ``run_all`` prepares (vocabulary 10,000, 20NG capped at
-6,000 training documents, 2,000 test documents); ``--corpus-seed`` changes the shuffle and the split.
+Each run is one ``benchmarks.peers.run`` (the measurement of ``benchmarks/run_all.py``: minibatches of 100
+(``--batch-size``), truncation 150, CPU seconds of the updates only, held-out log-likelihood, NPMI and topics used
+as ``evaluation.score_model`` scores them) on the corpora ``run_all`` prepares (vocabulary 10,000, 20NG capped at
+6,000 training documents unless ``--all-train``, 2,000 test documents); ``--corpus-seed`` changes the shuffle and
+the split.
 ``--planted`` instead fits the planted-topics corpus of ``tests/test_ohdp.py`` for corpus seeds 0–4 and says
 whether each fit meets that test's criteria.
 """
@@ -44,6 +46,8 @@ def main() -> None:
     ap.add_argument("--set", default="{}", help="ohdp settings as JSON")
     ap.add_argument("--no-gensim", action="store_true")
     ap.add_argument("--planted", action="store_true")
+    ap.add_argument("--batch-size", type=int, default=100, help="documents per minibatch")
+    ap.add_argument("--all-train", action="store_true", help="20NG's whole training set (11,314), not 6,000")
     args = ap.parse_args()
     params = json.loads(args.set)
     if args.planted:
@@ -54,12 +58,12 @@ def main() -> None:
     from benchmarks._corpus import prepare
     from benchmarks.peers import run
 
-    caps = {"20ng": 6000}
+    caps = {} if args.all_train else {"20ng": 6000}
     for corpus in args.corpora.split(","):
         path, _ = prepare(corpus, vocab_size=10_000, seed=args.corpus_seed, max_train=caps.get(corpus), max_test=2000)
         for method in ["ohdp"] + ([] if args.no_gensim else ["gensim-hdp"]):
-            spec = {"corpus": corpus, "corpus_path": str(path), "batch_size": 100, "seed": 0, "method": method,
-                    "topics": 150, "mode": "single", "curve_docs": 0, "checkpoints": 1}  # fmt: skip
+            spec = {"corpus": corpus, "corpus_path": str(path), "batch_size": args.batch_size, "seed": 0,
+                    "method": method, "topics": 150, "mode": "single", "curve_docs": 0, "checkpoints": 1}  # fmt: skip
             if method == "ohdp":
                 spec["params"] = params
             r = run(spec)
