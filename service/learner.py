@@ -404,10 +404,6 @@ class Learner(BatchWorker):
         if self.whole_topic.recreated is not None:
             self._subscribe_again()
 
-    def subscribe(self) -> None:
-        self.whole_topic.joining()
-        super().subscribe()
-
     def _subscribe_again(self) -> None:
         """The input topic has another id than the one the positions were read in, and its new partitions are not
         assigned yet: subscribing again makes the consumer take them now (:meth:`_on_assign` then reads them from

@@ -13,12 +13,6 @@ other member every partition.
 The question goes to the brokers through the admin client's futures and the answer is taken on a later turn of
 the batch loop, which never waits for it: the first version asked ``Consumer.list_topics`` on the loop, which held
 the loop for its whole 2 s timeout every 30 s while the brokers did not answer.
-
-It also says when the learner gets no assignment at all for longer than a rebalance can last: the group's
-coordinator never completes the rebalance, and nothing is learned. Tansu keeps a group so for good when its leader
-leaves during a rebalance (a learner paused past its lease that then steps down, while the standby joins: a
-helper's soak, 19 minutes without a learner assigned, and a reproduction with plain consumers; a Kafka broker elects
-another leader). Counted as ``topicstream_errors_total{kind="group_stalled"}`` and logged as an error.
 """
 
 from __future__ import annotations
@@ -61,27 +55,17 @@ class WholeTopicWatch:
         #: then is a missing partition someone else's, not one on its way back (a rejoin after a broker stall
         #: took 7 s on Tansu, longer than the grace at the tests' timeouts).
         self._settled = False
-        #: When the learner last subscribed or lost its partitions (:meth:`joining`, :meth:`rebalancing`), and when
-        #: a stalled group may next be said (once per ``every_s``).
-        self._unsettled_since = time.monotonic()
-        self._next_stall_note = 0.0
         self._told_id: str | None = None  # the other topic id last warned about
         #: The topic's id at the last answer when it was not the learner's (the topic re-created), else None: the
         #: learner then subscribes again, as its consumer would only at its next metadata refresh (5 minutes by
         #: default), or never when the group outlived the topic (librdkafka does not follow a re-creation).
         self.recreated: str | None = None
 
-    def joining(self) -> None:
-        """The learner subscribes (again): the wait for an assignment starts."""
-        self._settled = False
-        self._unsettled_since = time.monotonic()
-
     def rebalancing(self) -> None:
         """Partitions revoked or lost: the clock stops until the next assignment (an answer in flight is dropped)."""
         self._settled = False
         self._missing_since = {}
         self._asked = None
-        self._unsettled_since = time.monotonic()
 
     def settled(self) -> None:
         """An assignment ended a rebalance (also one that gave this learner nothing)."""
@@ -94,10 +78,9 @@ class WholeTopicWatch:
         ``known_id``: the topic id the learner reads; when the brokers give another, the topic was re-created and
         no other consumer is to blame: that is said instead (once per id)."""
         self.admin.poll(0)
-        now = time.monotonic()
         if not self._settled:
-            self._say_if_stalled(now)
             return []
+        now = time.monotonic()
         if self._asked is None:
             if now >= self._next:
                 self._next = now + self.every_s
@@ -139,22 +122,6 @@ class WholeTopicWatch:
                 len(held), len(partitions), self.topic, self.group, elsewhere,
             )  # fmt: skip
         return elsewhere
-
-    def _say_if_stalled(self, now: float) -> None:
-        """Count and log, once per ``every_s``, a wait for an assignment longer than a rebalance can last."""
-        waited = now - self._unsettled_since
-        if waited < self.grace_s or now < self._next_stall_note:
-            return
-        self._next_stall_note = now + self.every_s
-        self.metrics.errors.labels(kind="group_stalled").inc()
-        log.error(
-            "no partition of %r has been assigned to the learner for %.0f s, longer than a rebalance of its group %r "
-            "can last (max.poll.interval.ms + session.timeout.ms): the group's coordinator does not complete the "
-            "rebalance, and nothing is learned; describe the group (kafka-consumer-groups.sh --describe --group %s "
-            "--state --members); on Tansu a group whose leader left during a rebalance stays so until the broker "
-            "restarts",
-            self.topic, waited, self.group, self.group,
-        )  # fmt: skip
 
     def _ask(self) -> None:
         try:

@@ -48,6 +48,7 @@ from numpy.typing import NDArray
 
 from kernels import Batch
 
+from .group_stall import GroupStallWatch
 from .inflight import InFlight
 from .kafka import (
     DeliveryError,
@@ -152,6 +153,14 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
         self._stop = threading.Event()  # :meth:`run`'s stop: ends a wait for acknowledgements too
         self._held_logged_at = -float("inf")  # when a wait for acknowledgements was last logged
         self.metrics.unacked_limit.set(settings.max_unacked_batches)
+        #: A wait for an assignment longer than the longest rebalance (:mod:`service.group_stall`).
+        self.group_stall = GroupStallWatch(
+            self.role,
+            group_id,
+            settings.input_topic,
+            self.metrics,
+            (settings.max_poll_interval_ms + settings.session_timeout_ms) / 1000,
+        )
 
     # ------------------------------------------------------------------ what subclasses supply
     def produced_topics(self) -> list[str]:
@@ -225,6 +234,7 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
             self.assigned.add((tp.topic, tp.partition))
         log.info("assigned %s", [(tp.topic, tp.partition, tp.offset) for tp in partitions])
         consumer.incremental_assign(partitions)
+        self.group_stall.assigned()
 
     def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         # Finish what is in flight so its offsets are committed before another member takes over; but a broker that
@@ -253,6 +263,8 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
             self.assigned.discard(key)
             with contextlib.suppress(KeyError):  # a partition we never reported lag for
                 self.metrics.lag.remove(key[0], str(key[1]))
+        if not self.assigned:
+            self.group_stall.unassigned()
         self._given_up |= gone
         # Batches still awaiting acknowledgements (a revocation that stopped waiting, a lost session) must not commit
         # these partitions' offsets when acknowledged later: they are another member's now, further on, maybe.
@@ -519,10 +531,12 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
     def _turn_done(self) -> None:
         """End of a turn, quiet or not: the lag (a quiet input's gauge would freeze) and the loop's heartbeat."""
         self._update_lag()
+        self.group_stall.check()
         self.metrics.beat()
 
     def subscribe(self) -> None:
         self._last_consume = time.monotonic()  # the first batch may wait a whole timeout
+        self.group_stall.joining()
         self.consumer.subscribe(
             [self.settings.input_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
         )

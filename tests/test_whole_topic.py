@@ -39,10 +39,6 @@ def _elsewhere(m: Metrics) -> float:
     return m.errors.labels(kind="partitions_elsewhere")._value.get()
 
 
-def _stalled(m: Metrics) -> float:
-    return m.errors.labels(kind="group_stalled")._value.get()
-
-
 def test_partitions_count_as_elsewhere_only_after_an_assignment_and_the_grace() -> None:
     """A lost session (a broker stall) leaves the learner with nothing until it rejoins, which took 7 s on Tansu,
     longer than the grace at the tests' timeouts: the check warned of another consumer that did not exist. The
@@ -58,26 +54,6 @@ def test_partitions_count_as_elsewhere_only_after_an_assignment_and_the_grace() 
     assert _elsewhere(m) == 0
     watch.settled()  # the rebalance gave this learner only partition 0: partition 1 is someone else's
     assert _check(watch, {("in", 0)}) == [1] and _elsewhere(m) == 1
-
-
-def test_a_group_that_never_assigns_the_learner_is_said_after_the_longest_rebalance(caplog) -> None:  # type: ignore[no-untyped-def]
-    """Tansu keeps a group whose leader left during a rebalance for good: a helper's soak had no learner assigned for
-    19 minutes, and nothing said so. A wait for an assignment longer than a rebalance can last is counted and
-    logged, from the subscription and again from each lost assignment; an assignment ends it."""
-    m = Metrics()
-    watch = WholeTopicWatch(_Metadata(2), "in", "g", m, every_s=0.0, grace_s=0.3)
-    watch.joining()
-    assert watch.check(set()) == [] and _stalled(m) == 0  # joining: a rebalance may take the grace
-    time.sleep(0.35)
-    assert watch.check(set()) == [] and _stalled(m) == 1
-    assert "no partition of 'in' has been assigned to the learner" in caplog.text
-    watch.settled()
-    assert [_check(watch, {("in", 0), ("in", 1)}) for _ in range(2)] == [[], []] and _stalled(m) == 1
-    watch.rebalancing()  # the session lost: the wait starts again
-    assert watch.check(set()) == [] and _stalled(m) == 1
-    time.sleep(0.35)
-    watch.check(set())
-    assert _stalled(m) == 2
 
 
 def test_a_partition_missing_for_less_than_the_grace_is_not_reported() -> None:
