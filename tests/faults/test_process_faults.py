@@ -16,6 +16,7 @@ import re
 import signal
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -589,3 +590,75 @@ def test_corrupt_and_truncated_latest_snapshot_fall_back_to_the_previous_one(
     assert not verdict.lost and not verdict.unexpected and not replica_verdict.lost
     assert not verdict.versions_backwards and not replica_verdict.versions_backwards
     assert meta["articles_learned"] == len(good)
+
+
+# A plain member of the learner's group: prints its assignments; with "leave", a pause longer than a second makes it
+# close (LeaveGroup) and exit, as a learner that lost its lease while paused steps down.
+_MEMBER = """
+import sys, time
+from confluent_kafka import Consumer
+boot, group, topic, name, leave = sys.argv[1:6]
+c = Consumer({"bootstrap.servers": boot, "group.id": group, "client.id": name, "session.timeout.ms": 3000,
+              "heartbeat.interval.ms": 1000, "max.poll.interval.ms": 300000,
+              "partition.assignment.strategy": "cooperative-sticky", "enable.auto.commit": False,
+              "auto.offset.reset": "earliest", "fetch.wait.max.ms": 500})
+c.subscribe([topic], on_assign=lambda c_, ps: print("ASSIGNED", [p.partition for p in ps], flush=True))
+last = time.monotonic()
+while True:
+    c.poll(0.1)
+    now = time.monotonic()
+    if leave == "leave" and now - last > 1.0:
+        c.close()
+        sys.exit(1)
+    last = now
+"""
+
+
+def test_a_learner_in_a_group_its_coordinator_never_completes_says_so(
+    make_stack: Callable[..., FaultStack], tmp_path: Path
+) -> None:
+    """Tansu keeps a group whose leader left during a rebalance stuck for good: a helper's soak had no learner
+    assigned for 19 minutes, and nothing said so. The stuck group is made here with two plain members of the
+    learner's group (A leads and is paused, B joins, A resumes and leaves); a learner started in it is never
+    assigned, and logs and counts ``group_stalled`` once a rebalance could have ended. A broker that completes the
+    rebalance (Kafka; a Tansu without the fault) assigns B, and then there is no stuck group to start in: skipped,
+    saying so."""
+    import subprocess
+    import sys
+
+    stack = make_stack()
+    s = stack.settings
+
+    def member(name: str, leave: str) -> subprocess.Popen[bytes]:
+        args = [sys.executable, "-c", _MEMBER, s.kafka_bootstrap, s.learner_group(), s.input_topic, name, leave]
+        return subprocess.Popen(args, stdout=(tmp_path / f"{name}.log").open("wb"), stderr=subprocess.STDOUT)
+
+    a = member("A", "leave")
+    b: subprocess.Popen[bytes] | None = None
+    try:
+        wait_until(lambda: "ASSIGNED [0, 1]" in (tmp_path / "A.log").read_text(), 30, "the first member's assignment")
+        time.sleep(2.0)  # the group settled
+        a.send_signal(signal.SIGSTOP)
+        time.sleep(0.2)
+        b = member("B", "stay")
+        time.sleep(1.6)
+        a.send_signal(signal.SIGCONT)
+        assert a.wait(20) == 1  # it left the group
+        time.sleep(8.0)  # a broker that completes the rebalance has assigned B by now
+        if "ASSIGNED [" in (tmp_path / "B.log").read_text():
+            pytest.skip("the broker completed the rebalance after its leader left: no stuck group to start in")
+        b.kill()
+        b.wait()
+        learner = stack.start("run", TOPICSTREAM_GROUP_ID=s.learner_group())  # the members' group
+        learner.wait_log(r"ERROR service\.group_stall: no partition of .* assigned to this learner", timeout=60)
+        assert "service.worker: assigned [" not in learner.log()
+        with urllib.request.urlopen(f"http://127.0.0.1:{learner.metrics_port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+        stalled = re.search(r'^topicstream_errors_total\{kind="group_stalled"\} (\S+)$', text, re.MULTILINE)
+        assert stalled is not None and float(stalled.group(1)) >= 1, text[-2000:]
+    finally:
+        for proc in (a, b):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()
+                proc.wait()
