@@ -106,8 +106,12 @@ _CHILD = "TOPICSTREAM_COMPILING_APART"
 #: once on a 2-core machine; well under the 300 s without a turn of the batch loop after which ``/healthz`` fails
 #: (a hung child then leaves time to compile here).
 COMPILE_TIMEOUT_S = 120.0
+#: The child's program: ``python -c`` puts its working directory first on its path, before ``PYTHONPATH``, so the
+#: directory that holds this ``kernels`` package goes before both (a review: a child started in a checkout of other
+#: kernels imported those, wrote another cache, and this process compiled in place after all).
 _CHILD_CODE = (
     "import ctypes, json, signal, sys\n"
+    "sys.path.insert(0, sys.argv[3])\n"
     "if sys.platform == 'linux':  # die with the parent (PR_SET_PDEATHSIG), not linger stopped or orphaned\n"
     "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)\n"
     "from kernels.registry import kernel_class\n"
@@ -153,13 +157,12 @@ def compile_apart(algorithm: str, params: Mapping[str, Any], entry_points: Seque
     jit_off = bool(getattr(config, "DISABLE_JIT", False))
     if not entry_points or os.environ.get(_CHILD) or jit_off or all(map(_cached, entry_points)):
         return False
+    ours = str(Path(__file__).resolve().parents[1])  # the directory that holds this kernels package
     try:
-        args = [sys.executable, "-c", _CHILD_CODE, algorithm, json.dumps(dict(params))]
+        args = [sys.executable, "-c", _CHILD_CODE, algorithm, json.dumps(dict(params)), ours]
     except TypeError:  # parameters only Python holds (numpy scalars from a caller): compiled here
         return False
-    ours = str(Path(__file__).resolve().parents[1])  # the directory that holds this kernels package
-    path = os.pathsep.join(p for p in (ours, os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, _CHILD: "1", "PYTHONPATH": path}  # NUMBA_CACHE_DIR with it (ensure_numba_cache sets it)
+    env = {**os.environ, _CHILD: "1"}  # NUMBA_CACHE_DIR with it (ensure_numba_cache sets it)
     try:
         done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired) as e:

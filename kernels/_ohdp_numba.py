@@ -225,8 +225,10 @@ def _add_doc(
     logp0: NDArray[np.float64],
     prod: NDArray[np.float64],
     buf: NDArray[np.float64],
+    nj64: NDArray[np.float64],
 ) -> None:  # pragma: no cover (compiled)
-    """Add a finished document to Ĝ (``stat[slots[n]] += c_n γ_n``, in float64; ``run_tot`` its column sums) and write
+    """Add a finished document to Ĝ (``stat[slots[n]] += c_n γ_n``, in float64; ``run_tot`` its column sums), write
+    ``nj64`` = N_j = Σ_n c_n γ_n in float64 (the sweeps' own N_j may be float32), and
     ``logp0[k]`` = log P(n_jk = 0) = Σ_n c_n log(1 − γ_nk) (Sato et al. 2012), γ clipped at 1 − 10⁻¹².
 
     log(1 − γ) costs a ``log1p`` per entry if done plainly, more than a sweep of :func:`_cvb_doc`, so: below
@@ -241,6 +243,7 @@ def _add_doc(
     for k in range(K):
         logp0[k] = 0.0
         prod[k] = 1.0
+        nj64[k] = 0.0
     for n in range(U):
         c = cnts[n]
         grow = gam[n]
@@ -250,6 +253,7 @@ def _add_doc(
                 x = np.float64(grow[k])
                 srow[k] += x
                 run_tot[k] += x
+                nj64[k] += x
                 small = x < _SERIES_BELOW
                 logp0[k] += _log1m_series(x) if small else 0.0
                 prod[k] *= 1.0 if small else 1.0 - min(x, 1.0 - 1e-12)
@@ -260,6 +264,7 @@ def _add_doc(
                 cx = c * x
                 srow[k] += cx
                 run_tot[k] += cx
+                nj64[k] += cx
                 buf[k] = _log1m_series(x)  # replaced below where x ≥ _SERIES_BELOW
                 if x >= _SERIES_BELOW:
                     big += 1
@@ -294,7 +299,7 @@ def cvb_batch(docs: CSR, fixed: Fixed, step: Step, out: Written) -> int:
     the few larger entries call ``log1p``, which would otherwise cost more than several sweeps.
 
     With ``step.single`` the sweeps (:func:`_cvb_doc`) run in float32: a vector holds twice the topics, and the
-    sweeps, 85–90 % of a settled model's pass, run ~1.35× faster. What is kept across documents (Ĝ, the tables, θ)
+    sweeps, 85–90 % of a settled model's pass, run ~1.3× faster. What is kept across documents (Ĝ, the tables, θ)
     is summed in float64 either way. The online HDP sweeps in float32 once it has settled (``settle_docs``): at its
     ``settled_tol`` = 10⁻² per token a sweep stops far above float32's rounding (N_j is known to ~2·10⁻⁵ of the
     tokens), and held-out likelihood and NPMI stayed float64's to four digits (docs/ohdp.md, "Sweeps in float32 once
@@ -338,6 +343,7 @@ def _batch(
     dig_prior = np.empty(K)
     buf = np.empty(K)
     prod = np.empty(K)
+    nj64 = np.empty(K)  # N_j in float64, for θ and the tables (:func:`_add_doc`)
     cur = base_tables.copy()
     ptot = 0.0
     total_it = 0
@@ -378,15 +384,15 @@ def _batch(
         # E[n_jk | n_jk > 0]) − ψ(α0β_k)), with P(n_jk = 0) = Π_n (1 − γ_nk)^{c_n}. (Plugging E[n_jk] straight
         # into the Antoniak mean counts a whole table for any sliver of mass, which flattens β over the whole
         # truncation.)
-        _add_doc(gam, cnts, slots[lo:hi], stat, run_tot, logp0, prod, buf)
+        _add_doc(gam, cnts, slots[lo:hi], stat, run_tot, logp0, prod, buf, nj64)
         tot = 0.0
         for k in range(K):
-            tot += np.float64(nj[k]) + prior[k]
+            tot += nj64[k] + prior[k]
             pk = -np.expm1(logp0[k])
-            if pk > 1e-300 and nj[k] > 0.0:
-                x = pk * prior[k] * (digamma(prior[k] + np.float64(nj[k]) / pk) - dig_prior[k])
+            if pk > 1e-300 and nj64[k] > 0.0:
+                x = pk * prior[k] * (digamma(prior[k] + nj64[k] / pk) - dig_prior[k])
                 tables[k] += x
                 cur[k] += x
         for k in range(K):
-            theta[d, k] = (np.float64(nj[k]) + prior[k]) / tot
+            theta[d, k] = (nj64[k] + prior[k]) / tot
     return total_it

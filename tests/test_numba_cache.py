@@ -90,10 +90,20 @@ def test_a_kernel_the_cache_lacks_is_compiled_apart_and_loaded_from_the_cache(tm
     """The online HDP ran about 13 % slower in the process that compiled it than loaded from numba's cache (the
     compiling process calls its callees' own libraries: kernels/_numba_cache.py). With an empty cache, ``warm_up``
     compiles it in a child process, and this process loads ``cvb_batch`` from the cache: a hit, no miss, and no
-    library of its own for the callee ``_cvb_doc``. Before, it compiled here: a miss and a callee library."""
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    library of its own for the callee ``_cvb_doc``. Before, it compiled here: a miss and a callee library.
+
+    The process runs in a directory that holds other ``kernels`` (a checkout of another version): the child must
+    compile this process's, not those (a review: ``python -c`` put the working directory first, the child imported
+    the other kernels, wrote another cache, and the process compiled in place after all)."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
     env.pop("TOPICSTREAM_COMPILING_APART", None)
-    done = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, check=True)
+    decoy = tmp_path / "elsewhere"
+    (decoy / "kernels").mkdir(parents=True)
+    (decoy / "kernels" / "__init__.py").write_text("raise SystemExit('other kernels imported')\n")
+    ours = f"import sys\nsys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})\n"
+    done = subprocess.run(
+        [sys.executable, "-c", ours + _PROBE], env=env, cwd=decoy, capture_output=True, text=True, check=True
+    )
     hits, misses, callee_libraries = json.loads(done.stdout.strip().splitlines()[-1])
     assert (hits, misses, callee_libraries) == (1, 0, 0), done.stderr
 

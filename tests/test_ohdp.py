@@ -108,27 +108,57 @@ def test_document_converges_with_tolerance() -> None:
     assert 2 <= it < 500
 
 
-def test_collapsed_document_update_matches_naive() -> None:
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_collapsed_document_update_matches_naive(dtype: type) -> None:
+    """The sweeps against the equations, in float64 (settling documents) to 1e-9 and in float32 (a settled model's;
+    a vector holds twice the topics) to float32's rounding, a few 10⁻⁷ after five sweeps: the reference gets the
+    same float32 inputs and sweeps in float64."""
     rng = np.random.default_rng(5)
     U, K = 7, 6
-    phat = rng.dirichlet(np.ones(9), K).T[:U].copy()
-    prior = rng.dirichlet(np.ones(K)) * 1.5
+    phat = rng.dirichlet(np.ones(9), K).T[:U].astype(dtype)
+    prior = (rng.dirichlet(np.ones(K)) * 1.5).astype(dtype)
     cnts = np.array([1.0, 2.0, 0.5, 3.0, 1.0, 1.0, 4.0])
-    # The sweeps run in float32 (a vector holds twice the topics): the reference gets the same float32 inputs and
-    # sweeps in float64, so the two differ by float32's rounding, a few 10⁻⁷ relative after five sweeps.
-    phat, prior = phat.astype(np.float32), prior.astype(np.float32)
     g_ref, nj_ref = naive.cvb0_doc_step(cnts, phat.astype(float), prior.astype(float), 5)
+    rtol, atol = (1e-9, 1e-12) if dtype is np.float64 else (1e-5, 1e-7)
     # As given, and padded to a multiple of LANES with φ̂ = 0 and prior 0 as cvb_batch pads them.
     Kp = -(-K // LANES) * LANES
-    phat_p, prior_p = np.zeros((U, Kp), np.float32), np.zeros(Kp, np.float32)
+    phat_p, prior_p = np.zeros((U, Kp), dtype), np.zeros(Kp, dtype)
     phat_p[:, :K], prior_p[:K] = phat, prior
     for ph, pr in ((phat, prior), (phat_p, prior_p)):
-        gam, nj = np.empty((U, pr.size), np.float32), np.empty(pr.size, np.float32)
+        gam, nj = np.empty((U, pr.size), dtype), np.empty(pr.size, dtype)
         it = _cvb_doc(cnts, ph, pr, 0.0, 5, gam, nj)
         assert it == 5 and not gam[:, K:].any() and not nj[K:].any()
-        np.testing.assert_allclose(gam[:, :K], g_ref, rtol=1e-5, atol=1e-7)
-        np.testing.assert_allclose(nj[:K], nj_ref, rtol=1e-5)
-        np.testing.assert_allclose(nj.sum(), cnts.sum(), rtol=1e-6)
+        np.testing.assert_allclose(gam[:, :K], g_ref, rtol=rtol, atol=atol)
+        np.testing.assert_allclose(nj[:K], nj_ref, rtol=rtol)
+        np.testing.assert_allclose(nj.sum(), cnts.sum(), rtol=max(rtol, 1e-12) if dtype is np.float64 else 1e-6)
+
+
+def test_float32_sweeps_keep_a_topic_of_tiny_prior_tiny_and_alive() -> None:
+    """The stick's empty tail halves β at each topic (2⁻¹⁵⁰ at K = 150), below float32's smallest normal number,
+    where arithmetic is slow and underflows. The float32 sweeps floor the prior at 10⁻²⁵: those topics' shares stay
+    as negligible as in float64 (a floor of 10⁻⁶ gave them ~10⁻⁶, and this test fails so)."""
+    rng = np.random.default_rng(3)
+    U, K, W = 20, 160, 300
+    base = rng.dirichlet(np.full(W, 0.05), K).T[:U] * 200.0
+    base[:, 20:] = 0.0  # empty topics, as the tail of the stick is
+    base_tot = base.sum(axis=0) + 30.0
+    base_tot[20:] = 0.0
+    tables = np.concatenate([rng.gamma(2.0, 5.0, 20), np.zeros(K - 20)])
+    rank = np.arange(K, dtype=np.int64)
+    cnts = rng.integers(1, 4, U).astype(np.float64)
+    docs = CSR(np.array([0, U], dtype=np.int64), np.arange(U, dtype=np.int64), cnts)
+    out = {}
+    for single in (False, True):
+        stat, tab, theta = np.zeros((U, K)), np.zeros(K), np.empty((1, K))
+        step = Step(0.01, W, 1.0, 1.0, 1e-6, 50, False, 1.3, single)
+        cvb_batch(docs, Fixed(base, base_tot, tables, rank), step, Written(stat, tab, theta))
+        out[single] = theta[0]
+    prior = beta_from_tables(tables, rank, 1.0)
+    assert prior[-1] < 1e-38  # below float32's normal numbers
+    tail = slice(140, K)
+    assert np.all(out[True][tail] > 0.0)
+    np.testing.assert_allclose(out[True][tail], out[False][tail], atol=1e-20)
+    np.testing.assert_allclose(out[True], out[False], atol=1e-5)
 
 
 def test_over_relaxed_sweeps_reach_the_plain_sweeps_fixed_point_in_fewer_sweeps() -> None:
