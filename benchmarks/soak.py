@@ -15,7 +15,11 @@ would (a learner that exited is started again, as a standby):
 
 Latency is the output's broker timestamp minus the moment the article was handed to the producer. At the end
 the feed stops, the script waits for the last answers, stops everything cleanly and judges: ids in vs. outputs ∪
-dead letters (sets), duplicates, ``articles_learned`` in the final snapshot vs. good articles sent.
+dead letters (sets), duplicates, ``articles_learned`` in the final snapshot vs. good articles sent. Exit status 0
+when nothing was lost, 1 when something was, 2 (inconclusive) when the broker stopped completing the learners'
+consumer group (the active learner says so twice, ``service/group_stall.py``): the soak then stops, since what is
+lost from there on is the broker's. Tansu does this when its group's leader leaves during a rebalance, which the
+``pause-active`` fault can make.
 
     python -m benchmarks.soak [--rate 1000] [--minutes 30] [--fault-every 60] [--report-every 10]
 """
@@ -256,19 +260,27 @@ class Soak:
         kinds = itertools.cycle(["kill-active", "redis-empty", "broker-pause", "pause-active", "corrupt-latest"])
         next_fault = time.monotonic() + a.fault_every
         rss_start = {"learner": self.rss_active(), "replica": self.replica.rss_mb() if self.replica else 0.0}
+        stuck = None
         while feeder.is_alive():
             self.supervise()
+            stuck = self.group_stuck()
+            if stuck is not None:
+                why = "the broker does not complete the learners' group; what is lost from now on is the broker's"
+                self.say(f"{stuck} has had no partition for two rebalances (service.group_stall): {why}; stopping")
+                feeder.halt.set()
+                break
             if time.monotonic() >= next_fault:
                 self.fault(next(kinds))
                 next_fault = time.monotonic() + a.fault_every
             time.sleep(0.2)
+        feeder.join(60)
         self.say("feed finished; waiting for the last answers")
         sent = set(feeder.sent_at)
         good = {k for k in sent if not k.startswith(b"bad-")}
         bad = sent - good
         # The replica answers every good id too (its own group, its own outputs): the drain waits for it as for the
         # learner, or a replica still catching up after a broker stall reads as ids it "missed".
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + (0 if stuck else 180)
         while time.monotonic() < deadline and (
             out.count() < len(good) or dead.count() < len(bad) or len(rep.missing(good)) > 0
         ):
@@ -298,13 +310,19 @@ class Soak:
         print(f"ids lost (outputs ∪ dead letters): {len(lost)}; replica missed: {len(rep.missing(good))}")
         print(f"duplicates: outputs {out.duplicates}, replica {rep.duplicates}, dead letters {dead.duplicates}")
         print(f"outputs whose model version went backwards: {out.backwards}, replica {rep.backwards}")
-        print(f"articles_learned {learned} vs good records in the input {input_good} ({len(good)} sent; learned "
-              f"twice: {learned - input_good})")  # fmt: skip
+        if loaded:
+            print(f"articles_learned {learned} vs good records in the input {input_good} ({len(good)} sent; learned "
+                  f"twice: {learned - input_good})")  # fmt: skip
+        else:
+            print(f"no readable snapshot at the end; {input_good} good records in the input")
         print(f"latency p50 {np.percentile(lats, 50):.2f}s p99 {p99(lats):.2f}s max {max(lats):.1f}s; replica p99 "
               f"{p99(rlats):.2f}s")  # fmt: skip
         print(f"RSS start: learner {rss_start['learner']:.0f} MB, replica {rss_start['replica']:.0f} MB; end: "
               f"learner {rss_end['learner']:.0f} MB, replica {rss_end['replica']:.0f} MB")  # fmt: skip
         print(f"unexpected exits: {self.exits or 'none'}")
+        if stuck is not None:
+            tansu = "Tansu keeps a group whose leader left during a rebalance so: service/group_stall.py"
+            print(f"INCONCLUSIVE: the broker stopped completing the learners' group ({stuck} never assigned; {tansu})")
         print("faults:")
         for e in self.events:
             print("  " + e)
@@ -317,7 +335,15 @@ class Soak:
             and not out.backwards
             and not rep.backwards
         )
-        return 0 if ok else 1
+        return 2 if stuck is not None else 0 if ok else 1
+
+    def group_stuck(self) -> str | None:
+        """The active learner, when it has said twice that no partition is assigned to it (service.group_stall: two
+        rebalances' time, then 30 s more), else None."""
+        act = self.active()
+        if act is None or act.log().count("service.group_stall: no partition of") < 2:
+            return None
+        return act.name
 
     def good_records_in_input(self, sent: int, quiet_s: float = 3.0) -> int:
         """The good records in the input topic, read back (a record the feeder wrote twice counts twice)."""

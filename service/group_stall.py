@@ -2,15 +2,15 @@
 
 A learner or a replica that subscribed, or lost its partitions, waits for the group's coordinator to finish a
 rebalance; nothing is read meanwhile, and nothing else says so (the loop turns, ``/healthz`` answers). A rebalance
-lasts at most ``max.poll.interval.ms`` (the members' time to rejoin) plus ``session.timeout.ms``; a wait for an
-assignment longer than that is a coordinator that does not complete it, or brokers out of reach for as long (then
-the client errors and ``partitions_lost`` say so too). Tansu keeps a group stuck for good when its leader leaves
-during a rebalance: a learner paused past its lease that then steps down while the standby joins (a helper's soak:
-no learner assigned for 19 minutes, nothing said; ``tests/faults/test_process_faults.py`` makes such a group), or a
-replica that stops while the others rejoin. A Kafka broker elects another leader. :class:`GroupStallWatch` counts
-``topicstream_errors_total{kind="group_stalled"}`` (alert ``TopicstreamErrorEvents``) and logs an error once per
-:data:`SAY_EVERY_S` while it lasts. An assignment of nothing (more replicas than partitions) ends a wait: that
-member is settled, not stalled.
+lasts at most ``max.poll.interval.ms`` (the members' time to rejoin) plus ``session.timeout.ms`` once the brokers
+answer; a wait for an assignment longer than twice that (the worker's grace) is a coordinator that does not
+complete it, or brokers out of reach for most of it (then the client errors and ``partitions_lost`` say so too).
+Tansu keeps a group stuck for good when its leader leaves during a rebalance: a learner paused past its lease that
+then steps down while the standby joins (a helper's soak: no learner assigned for 19 minutes, nothing said;
+``tests/faults/test_process_faults.py`` makes such a group), or a replica that stops while the others rejoin. A
+Kafka broker elects another leader. :class:`GroupStallWatch` counts ``topicstream_errors_total{kind="group_stalled"}``
+(alert ``TopicstreamErrorEvents``) and logs an error once per :data:`SAY_EVERY_S` while it lasts. An assignment of
+nothing (more replicas than partitions) ends a wait: that member is settled, not stalled.
 """
 
 from __future__ import annotations
@@ -75,9 +75,9 @@ class GroupStallWatch:
             self._next_note = now + self.every_s
             self.metrics.errors.labels(kind="group_stalled").inc()
             log.error(
-                "no partition of %r has been assigned to this %s for %.0f s, longer than a rebalance of its group %r "
-                "can last (max.poll.interval.ms + session.timeout.ms), and nothing is read: the brokers are out of "
-                "reach (then client errors and a lost session say so too), or the group's coordinator does not "
+                "no partition of %r has been assigned to this %s for %.0f s, twice as long as a rebalance of its "
+                "group %r can last (max.poll.interval.ms + session.timeout.ms), and nothing is read: the brokers are "
+                "out of reach (then client errors and a lost session say so too), or the group's coordinator does not "
                 "complete the rebalance: describe the group (kafka-consumer-groups.sh --describe --group %s --state "
                 "--members); on Tansu a group whose leader left during a rebalance stays so until the broker restarts",
                 self.topic, self.role, waited, self.group, self.group,

@@ -153,13 +153,16 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
         self._stop = threading.Event()  # :meth:`run`'s stop: ends a wait for acknowledgements too
         self._held_logged_at = -float("inf")  # when a wait for acknowledgements was last logged
         self.metrics.unacked_limit.set(settings.max_unacked_batches)
-        #: A wait for an assignment longer than the longest rebalance (:mod:`service.group_stall`).
+        #: A wait for an assignment longer than twice the longest rebalance (:mod:`service.group_stall`): after a
+        #: lost session the member rejoins only once the brokers answer again, and Tansu then took another
+        #: max.poll.interval.ms + session.timeout.ms and a second (a helper's probe: a 4 s broker pause, assigned
+        #: 8.7 s after the loss against 6 s at the tests' timeouts, and the error said a stall that was not one).
         self.group_stall = GroupStallWatch(
             self.role,
             group_id,
             settings.input_topic,
             self.metrics,
-            (settings.max_poll_interval_ms + settings.session_timeout_ms) / 1000,
+            2 * (settings.max_poll_interval_ms + settings.session_timeout_ms) / 1000,
         )
 
     # ------------------------------------------------------------------ what subclasses supply
