@@ -184,12 +184,13 @@ def score_model(
     top_ids = top_word_ids(phi, n_top)
     tops = top_ids[used]
     used_heldout = np.flatnonzero(heldout_weights >= threshold)
+    nmi_all = nmi(corpus.test_labels, theta_full)
     return {
         "heldout_loglik_per_word": ll,
         "heldout_docs": corpus.held_out.n_docs,
         "heldout_tokens": corpus.held_out.n_tokens,
-        "nmi": nmi(corpus.test_labels, theta_full),
-        "nmi_without_background": nmi(corpus.test_labels, theta_full, background),
+        "nmi": nmi_all,
+        "nmi_without_background": nmi_all if background is None else nmi(corpus.test_labels, theta_full, background),
         "npmi_coherence": npmi_coherence(tops.tolist(), corpus.test, corpus.n_words),
         "topics_used": len(used),
         "topics_used_heldout": len(used_heldout),

@@ -63,8 +63,8 @@ class GroupStallWatch:
         self._waiting_since = None
 
     def check(self) -> bool:
-        """Whether the consumer is waiting longer than a rebalance can last; counted and logged once per
-        ``every_s`` while it does."""
+        """Whether the consumer has waited longer than ``grace_s`` (the worker's: two rebalances' time); counted and
+        logged once per ``every_s`` while it does."""
         if self._waiting_since is None:
             return False
         now = self.clock()

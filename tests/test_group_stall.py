@@ -26,7 +26,7 @@ def test_a_group_that_never_assigns_the_consumer_is_said_after_the_longest_rebal
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Tansu keeps a group whose leader left during a rebalance for good: a helper's soak had no learner assigned for
-    19 minutes, and nothing said so. A wait longer than a rebalance can last is counted and logged, once per
+    19 minutes, and nothing said so. A wait longer than the grace (two rebalances' time) is counted and logged, once per
     ``every_s``, from the subscription and again from the loss of every partition; an assignment ends it."""
     m, clock = Metrics(), _Clock()
     watch = GroupStallWatch("learner", "g", "in", m, grace_s=6.0, every_s=30.0, clock=clock)

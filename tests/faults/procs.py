@@ -148,14 +148,15 @@ class Proc:
     def tail(self, n: int = 25) -> str:
         return "\n".join(self.log().splitlines()[-n:])
 
-    def scrape(self, name: str) -> float | None:
-        """One unlabelled sample from the process's /metrics (None when it does not answer)."""
+    def scrape(self, name: str, labels: str = "") -> float | None:
+        """One sample from the process's /metrics, ``labels`` as exposed (``'{kind="fenced"}'``; none by default);
+        None when it does not answer or has no such sample."""
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=2) as resp:
                 text = resp.read().decode()
         except OSError:
             return None
-        m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
+        m = re.search(rf"^{re.escape(name + labels)} (\S+)$", text, re.MULTILINE)
         return float(m.group(1)) if m else None
 
     def rss_mb(self) -> float:
