@@ -13,7 +13,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -147,23 +147,66 @@ MIN_MESSAGE_MAX_BYTES = 1_000
 BATCH_OVERHEAD = 256
 
 
-def size_limit(settings: Settings, topics: Iterable[str], timeout: float | None = None) -> dict[str, int]:
+def size_limit(
+    settings: Settings,
+    topics: Iterable[str],
+    timeout: float | None = None,
+    refused: Mapping[str, int] | None = None,
+) -> dict[str, int]:
     """The producer setting that keeps its requests within what the brokers take for ``topics``: Kafka refuses a
     record batch over its topic's ``max.message.bytes`` (MESSAGE_TOO_LARGE) whole, so a topic created with a
     smaller limit than the producer's ``message.max.bytes`` (1,000,000 by default) had every full batch refused,
     and the learner stopped and read the batch again, for ever (a helper's proxy that enforces the limit, as Kafka
     does: 11 restarts a minute, no output). With ``message.max.bytes`` at the smallest topic limit less
     :data:`BATCH_OVERHEAD`, librdkafka fills smaller batches and refuses a larger message at ``produce``
-    (:class:`service.pipeline.Publisher` then sends what fits). ``{}`` when no topic is under the producer's own
-    limit, or the brokers do not say (topics not created yet, DescribeConfigs not allowed or not answered within
-    ``timeout``)."""
+    (:class:`service.pipeline.Publisher` then sends what fits).
+
+    ``refused``: topic → the producer's ``message.max.bytes`` when the brokers refused a batch for that topic as
+    too large (remembered in Redis, :class:`service.worker.BatchWorker`). It counts only for a topic whose limit the
+    brokers do not say (DescribeConfigs not allowed, or the topic not created yet), as half that size: each
+    refusal halves the next start's batches until they fit, where before every start was refused again. A limit
+    the brokers say wins (one that was lowered and raised again is read as it is now).
+
+    ``{}`` when no topic is under the producer's own limit, or neither the brokers nor ``refused`` say."""
     timeout = CONNECT_TIMEOUT_S if timeout is None else timeout
     own = int(settings.kafka_config.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES))
+    wanted = list(dict.fromkeys(topics))
+    said = _topic_limits(settings, wanted, timeout)
+    caps = {t: limit - BATCH_OVERHEAD for t, limit in said.items()}
+    guessed = {t: refused[t] // 2 for t in wanted if t not in said and refused and t in refused}
+    caps.update(guessed)
+    if not caps or min(caps.values()) >= own:
+        return {}
+    topic, cap = min(caps.items(), key=lambda item: item[1])
+    capped = max(MIN_MESSAGE_MAX_BYTES, cap)
+    if topic in guessed:
+        log.warning(
+            "the brokers refused a batch for topic %s as too large at message.max.bytes %d and do not say its "
+            "limit: the producer's message.max.bytes is %d (grant DescribeConfigs on the topic, or set "
+            "message.max.bytes in TOPICSTREAM_KAFKA_CONFIG)",
+            topic,
+            refused[topic] if refused else 0,
+            capped,
+        )
+    else:
+        log.warning(
+            "topic %s takes messages of at most %d bytes (max.message.bytes): the producer's message.max.bytes is "
+            "%d (a dead letter over it goes without its value, an output without its title and url)",
+            topic,
+            said[topic],
+            capped,
+        )
+    return {"message.max.bytes": capped}
+
+
+def _topic_limits(settings: Settings, topics: list[str], timeout: float) -> dict[str, int]:
+    """The ``max.message.bytes`` of each of ``topics`` that the brokers tell within ``timeout``; a topic they do
+    not (not created yet, DescribeConfigs not allowed) is left out, with a warning unless it does not exist."""
     admin = make_admin(settings)
     limits: dict[str, int] = {}
     try:
         futures = admin.describe_configs(
-            [ConfigResource(ResourceType.TOPIC, t) for t in dict.fromkeys(topics)], request_timeout=timeout
+            [ConfigResource(ResourceType.TOPIC, t) for t in topics], request_timeout=timeout
         )
     except KafkaException as e:
         log.info("topic size limits not known (%s)", e)
@@ -181,18 +224,7 @@ def size_limit(settings: Settings, topics: Iterable[str], timeout: float | None 
             continue
         if entry is not None and str(entry.value).isdigit():
             limits[resource.name] = int(entry.value)
-    if not limits or min(limits.values()) - BATCH_OVERHEAD >= own:
-        return {}
-    topic, limit = min(limits.items(), key=lambda item: item[1])
-    capped = max(MIN_MESSAGE_MAX_BYTES, limit - BATCH_OVERHEAD)
-    log.warning(
-        "topic %s takes messages of at most %d bytes (max.message.bytes): the producer's message.max.bytes is %d "
-        "(a dead letter over it goes without its value, an output without its title and url)",
-        topic,
-        limit,
-        capped,
-    )
-    return {"message.max.bytes": capped}
+    return limits
 
 
 def make_admin(settings: Settings) -> AdminClient:

@@ -72,6 +72,11 @@ KEYS: tuple[RedisKey, ...] = (
         "topic-names", "hash", "`topicstream label`; the learner moves names along merges and retirements",
         "stable topic id → name given by people",
     ),
+    RedisKey(
+        "producer:refused", "hash", "learner, replica",
+        "topic → the producer's `message.max.bytes` when the brokers refused a batch for it as too large; the next "
+        "start halves it where the brokers do not say the topic's limit",
+    ),
     RedisKey("feeds:seen", "zset", "`topicstream feeds`", "article ids the broker acknowledged, scored by time"),
     RedisKey(
         "feeds:claims", "zset", "`topicstream feeds`", "ids being produced now, scored by when the claim expires"

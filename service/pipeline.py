@@ -214,6 +214,19 @@ class Publisher:
         self.settings = settings
         self.metrics = metrics
         self._slim_count, self._slim_said = 0, -float("inf")  # outputs sent without title and url (_slimmed)
+        #: The topics for which the brokers refused a batch as too large since the start (the worker remembers
+        #: them, so that the next start sends smaller batches: :func:`service.kafka.size_limit`).
+        self.too_large: set[str] = set()
+
+    def _tracked(self, tracker: DeliveryTracker) -> Callable[[KafkaError | None, Message], None]:
+        """``tracker.callback`` that also notes a refusal as too large in :attr:`too_large`."""
+
+        def callback(err: KafkaError | None, msg: Message) -> None:
+            if err is not None and err.code() in _TOO_LARGE:
+                self.too_large.add(msg.topic() or "")
+            tracker.callback(err, msg)
+
+        return callback
 
     def _output_delivered(
         self, tracker: DeliveryTracker, input_ts: float
@@ -222,10 +235,11 @@ class Publisher:
         fails the batch, also the broker's MESSAGE_TOO_LARGE (the output topic's limit lowered since the start):
         the broker refuses a batch whole, so every output in it gets that answer, and sending them again without
         title and url would strip the small ones too (a reviewer's proxy run: 30 of 30); the restart reads the new
-        limit (:func:`service.kafka.size_limit`)."""
+        limit (:func:`service.kafka.size_limit`), or halves its batches where the brokers do not say it."""
+        tracked = self._tracked(tracker)
 
         def callback(err: KafkaError | None, msg: Message) -> None:
-            tracker.callback(err, msg)
+            tracked(err, msg)
             if err is None:
                 self.metrics.published.inc()
                 self.metrics.latency.observe(max(0.0, time.time() - input_ts))
@@ -282,7 +296,7 @@ class Publisher:
             self._produce(tracker, self.settings.dlq_topic, key, value, headers, delivered)
         except KafkaException as e:
             self._refused(where, e)
-            self._produce(tracker, self.settings.dlq_topic, key, b"", reference)
+            self._produce(tracker, self.settings.dlq_topic, key, b"", reference, self._tracked(tracker))
         self.metrics.dead_lettered.labels(reason=rejection.reason).inc()
 
     def _refused(self, where: str, why: object) -> None:
@@ -298,14 +312,16 @@ class Publisher:
         batch instead would stop the learner at one hostile message wherever the brokers do not tell the topic's
         limit at start (DescribeConfigs not allowed), at every start."""
 
+        tracked = self._tracked(tracker)
+
         def callback(err: KafkaError | None, sent: Message) -> None:
             if err is not None and err.code() in _TOO_LARGE:
                 try:  # inside the producer's poll: one try, no waiting for room in its queue
                     self.producer.produce(
-                        self.settings.dlq_topic, value=b"", key=key, headers=reference, on_delivery=tracker.callback
+                        self.settings.dlq_topic, value=b"", key=key, headers=reference, on_delivery=tracked
                     )
                 except (BufferError, KafkaException):
-                    tracker.callback(err, sent)
+                    tracked(err, sent)
                     return
                 tracker.sent()
                 self._refused(where, err)

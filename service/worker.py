@@ -51,6 +51,7 @@ from kernels import Batch
 from .group_stall import GroupStallWatch
 from .inflight import InFlight
 from .kafka import (
+    DEFAULT_MESSAGE_MAX_BYTES,
     DeliveryError,
     flush_all,
     make_consumer,
@@ -63,6 +64,7 @@ from .keepalive import GroupKeepAlive
 from .keys import check_types
 from .metrics import Metrics
 from .pipeline import Publisher, decode_batch, tokenize
+from .refusals import remember, remembered
 from .schemas import Rejection
 from .settings import Settings
 from .snapshot import SnapshotStore
@@ -129,7 +131,12 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
         self.tokenizer = settings.tokenizer()
         group_id = self.consumer_group()
         self.consumer = make_consumer(settings, group_id, on_commit=self._on_commit, **(consumer_overrides or {}))
-        self.producer = make_producer(settings, **size_limit(settings, self.produced_topics()))
+        limit = size_limit(settings, self.produced_topics(), refused=remembered(self.store.r, settings.redis_prefix))
+        #: The producer's ``message.max.bytes``: the largest batch it sends (:mod:`service.refusals`).
+        self.message_max_bytes = int(
+            limit.get("message.max.bytes", settings.kafka_config.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES))
+        )
+        self.producer = make_producer(settings, **limit)
         self.publisher = Publisher(self.producer, settings, self.metrics)
         self.lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.role}-kernel")
         #: Next offset to read per (topic, partition), as far as batches have been handed to the kernel.
@@ -399,6 +406,8 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
                 batch.tracker.raise_on_failure()
             except DeliveryError:
                 self._break()
+                if self.publisher.too_large:  # the next start sends smaller batches (service.refusals)
+                    remember(self.store.r, self.settings.redis_prefix, self.publisher.too_large, self.message_max_bytes)
                 raise
             offsets.update(batch.next_offsets)
             with self._acked:
