@@ -47,7 +47,7 @@ def learn(train: list[Article], topics: int, vocab_size: int, tokenizer: Tokeniz
     for i in range(0, len(train), 100):
         model.partial_fit(vocab.encode(tokenize(tokenizer, train[i : i + 100])).batch)
     labels = TopicLabels(model.topic_word(), vocab.slot_words())
-    return Served(model, vocab, ModelRef(labels, "scvb0", 1, topics))
+    return Served(model, vocab, ModelRef(labels, "scvb0", 1, topics, tuple(range(topics))), model.topic_weights(), None)
 
 
 def clients(port: int, bodies: list[bytes], n_clients: int) -> tuple[float, list[float]]:

@@ -1,6 +1,7 @@
 """The ``topicstream`` command line.
 
-Every command reads the ``TOPICSTREAM_*`` settings (environment, ``.env``); the flags shown override them."""
+Every command but ``eval`` reads the ``TOPICSTREAM_*`` settings (environment, ``.env``); the flags shown override
+them. ``eval`` takes only its flags, so that a score does not depend on the environment it ran in."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
 
 from service.feeds import FeedMetrics
 from service.metrics import Metrics
@@ -61,17 +61,23 @@ def _send(
     last: dict[int, int] = {}
     failures: list[str] = []
 
-    def report(err, msg):  # type: ignore[no-untyped-def]
+    def report(err: KafkaError | None, msg: Message) -> None:
         if err is not None:
             failures.append(str(err))
         else:
-            last[msg.partition()] = max(last.get(msg.partition(), -1), msg.offset())
+            p, offset = msg.partition(), msg.offset()
+            assert p is not None and offset is not None, "a delivery report names its partition and offset"
+            last[p] = max(last.get(p, -1), offset)
 
-    where = {} if partition is None else {"partition": partition}
     for key, value in records:
         while True:
             try:
-                producer.produce(settings.input_topic, value=value, key=key, on_delivery=report, **where)
+                if partition is None:
+                    producer.produce(settings.input_topic, value=value, key=key, on_delivery=report)
+                else:
+                    producer.produce(
+                        settings.input_topic, value=value, key=key, partition=partition, on_delivery=report
+                    )
                 break
             except BufferError:
                 producer.poll(0.1)
@@ -97,7 +103,7 @@ def read_all(settings: Settings, topic: str, expected: int, timeout: float = 60.
     )
     meta = consumer.list_topics(topic, timeout=10).topics[topic]
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in meta.partitions])
-    out = []
+    out: list[Message] = []
     deadline = time.monotonic() + timeout
     try:
         while len(out) < expected and time.monotonic() < deadline:
