@@ -263,7 +263,10 @@ class Soak:
         stuck, next_look = None, time.monotonic()
         while feeder.is_alive():
             self.supervise()
-            if time.monotonic() >= next_look:  # reads the active learner's whole log: every 5 s, not every turn
+            due = time.monotonic() >= next_fault
+            # Reads the active learner's whole log: every 5 s, not every turn, and before a fault may replace the
+            # learner that said so (a helper's soak: three learners said it twice and were killed before a look).
+            if due or time.monotonic() >= next_look:
                 next_look = time.monotonic() + 5.0
                 stuck = self.group_stuck()
             if stuck is not None:
@@ -271,7 +274,7 @@ class Soak:
                 self.say(f"{stuck} has had no partition for two rebalances (service.group_stall): {why}; stopping")
                 feeder.halt.set()
                 break
-            if time.monotonic() >= next_fault:
+            if due:
                 self.fault(next(kinds))
                 next_fault = time.monotonic() + a.fault_every
             time.sleep(0.2)
