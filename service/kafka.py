@@ -161,11 +161,12 @@ def size_limit(
     :data:`BATCH_OVERHEAD`, librdkafka fills smaller batches and refuses a larger message at ``produce``
     (:class:`service.pipeline.Publisher` then sends what fits).
 
-    ``refused``: topic → the producer's ``message.max.bytes`` when the brokers refused a batch for that topic as
-    too large (remembered in Redis, :class:`service.worker.BatchWorker`). It counts only for a topic whose limit the
-    brokers do not say (DescribeConfigs not allowed, or the topic not created yet), as half that size: each
-    refusal halves the next start's batches until they fit, where before every start was refused again. A limit
-    the brokers say wins (one that was lowered and raised again is read as it is now).
+    ``refused``: topic → the size of the batches the brokers refused for that topic as too large, at most
+    (:mod:`service.refusals`, remembered in Redis). It counts only for a topic whose limit the brokers do not say
+    (DescribeConfigs not allowed, or the topic not created yet), and only when it is not above the producer's own
+    ``message.max.bytes``, as half that size: each refusal halves the next start's batches until they fit, where
+    before every start was refused again. A limit the brokers say wins (one that was lowered and raised again is
+    read as it is now).
 
     ``{}`` when no topic is under the producer's own limit, or neither the brokers nor ``refused`` say."""
     timeout = CONNECT_TIMEOUT_S if timeout is None else timeout
@@ -173,7 +174,8 @@ def size_limit(
     wanted = list(dict.fromkeys(topics))
     said = _topic_limits(settings, wanted, timeout)
     caps = {t: limit - BATCH_OVERHEAD for t, limit in said.items()}
-    guessed = {t: refused[t] // 2 for t in wanted if t not in said and refused and t in refused}
+    # A refusal at a size above what the producer now sends (its message.max.bytes set smaller since) says nothing.
+    guessed = {t: refused[t] // 2 for t in wanted if t not in said and refused and 0 < refused.get(t, own + 1) <= own}
     caps.update(guessed)
     if not caps or min(caps.values()) >= own:
         return {}
@@ -181,11 +183,11 @@ def size_limit(
     capped = max(MIN_MESSAGE_MAX_BYTES, cap)
     if topic in guessed:
         log.warning(
-            "the brokers refused a batch for topic %s as too large at message.max.bytes %d and do not say its "
-            "limit: the producer's message.max.bytes is %d (grant DescribeConfigs on the topic, or set "
-            "message.max.bytes in TOPICSTREAM_KAFKA_CONFIG)",
-            topic,
+            "the brokers refused batches of at most %d bytes for topic %s as too large and do not say its limit: the "
+            "producer's message.max.bytes is %d (grant DescribeConfigs on the topic, or set message.max.bytes in "
+            "TOPICSTREAM_KAFKA_CONFIG and delete the topic's field from the Redis hash <prefix>:producer:refused)",
             refused[topic] if refused else 0,
+            topic,
             capped,
         )
     else:

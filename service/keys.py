@@ -74,8 +74,8 @@ KEYS: tuple[RedisKey, ...] = (
     ),
     RedisKey(
         "producer:refused", "hash", "learner, replica",
-        "topic → the producer's `message.max.bytes` when the brokers refused a batch for it as too large; the next "
-        "start halves it where the brokers do not say the topic's limit",
+        "topic → the size of the batches the brokers refused for it as too large, at most; the next start sends "
+        "half that where the brokers do not say the topic's limit (`HDEL` a field to forget it)",
     ),
     RedisKey("feeds:seen", "zset", "`topicstream feeds`", "article ids the broker acknowledged, scored by time"),
     RedisKey(

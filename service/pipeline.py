@@ -214,16 +214,18 @@ class Publisher:
         self.settings = settings
         self.metrics = metrics
         self._slim_count, self._slim_said = 0, -float("inf")  # outputs sent without title and url (_slimmed)
-        #: The topics for which the brokers refused a batch as too large since the start (the worker remembers
-        #: them, so that the next start sends smaller batches: :func:`service.kafka.size_limit`).
-        self.too_large: set[str] = set()
+        #: Per topic, the bytes of the messages the brokers refused as too large since the start (the worker
+        #: remembers them, so that the next start sends smaller batches: :mod:`service.refusals`). Every message of
+        #: a refused batch is refused, so the sum is at least the size of any refused batch.
+        self.too_large: dict[str, int] = {}
 
     def _tracked(self, tracker: DeliveryTracker) -> Callable[[KafkaError | None, Message], None]:
         """``tracker.callback`` that also notes a refusal as too large in :attr:`too_large`."""
 
         def callback(err: KafkaError | None, msg: Message) -> None:
             if err is not None and err.code() in _TOO_LARGE:
-                self.too_large.add(msg.topic() or "")
+                topic = msg.topic() or ""
+                self.too_large[topic] = self.too_large.get(topic, 0) + record_bytes(msg)
             tracker.callback(err, msg)
 
         return callback
@@ -377,6 +379,19 @@ class Publisher:
                 raise
             return False
         return True
+
+
+#: What a record batch adds to each record beyond its key, value and headers (lengths, offset and timestamp deltas,
+#: attributes: at most about 20 bytes, and 5 per header), rounded up.
+RECORD_OVERHEAD = 32
+
+
+def record_bytes(msg: Message) -> int:
+    """The bytes one message takes in a record batch: key, value and headers, and :data:`RECORD_OVERHEAD`."""
+    size = len(msg.key() or b"") + len(msg.value() or b"") + RECORD_OVERHEAD
+    for name, value in list(msg.headers() or []):  # a delivery report's headers: (name, bytes) pairs
+        size += len(str(name).encode()) + len(value or b"")
+    return size
 
 
 #: The errors of a message too large for the producer or for its topic (Kafka's MESSAGE_TOO_LARGE,

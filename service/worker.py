@@ -407,7 +407,9 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
             except DeliveryError:
                 self._break()
                 if self.publisher.too_large:  # the next start sends smaller batches (service.refusals)
-                    remember(self.store.r, self.settings.redis_prefix, self.publisher.too_large, self.message_max_bytes)
+                    # A copy: the kernel lane's producer polls may run delivery callbacks that add to it meanwhile.
+                    refused = dict(self.publisher.too_large)
+                    remember(self.store.r, self.settings.redis_prefix, refused, self.message_max_bytes)
                 raise
             offsets.update(batch.next_offsets)
             with self._acked:
