@@ -35,6 +35,7 @@ __all__ = [
     "make_consumer",
     "make_producer",
     "next_offsets",
+    "producer_max_bytes",
     "size_limit",
     "topic_id",
 ]
@@ -147,6 +148,11 @@ MIN_MESSAGE_MAX_BYTES = 1_000
 BATCH_OVERHEAD = 256
 
 
+def producer_max_bytes(settings: Settings) -> int:
+    """The producer's own ``message.max.bytes``: ``TOPICSTREAM_KAFKA_CONFIG``'s, else librdkafka's default."""
+    return int(settings.kafka_config.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES))
+
+
 def size_limit(
     settings: Settings,
     topics: Iterable[str],
@@ -170,7 +176,7 @@ def size_limit(
 
     ``{}`` when no topic is under the producer's own limit, or neither the brokers nor ``refused`` say."""
     timeout = CONNECT_TIMEOUT_S if timeout is None else timeout
-    own = int(settings.kafka_config.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES))
+    own = producer_max_bytes(settings)
     wanted = list(dict.fromkeys(topics))
     said = _topic_limits(settings, wanted, timeout)
     caps = {t: limit - BATCH_OVERHEAD for t, limit in said.items()}

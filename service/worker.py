@@ -51,13 +51,13 @@ from kernels import Batch
 from .group_stall import GroupStallWatch
 from .inflight import InFlight
 from .kafka import (
-    DEFAULT_MESSAGE_MAX_BYTES,
     DeliveryError,
     flush_all,
     make_consumer,
     make_producer,
     next_offsets,
     partition_of,
+    producer_max_bytes,
     size_limit,
 )
 from .keepalive import GroupKeepAlive
@@ -133,9 +133,7 @@ class BatchWorker(GroupKeepAlive, abc.ABC):
         self.consumer = make_consumer(settings, group_id, on_commit=self._on_commit, **(consumer_overrides or {}))
         limit = size_limit(settings, self.produced_topics(), refused=remembered(self.store.r, settings.redis_prefix))
         #: The producer's ``message.max.bytes``: the largest batch it sends (:mod:`service.refusals`).
-        self.message_max_bytes = int(
-            limit.get("message.max.bytes", settings.kafka_config.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES))
-        )
+        self.message_max_bytes = limit.get("message.max.bytes", producer_max_bytes(settings))
         self.producer = make_producer(settings, **limit)
         self.publisher = Publisher(self.producer, settings, self.metrics)
         self.lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.role}-kernel")
