@@ -667,6 +667,20 @@ class Learner(BatchWorker):
             self._take_snapshot()
             self.writer.wait_idle()
 
+    def _final_checkpoint(self) -> None:
+        """The last :meth:`checkpoint`. When its snapshot is not written (Redis refusing or unreachable), say so:
+        the writer's own line promises a "next attempt" that a stopping learner never makes, and the process
+        would stop with no word that the next start reads again what was learned since the last snapshot."""
+        due, held = self._batches_since_snapshot > 0 or self._republish.is_set(), self._stored_version
+        self.checkpoint()
+        if due and not self.lease_lost and self._stored_version == held:
+            log.error(
+                "stopping without a final snapshot (Redis did not take it: see the snapshot failure above): the "
+                "next start resumes from %s and reads again the articles learned since; they are published again "
+                "(duplicates, nothing lost)",
+                f"snapshot {held}" if held else "the beginning of the input (no snapshot written yet)",
+            )
+
     @property
     def lease_lost(self) -> bool:
         return self.keeper.lost.is_set() or self.writer.fenced.is_set()
@@ -687,7 +701,7 @@ class Learner(BatchWorker):
             elif self.lease_lost:
                 self.flush()  # the batch in flight is not published (see publishes); no snapshot: it would be refused
             else:
-                self.checkpoint()
+                self._final_checkpoint()
         finally:
             self.writer.close()
             self._give_back_lease(lost=self.lease_lost)

@@ -753,6 +753,38 @@ def test_a_learner_on_a_redis_that_may_evict_its_keys_says_so(
             )
 
 
+def test_a_learner_stopped_while_redis_refuses_writes_says_it_stops_without_a_final_snapshot(
+    settings: Settings, server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Redis is full (maxmemory, noeviction) when the learner is told to stop: its final snapshot is refused.
+    Before, the last line was the writer's "next attempt in N s", an attempt a stopping learner never makes, and
+    the process stopped without saying that the next start reads again what it learned since (a helper's fault
+    hunt, session 41). Nothing is lost: the next start resumes from the snapshot before and learns the rest."""
+    s, learner = _snapshotted_learner(settings, server, 100, seed=89)
+    held = learner.version
+    admin = redis.Redis.from_url(server.url())
+    try:
+        consume_into(learner, 40)
+        admin.config_set("maxmemory-policy", "noeviction")
+        admin.config_set("maxmemory", "1")
+    finally:
+        caplog.clear()
+        learner.close()
+        admin.config_set("maxmemory", "0")
+    said = [r for r in caplog.records if "stopping without a final snapshot" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelname == "ERROR", [r.getMessage() for r in caplog.records]
+    assert f"resumes from snapshot {held} " in said[0].getMessage()
+    assert SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix).latest_version() == held
+    # A stop whose final snapshot is written says nothing of the kind.
+    again = Learner(s)
+    again.subscribe()
+    consume_into(again, 20)
+    caplog.clear()
+    again.close()
+    assert not [r for r in caplog.records if "without a final snapshot" in r.getMessage()]
+    assert again.version > held
+
+
 def test_a_snapshot_evicted_under_a_running_learner_is_written_again(
     settings: Settings, server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
