@@ -98,6 +98,9 @@ def test_one_minibatch_is_eqs_7_8(phi_tau: float, background: float) -> None:
     want_phi, want_z, want_theta = naive.minibatch_update(
         n_phi, n_z, docs_of(batch), theta0, rho, corpus, m.alpha, m.eta, theta_schedule(m), m.burn_in, background
     )
+    if background > 0:  # the first update: then the slot's words are the batch's frequencies, its mass kept
+        freq = np.bincount(batch.csr[1], weights=batch.csr[2], minlength=W)
+        want_phi[:, 0] = freq * (want_phi[:, 0].sum() / freq.sum())
     theta = m.partial_fit_transform(batch)
     np.testing.assert_allclose(theta, want_theta, rtol=1e-9)
     np.testing.assert_allclose(m.phi_ * m.scale_, want_phi, rtol=1e-9, atol=1e-12)

@@ -298,8 +298,8 @@ def _run(
 #: their 12-30 % generic words), grown over the first 10,000 articles (before the topics have formed, the slot's
 #: prior would draw whole desks into it). Measured through the service's tokenizer and vocabulary (36,000 articles,
 #: K = 20, batches of 500, hygiene every 12 batches, seeds 0-2; docs/scvb0.md, "Background topic"): all 15 desks
-#: and the generic words recovered (Hellinger < 0.2) from 18,000 articles on, the slot 92-93 % generic words and
-#: marked as the background, the desks at most 3 % generic.
+#: and the generic words recovered (Hellinger < 0.24) from 12,000 articles on, the slot 89-93 % generic words and
+#: marked as the background, the desks at most 3 % generic (the slot starting from the stream's words: session 41).
 DEMO_KERNEL_PARAMS = {"background": 0.2, "background_warmup": 10_000}
 
 #: The settings another terminal needs to reach the demo's broker, Redis and model.
