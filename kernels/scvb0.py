@@ -100,15 +100,15 @@ class SCVB0(TopicModel):
         instead, which happens: see that method). The slot starts from the first batch's word frequencies
         (:meth:`_start_background`). Off (0) by default: measured one pass on the benchmark corpora
         (``docs/scvb0.md``), b = 0.02 raises NPMI on BBC K=100 from 0.134 to 0.149 and on 20NG K=50 from 0.165
-        to 0.173, but lowers held-out log-likelihood by 0.001–0.014 nats/word.
+        to 0.173, but lowers held-out log-likelihood by 0.001–0.015 nats/word.
     background_warmup : float
         Documents over which b grows linearly from 0 to ``background`` (0: b from the start). While the topics are
         still flat, CVB0 gives the slot far more than b/(1+b): with equal likelihoods a document's share for it
         settles at b/(b + Kα/C_j), 91 % at b = 0.2, K = 20, α = 0.1, C_j = 100, and the slot swallows whole
         subjects. On the demo generator's stream through the service's vocabulary (W = 65,536) it held 70 % of
         the mass after 500 articles and still two desks after 18,000; grown over 10,000 documents its words were
-        89–93 % generic at 12,000 articles in four runs of six, and every desk was recovered from 18,000 on in five
-        (``docs/scvb0.md``, "Background topic").
+        89–93 % generic at 12,000 articles in four runs of six, and every planted row (the generic words' too) was
+        recovered from 18,000 on in five (``docs/scvb0.md``, "Background topic").
 
     Initialisation: N^Φ uniform(0, 1) per entry (Algorithm 2: "randomly initialize"), N^Z = Σ_w N^Φ_w; each
     document's N^Θ_j is uniform(0,1) per entry, rescaled to sum to C_j. With the default schedule ρ^Φ_0 = 1,
@@ -393,8 +393,9 @@ class SCVB0(TopicModel):
 
         A document uses a topic holding at least 5 % of its own tokens; the counts are halved every
         :data:`DOC_HALF_LIFE` documents. With ``background`` > 0 that is the slot when it holds the generic words;
-        the slot's prior does not always win them (on the demo generator's stream it took the cars desk at
-        b = 0.02 and 0.05), and a slot that took a desk is used by its desk's articles only, so it is not marked.
+        the slot's prior does not always win them (on the demo generator's stream, started at random before
+        :meth:`_start_background`, it took the cars desk at b = 0.02 and 0.05), and a slot that took a desk is used
+        by its desk's articles only, so it is not marked.
         The test on φ alone (:func:`kernels.background.background_topic`, nearest the corpus-wide word
         distribution) marked a slot holding the generic words of the demo stream at b = 0.2 as nothing, and the
         football desk as the background without a slot."""

@@ -20,7 +20,8 @@ has acknowledged (otherwise a crash after the write would resume past outputs th
 
 At most one capture is in the writer at a time: when a snapshot is due while the previous one is still being
 written, the loop simply goes on and tries again after the next batch. When Redis is down, attempts are spaced
-by an exponential, capped backoff and counted; learning and publishing go on (a batch held for changed ids
+by an exponential, capped backoff and counted, and a refused write is captured again once the backoff allows,
+whether or not a batch came since; learning and publishing go on (a batch held for changed ids
 goes on once the write has failed, or after ``MAX_ID_HOLD_S`` of a Redis that hangs).
 """
 
@@ -102,9 +103,10 @@ class SnapshotWriter:
     """Writes captures to Redis on its own thread (see the module docstring).
 
     ``wait_acknowledged(seq, stop)`` waits until every batch up to ``seq`` is acknowledged (False: discard the
-    capture); ``save`` writes a capture, ``on_written`` follows a write; ``on_idle`` is called after ``idle_s``
-    seconds without a capture; ``plan`` is called for captures with ``hygiene_docs`` (with the copy rebuilt from
-    the captured state) or ``unseen_docs`` (with ``None`` when it has no ``hygiene_docs``).
+    capture); ``save`` writes a capture, ``on_written`` follows a write, ``on_failed`` a write that Redis did not
+    take (the learner then captures again once the backoff allows, even when no batch came since); ``on_idle`` is
+    called after ``idle_s`` seconds without a capture; ``plan`` is called for captures with ``hygiene_docs`` (with
+    the copy rebuilt from the captured state) or ``unseen_docs`` (with ``None`` when it has no ``hygiene_docs``).
     """
 
     store: SnapshotStore
@@ -113,6 +115,7 @@ class SnapshotWriter:
     save: Callable[[Capture], SnapshotInfo]
     on_written: Callable[[Capture, SnapshotInfo], None]
     on_idle: Callable[[], None] | None = None
+    on_failed: Callable[[], None] | None = None
     idle_s: float = 2.0
     plan: Callable[[TopicModel | None, Capture], None] | None = None
     backoff: Backoff = field(default_factory=Backoff, init=False)
@@ -267,6 +270,8 @@ class SnapshotWriter:
             delay = self.backoff.failed(time.monotonic())
             self.metrics.snapshot_failures.inc()
             log.warning("snapshot failed (%s: %s); next attempt in %.1f s at the earliest", type(e).__name__, e, delay)
+            if self.on_failed is not None:
+                self.on_failed()
             return
         self.backoff.succeeded()
         del cap.payload  # the packed copy is in Redis now

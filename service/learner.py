@@ -217,6 +217,10 @@ class Learner(BatchWorker):
         self.labels = TopicLabels(phi, self.vocab.slot_words())
         self._background = self.model.background_topic(phi)  # then each written snapshot's (_written)
         self.metrics.describe_model(s.algorithm, s.topics, s.vocab_size)
+        #: Write the state again at the next chance: Redis lost our snapshots (``_check_redis_empty``) ...
+        self._republish = threading.Event()
+        #: ... or did not take the last write (the writer's ``on_failed``; once its backoff allows).
+        self._retry = threading.Event()
         self.writer = SnapshotWriter(
             self.store,
             self.metrics,
@@ -224,6 +228,7 @@ class Learner(BatchWorker):
             self._save,
             self._written,
             self._check_redis_empty,
+            on_failed=self._retry.set,  # captured again once the backoff allows, even on a quiet input
             plan=self._plan_hygiene if self.hygiene is not None else None,
         )
         if start.restored_version:  # the first snapshot's drift is measured from the restored topics
@@ -238,7 +243,6 @@ class Learner(BatchWorker):
         self._first_due = not start.restored_version
         self._last_gauges = 0.0
         self._gauges_due = True  # the model gauges do not describe this model yet (restored, or new)
-        self._republish = threading.Event()
         self._ids_moving = False  # the capture being written changes topic ids (:meth:`must_hold`)
         self._ids_published = threading.Event()  # set once a snapshot and its lineage events are out
         self._hold_until = 0.0  # when a hold for that gives up (time.monotonic)
@@ -434,7 +438,7 @@ class Learner(BatchWorker):
     # ------------------------------------------------------------------ snapshots
     def _snapshot_due(self) -> bool:
         s = self.settings
-        if self._republish.is_set():
+        if self._republish.is_set() or self._retry.is_set():
             return True
         if self._batches_since_snapshot == 0:
             return False
@@ -472,8 +476,9 @@ class Learner(BatchWorker):
             self._ids_published.clear()
             self._hold_until = time.monotonic() + MAX_ID_HOLD_S
         future = self.lane.submit(self._capture, self.submitted_seq, copied, main_s)
-        self.writer.submit(future)
         self._republish.clear()
+        self._retry.clear()  # before the writer may fail this capture and set it again (its on_failed)
+        self.writer.submit(future)
         self._first_due = False
         self._batches_since_snapshot = 0
         self._last_snapshot = time.monotonic()
@@ -660,26 +665,33 @@ class Learner(BatchWorker):
             m.kernel_stat.labels(stat=name).set(value)
 
     def checkpoint(self) -> None:
-        """Publish and flush what is in flight, then write a snapshot of everything learned and wait for it."""
+        """Publish and flush what is in flight, then write a snapshot of everything learned and wait for it (also
+        when no batch came since a write that failed, or since Redis lost the snapshots)."""
         self.flush()
         self.writer.wait_idle()
-        if self._batches_since_snapshot and not self.broken and not self.lease_lost:
+        again = self._republish.is_set() or self._retry.is_set()
+        if (self._batches_since_snapshot or again) and not self.broken and not self.lease_lost:
             self._take_snapshot()
             self.writer.wait_idle()
 
     def _final_checkpoint(self) -> None:
-        """The last :meth:`checkpoint`. When its snapshot is not written (Redis refusing or unreachable), say so:
-        the writer's own line promises a "next attempt" that a stopping learner never makes, and the process
-        would stop with no word that the next start reads again what was learned since the last snapshot."""
-        due, held = self._batches_since_snapshot > 0 or self._republish.is_set(), self._stored_version
+        """The last :meth:`checkpoint`. When its snapshot is not written (Redis refusing or unreachable: the
+        writer's ``on_failed`` set ``_retry``), say so: the writer's own line promises a "next attempt"
+        that a stopping learner never makes, and the process would stop with no word that the next start reads
+        again what was learned since the snapshot Redis holds."""
         self.checkpoint()
-        if due and not self.lease_lost and self._stored_version == held:
-            log.error(
-                "stopping without a final snapshot (Redis did not take it: see the snapshot failure above): the "
-                "next start resumes from %s and reads again the articles learned since; they are published again "
-                "(duplicates, nothing lost)",
-                f"snapshot {held}" if held else "the beginning of the input (no snapshot written yet)",
-            )
+        if self.broken or self.lease_lost or not self._retry.is_set():
+            return
+        try:
+            latest = self.store.latest_version()
+            resume = f"snapshot {latest}" if latest else "the beginning of the input (Redis holds no snapshot)"
+        except Exception:  # Redis does not answer
+            resume = "the newest snapshot Redis holds then"
+        log.error(
+            "stopping without a final snapshot (Redis did not take it: see the snapshot failure above): the next "
+            "start resumes from %s and reads again the articles learned since (at least once: nothing is lost)",
+            resume,
+        )
 
     @property
     def lease_lost(self) -> bool:

@@ -785,6 +785,37 @@ def test_a_learner_stopped_while_redis_refuses_writes_says_it_stops_without_a_fi
     assert again.version > held
 
 
+def test_a_snapshot_redis_refused_is_written_once_it_takes_writes_again_with_no_new_input(
+    settings: Settings, server: RedisServer
+) -> None:
+    """Redis refuses a snapshot (full) and then takes writes again while no article comes. Before, nothing tried
+    again until the next batch: on a quiet input the state learned since the last snapshot stayed out of Redis,
+    and a stop wrote nothing either (the stop saw no batch since the refused capture: a review, session 41). Now
+    the refused write is captured again once the writer's backoff allows, on quiet turns too."""
+    s, learner = _snapshotted_learner(settings, server, 80, seed=97)
+    admin = redis.Redis.from_url(server.url())
+    store = SnapshotStore.from_url(s.redis_url, prefix=s.redis_prefix)
+    held = store.latest_version()
+    try:
+        consume_into(learner, 40)
+        admin.config_set("maxmemory-policy", "noeviction")
+        admin.config_set("maxmemory", "1")
+        learner.checkpoint()  # refused
+        assert store.latest_version() == held
+        admin.config_set("maxmemory", "0")
+        deadline = time.monotonic() + 30
+        while store.latest_version() == held and time.monotonic() < deadline:
+            assert learner.step(timeout=0.2) == 0  # quiet: every article is learned
+        learner.writer.wait_idle(30)
+        latest = store.latest_version()
+        assert latest is not None and held is not None and latest > held
+        meta = store.meta(latest)
+        assert meta is not None and meta["articles_learned"] == 80
+    finally:
+        admin.config_set("maxmemory", "0")
+        learner.close()
+
+
 def test_a_snapshot_evicted_under_a_running_learner_is_written_again(
     settings: Settings, server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
