@@ -7,14 +7,13 @@ in another program decides for that program.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import faulthandler
 import logging
 import queue
 import signal
 import sys
 import threading
+import traceback
 
 __all__ = ["stop_on_signals", "tune_for_service"]
 
@@ -22,18 +21,18 @@ __all__ = ["stop_on_signals", "tune_for_service"]
 def stop_on_signals(doing: str = "finishing the batch and stopping") -> threading.Event:
     """An event set by SIGTERM/SIGINT (logged with ``doing``): a worker's loop finishes its batch, snapshots,
     commits and exits. SIGUSR1 writes every thread's stack to stderr and the process goes on (``kill -USR1
-    <pid>``: where a loop hangs)."""
-    if hasattr(signal, "SIGUSR1"):
-        with contextlib.suppress(OSError, ValueError):  # stderr without a file descriptor (a test's capture)
-            faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+    <pid>``: where a loop hangs; :func:`write_stacks`)."""
     stop = threading.Event()
     signals: queue.SimpleQueue[int] = queue.SimpleQueue()
 
     def stop_on_each() -> None:
         while True:
             signum = signals.get()
-            logging.getLogger("topicstream").info("%s: %s", signal.Signals(signum).name, doing)
-            stop.set()
+            if signum != getattr(signal, "SIGUSR1", None):
+                logging.getLogger("topicstream").info("%s: %s", signal.Signals(signum).name, doing)
+                stop.set()
+            else:
+                write_stacks()
 
     # Not stop.set() in the handler: it runs on the main thread between two of its bytecodes, maybe inside
     # stop.wait() while that holds the event's (non-reentrant) lock, and set() would wait on it for ever (a standby
@@ -47,7 +46,32 @@ def stop_on_signals(doing: str = "finishing the batch and stopping") -> threadin
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
+    if hasattr(signal, "SIGUSR1"):
+        signal.signal(signal.SIGUSR1, handler)
     return stop
+
+
+def write_stacks() -> None:
+    """Every thread's stack to stderr, most recent call last, from a thread that holds the GIL (the frames of the
+    others stand still meanwhile).
+
+    Not ``faulthandler.register(SIGUSR1, all_threads=True)``, which this did before: it walks the other threads'
+    frames from inside the signal handler, without the GIL, while they run, and a learner died of it with SIGSEGV
+    halfway through a thread in ``json.encoder`` (``tests/faults``, session 41; CPython issue 116008, not fixable
+    inside a signal handler). The price: the handler runs when the main thread next runs Python code or is woken
+    from a wait (lock and event waits, librdkafka's polls and flushes are), so a main thread stuck in C code that
+    holds the GIL delays the dump; ``py-spy dump --pid PID`` reads such a process from outside."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    parts = [
+        f"Thread {ident:#x} ({names.get(ident, 'not started by threading')}), most recent call last:\n"
+        + "".join(traceback.format_stack(frame))
+        for ident, frame in sys._current_frames().items()
+    ]
+    try:
+        sys.stderr.write("\n".join(parts) + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):  # stderr closed or without a file (a test's capture)
+        return
 
 
 def tune_for_service() -> None:
