@@ -436,9 +436,13 @@ class Learner(BatchWorker):
         return self._ids_moving
 
     # ------------------------------------------------------------------ snapshots
+    def _write_owed(self) -> bool:
+        """A write is owed whatever the batches since: Redis lost our snapshots, or did not take the last one."""
+        return self._republish.is_set() or self._retry.is_set()
+
     def _snapshot_due(self) -> bool:
         s = self.settings
-        if self._republish.is_set() or self._retry.is_set():
+        if self._write_owed():
             return True
         if self._batches_since_snapshot == 0:
             return False
@@ -669,8 +673,7 @@ class Learner(BatchWorker):
         when no batch came since a write that failed, or since Redis lost the snapshots)."""
         self.flush()
         self.writer.wait_idle()
-        again = self._republish.is_set() or self._retry.is_set()
-        if (self._batches_since_snapshot or again) and not self.broken and not self.lease_lost:
+        if (self._batches_since_snapshot or self._write_owed()) and not self.broken and not self.lease_lost:
             self._take_snapshot()
             self.writer.wait_idle()
 
@@ -685,7 +688,7 @@ class Learner(BatchWorker):
         try:
             latest = self.store.latest_version()
             resume = f"snapshot {latest}" if latest else "the beginning of the input (Redis holds no snapshot)"
-        except Exception:  # Redis does not answer
+        except Exception:  # Redis does not answer, or its `latest` is unreadable
             resume = "the newest snapshot Redis holds then"
         log.error(
             "stopping without a final snapshot (Redis did not take it: see the snapshot failure above): the next "

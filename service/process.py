@@ -25,7 +25,7 @@ def stop_on_signals(doing: str = "finishing the batch and stopping") -> threadin
     stop = threading.Event()
     signals: queue.SimpleQueue[int] = queue.SimpleQueue()
 
-    def stop_on_each() -> None:
+    def handle_each() -> None:
         while True:
             signum = signals.get()
             if signum != getattr(signal, "SIGUSR1", None):
@@ -38,8 +38,9 @@ def stop_on_signals(doing: str = "finishing the batch and stopping") -> threadin
     # stop.wait() while that holds the event's (non-reentrant) lock, and set() would wait on it for ever (a standby
     # learner, a replica awaiting its first snapshot, feeds between polls). The handler only puts the signal on a
     # SimpleQueue (whose put may be called from a signal handler) for a thread started here, which sets the event
-    # and logs (a write to stderr may be half done on the main thread); starting a thread in the handler could fail.
-    threading.Thread(target=stop_on_each, name="stop-signals", daemon=True).start()
+    # and logs, or writes the stacks (a write to stderr may be half done on the main thread); starting a thread in
+    # the handler could fail.
+    threading.Thread(target=handle_each, name="signals", daemon=True).start()
 
     def handler(signum: int, _frame: object) -> None:
         signals.put(signum)
