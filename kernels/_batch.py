@@ -95,6 +95,12 @@ class Batch:
         entries = np.repeat(lo - indptr[:-1], hi - lo) + np.arange(indptr[-1])
         return Batch(indptr, self.word_ids[entries], self.counts[entries])
 
+    def without_words(self, word_ids: ArrayLike) -> Batch:
+        """The same documents without the entries of ``word_ids`` (a document may be left without words)."""
+        keep = ~np.isin(self.word_ids, np.asarray(word_ids))
+        kept = np.concatenate(([0], np.cumsum(keep)))
+        return Batch(kept[self.indptr].astype(np.int64), self.word_ids[keep], self.counts[keep])
+
     @classmethod
     def from_docs(cls, docs: Sequence[tuple[ArrayLike, ArrayLike]]) -> Batch:
         """Build a batch from ``(word_ids, counts)`` pairs (not validated beyond their shape: use
@@ -183,6 +189,26 @@ def _merge_repeats(batch: Batch, n_words: int) -> Batch:
     indptr = np.zeros(batch.n_docs + 1, dtype=np.int64)
     np.cumsum(np.bincount(kept // n_words, minlength=batch.n_docs), out=indptr[1:])
     return Batch(indptr, np.ascontiguousarray(kept % n_words), np.ascontiguousarray(counts))
+
+
+def join_batches(batches: Sequence[Batch]) -> Batch:
+    """The documents of ``batches``, in order, as one batch.
+
+    >>> one = join_batches([Batch.from_docs([([0], [1.0])]), Batch.from_docs([([1, 2], [2.0, 1.0])])])
+    >>> one.indptr.tolist(), one.word_ids.tolist()
+    ([0, 1, 3], [0, 1, 2])
+    """
+    if not batches:
+        return Batch.from_docs([])
+    starts = np.cumsum([0] + [int(b.indptr[-1]) for b in batches[:-1]])
+    indptr = np.concatenate(
+        [np.zeros(1, dtype=np.int64)] + [b.indptr[1:] + s for b, s in zip(batches, starts, strict=True)]
+    )
+    return Batch(
+        indptr.astype(np.int64),
+        np.concatenate([b.word_ids for b in batches]).astype(np.int64),
+        np.concatenate([b.counts for b in batches]).astype(np.float64),
+    )
 
 
 def recent_batch(batches: Sequence[Batch], max_docs: int = 256) -> Batch | None:

@@ -289,6 +289,8 @@ class TopicHygiene:
             raise TypeError(
                 f"{type(model).__name__} does not support the topic moves these settings use (no {', '.join(missing)})"
             )
+        if getattr(model, "starting", False):  # its first documents will be learned again (SCVB0.start_docs)
+            return []
         docs, unseen = self._evidence(model, recent_docs, unseen_docs)
         warmup = self.warmup_docs if self.warmup_docs is not None else 40 * int(model.n_topics)
         warm = int(model.n_docs_seen_) >= warmup

@@ -264,7 +264,8 @@ def test_a_background_slot_that_took_a_desk_is_not_marked(generator_stream: tupl
     from evaluation.corpus import iter_batches
 
     corpus, truth = generator_stream
-    model = SCVB0(n_topics=20, n_words=corpus.n_words, seed=0, background=0.05)
+    # start_docs=0: the first 300 documents, learned again as one batch, would start the slot afresh.
+    model = SCVB0(n_topics=20, n_words=corpus.n_words, seed=0, background=0.05, start_docs=0)
     for i, batch in enumerate(iter_batches(corpus.train, 100)):
         model.partial_fit(batch)
         if i == 0:

@@ -131,6 +131,25 @@ def test_birth_after_a_topic_appears_mid_stream():
     assert slot[-1] in {e.topics[0] for _, e in births}  # the late topic lives in a born slot
 
 
+def test_hygiene_waits_while_scvb0_gathers_its_first_documents():
+    """SCVB0 learns its first ``start_docs`` documents again as one batch from the random start, which would undo
+    a move made before: a duplicate is merged once the start is over, not while it lasts."""
+    truth, docs = lda_corpus(3000, 0)
+
+    def with_a_duplicate(start_docs: int) -> SCVB0:
+        model = SCVB0(n_topics=len(truth) + 1, n_words=truth.shape[1], seed=0, start_docs=start_docs)
+        model.partial_fit(docs.slice(0, 1000))
+        w = model.topic_weights()
+        k, j = int(np.argmax(w)), int(np.argmin(w))
+        model.phi_[:, j], model.nz_[j] = model.phi_[:, k], model.nz_[k]
+        return model
+
+    hygiene = TopicHygiene(warmup_docs=0, max_births=0)
+    starting = with_a_duplicate(start_docs=2000)
+    assert starting.starting and hygiene.apply(starting, docs.slice(744, 1000)) == []
+    assert [e.kind for e in hygiene.apply(with_a_duplicate(start_docs=0), docs.slice(744, 1000))] == ["merge"]
+
+
 def test_moves_planned_on_a_copy_and_replayed_later_still_clean_the_model():
     """The service plans hygiene on a snapshot's copy (writer thread) and makes the moves on the live model at
     the next snapshot, a few batches later (``TopicHygiene.replay``): duplicates still go, the late topic is
