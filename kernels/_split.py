@@ -25,7 +25,7 @@ halves' tokens), every word not seen in the recent documents in the smaller half
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import NDArray
@@ -55,6 +55,21 @@ class SplitProposal:
     psi_a: NDArray[np.float64]
     psi_b: NDArray[np.float64]
     pi: NDArray[np.float64]
+    #: Whether half B (else A) is the one that goes to the new topic: the smaller, unless :meth:`keeping_nearer`.
+    moves_b: bool = True
+
+    def keeping_nearer(self, target: NDArray[np.float64]) -> SplitProposal:
+        """This split with the half nearer ``target`` (a word distribution over the vocabulary, Hellinger
+        distance over the proposal's words) left in the topic, the other moved, whichever is smaller. The
+        background slot keeps its generic half: a desk it took early may hold more of its tokens."""
+        t = target[self.word_ids]
+        t = t / max(float(t.sum()), 1e-300)
+        moved, kept = (self.psi_b, self.psi_a) if self.moves_b else (self.psi_a, self.psi_b)
+        if hellinger(kept, t) <= hellinger(moved, t):
+            return self
+        return replace(
+            self, fractions=1.0 - self.fractions, rest=1.0 - self.rest, share=1.0 - self.share, moves_b=not self.moves_b
+        )
 
 
 def propose_split(
@@ -99,7 +114,9 @@ def propose_split(
     small, n_s, n_l, psi_l = (psi_b, n_b, n_a, psi_a) if n_b <= n_a else (psi_a, n_a, n_b, psi_b)
     fractions = n_s * small / np.maximum(n_s * small + n_l * psi_l, 1e-300)
     share = n_s / n if n > 0 else 0.0
-    return SplitProposal(distance, share, n, words.astype(np.int64), fractions, share, psi_a, psi_b, pi)
+    return SplitProposal(
+        distance, share, n, words.astype(np.int64), fractions, share, psi_a, psi_b, pi, moves_b=n_b <= n_a
+    )
 
 
 def muddled_topics(

@@ -57,8 +57,12 @@ split
     half's share of each word of the topic's whole-window statistics moves to the free slot (the larger half keeps
     the slot and id); *accepted* if the held-out gain exceeds ``split_min_gain`` (as births), else undone exactly.
     At most ``max_splits`` splits and 2·``max_splits`` tries per call; no free slot, no split (a split never
-    pushes out a live topic). Bryant & Sudderth (NIPS 2012) split topics online; Hughes & Sudderth (bnpy)
-    accept proposals on the whole-data objective.
+    pushes out a live topic). The background slot (a kernel's ``background_slot``) is never split into, but it is
+    tried once per call even with ``max_splits=0``: a desk it took while its prior was still small (SCVB0's
+    ``background_warmup``) keeps it for thousands of documents, and no other move takes a desk out of it. Its
+    half nearer the build documents' word frequencies (the generic words) stays, the other moves, whichever is
+    smaller (``SplitProposal.keeping_nearer``). Bryant & Sudderth (NIPS 2012) split topics online; Hughes &
+    Sudderth (bnpy) accept proposals on the whole-data objective.
 birth
     If ``recent_docs`` is given and a slot is free (weight below ``empty_below`` after the moves above), a
     topic is proposed from what the model explains worst: the documents of ``recent_docs`` (even positions)
@@ -164,6 +168,9 @@ class TopicHygiene:
         The fewest (expected) tokens of the build documents a topic must hold to be considered for a split.
     split_min_gain : float
         Held-out gain (nats per token) a split must bring to be kept.
+    split_background : bool
+        Try to split the background slot once per call even with ``max_splits=0`` (its generic half stays, the
+        other leaves: "split" above). On by default.
     birth_quantile : float
         The share of the build documents, worst explained first, that a birth proposal is fitted to.
     birth_min_gain : float
@@ -203,6 +210,7 @@ class TopicHygiene:
         split_min_share: float = 0.1,
         split_min_tokens: float = 200.0,
         split_min_gain: float = 0.002,
+        split_background: bool = True,
         birth_quantile: float = 0.2,
         birth_min_gain: float = 0.002,
         em_iterations: int = 30,
@@ -228,6 +236,8 @@ class TopicHygiene:
         check_interval("split_min_share", split_min_share, 0.0, 0.5, low_open=True)
         check_interval("split_min_tokens", split_min_tokens, 0.0)
         check_interval("split_min_gain", split_min_gain, 0.0)
+        if not isinstance(split_background, bool):
+            raise ValueError(f"split_background must be a bool, got {split_background!r}")
         check_interval("birth_quantile", birth_quantile, 0.0, 1.0, low_open=True)
         check_interval("birth_min_gain", birth_min_gain, 0.0)
         check_positive_int("em_iterations", em_iterations)
@@ -242,6 +252,7 @@ class TopicHygiene:
         self.split_min_share = float(split_min_share)
         self.split_min_tokens = float(split_min_tokens)
         self.split_min_gain = float(split_min_gain)
+        self.split_background = split_background
         self.birth_quantile = float(birth_quantile)
         self.birth_min_gain = float(birth_min_gain)
         self.em_iterations = int(em_iterations)
@@ -296,10 +307,12 @@ class TopicHygiene:
         warm = int(model.n_docs_seen_) >= warmup
         keep = getattr(model, "background_slot", None)  # no move empties it: its prior holds the generic words
         events = self._removals(model, docs, unseen, keep) if warm else []
-        if docs is not None and docs.n_docs >= 4 and (self.max_births > 0 or (warm and self.max_splits > 0)):
+        background_split = self.split_background and keep is not None and callable(getattr(model, "split_topic", None))
+        splits = warm and (self.max_splits > 0 or background_split)
+        if docs is not None and docs.n_docs >= 4 and (self.max_births > 0 or splits):
             idx = np.arange(docs.n_docs)
             build, valid = docs.take(idx[0::2]), docs.take(idx[1::2])
-            if warm and self.max_splits > 0:
+            if splits:
                 merged = {e.into for e in events if e.kind == "merge"}
                 events += self._splits(model, build, valid, merged, keep)
             if self.max_births > 0:
@@ -432,9 +445,11 @@ class TopicHygiene:
     def _splits(
         self, model: SupportsTopicMoves, build: Batch, valid: Batch, merged: set[int | None], background: int | None
     ) -> list[Event]:
-        """Split muddled topics into free slots (never the ``background`` slot); never a topic that a merge of this
-        call has just made (its halves were judged one topic a moment ago: splitting it again would only undo the
-        merge)."""
+        """Split muddled topics into free slots, never into the ``background`` slot; never a topic that a merge of
+        this call has just made (its halves were judged one topic a moment ago: splitting it again would only undo
+        the merge). Up to ``max_splits`` of the other topics, and the background slot once, whatever
+        ``max_splits``: a desk it took before its prior grew has no other way out (its generic half stays,
+        :meth:`_muddled`)."""
         weights = model.topic_weights()
         free = [int(j) for j in np.flatnonzero(weights < self.empty_below) if j != background]
         if not free:
@@ -446,9 +461,14 @@ class TopicHygiene:
         base = mean_loglik(model.transform(valid), model.topic_word(), valid)
         tries = 0
         for k, prop in muddled:
-            if len(events) >= self.max_splits or tries >= 2 * self.max_splits or not free:
+            if not free:
                 break
-            tries += 1
+            if k != background:
+                if len([e for e in events if e.topics[0] != background]) >= self.max_splits:
+                    continue
+                if tries >= 2 * self.max_splits:
+                    continue
+                tries += 1
             j = free.pop(0)
             _, undo = model.split_topic(k, j, prop.word_ids, prop.fractions, prop.rest)
             score = mean_loglik(model.transform(valid), model.topic_word(), valid)
@@ -468,8 +488,10 @@ class TopicHygiene:
         """The live topics whose two halves are far apart, most separated first (``kernels._split``)."""
         phi = model.topic_word()
         theta = model.transform(build)
-        live = [int(k) for k in np.flatnonzero(weights >= self.empty_below) if int(k) != background]
-        return muddled_topics(
+        bg = background if self.split_background else None
+        live = [int(k) for k in np.flatnonzero(weights >= self.empty_below) if k != background or bg is not None]
+        live = [k for k in live if self.max_splits > 0 or k == bg]
+        found = muddled_topics(
             phi,
             theta,
             token_probs(theta, phi, build),
@@ -480,6 +502,12 @@ class TopicHygiene:
             min_share=self.split_min_share,
             iterations=self.em_iterations,
         )
+        if background is None:
+            return found
+        # The background slot may have taken a desk before its prior grew: the desk leaves, the generic words
+        # (the half nearer the documents' own word frequencies) stay.
+        words = np.bincount(build.word_ids, weights=build.counts, minlength=phi.shape[1]).astype(np.float64)
+        return [(k, prop.keeping_nearer(words) if k == background else prop) for k, prop in found]
 
     # ------------------------------------------------------------------ birth
     def _births(self, model: SupportsTopicMoves, build: Batch, valid: Batch, keep: int | None) -> list[Event]:

@@ -111,9 +111,10 @@ class SCVB0(TopicModel):
         the words that all documents use (said, told, people, year…) collect there instead of being spread
         over the others; :meth:`background_topic` then returns 0 (unless the slot learned a topic of its own
         instead, which happens: see that method). The slot starts from the first batch's word frequencies
-        (:meth:`_start_background`). Off (0) by default: measured one pass on the benchmark corpora
-        (``docs/scvb0.md``), b = 0.02 raises NPMI on BBC K=100 from 0.134 to 0.149 and on 20NG K=50 from 0.165
-        to 0.173, but lowers held-out log-likelihood by 0.001–0.015 nats/word.
+        (:meth:`_start_background`; with ``start_docs``, the first ``start_docs`` documents'), and topic hygiene
+        moves a desk it took out of it (``kernels.hygiene``, "split"). Off (0) by default: measured one pass on
+        the benchmark corpora (``docs/scvb0.md``), b = 0.02 raises NPMI on BBC K=100 from 0.134 to 0.149 and on
+        20NG K=50 from 0.165 to 0.173, but lowers held-out log-likelihood by 0.001–0.015 nats/word.
     background_warmup : float
         Documents over which b grows linearly from 0 to ``background`` (0: b from the start). While the topics are
         still flat, CVB0 gives the slot far more than b/(1+b): with equal likelihoods a document's share for it
@@ -419,7 +420,8 @@ class SCVB0(TopicModel):
         them, a desk was still in the slot after 8,000 articles in 3 of 6 runs, against none with this start
         (``docs/scvb0.md``, "The slot's first words"). Kept in the slot over the whole warm-up instead, the
         words stayed the stream's mixture (13 % generic) and the slot took until 20,000 articles to gather the
-        generic words."""
+        generic words. A first batch of a few articles (``make run``'s learner takes what 0.05 s brings) would
+        start it as their desk: ``start_docs`` makes the first batch that of the first 300 documents."""
         _, word_ids, counts = batch.csr
         freq = np.bincount(word_ids, weights=counts, minlength=int(self.n_words))
         column = self.phi_[:, 0]
