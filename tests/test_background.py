@@ -278,9 +278,9 @@ def test_a_background_slot_that_took_a_desk_is_not_marked(generator_stream: tupl
 def test_hygiene_moves_a_desk_out_of_the_background_slot(generator_stream: tuple[Any, np.ndarray]) -> None:
     """The slot that took a desk (the test above) keeps it for thousands of documents, and no merge, birth or
     retirement takes it out. Topic hygiene splits the slot even with splits off (``max_splits=0``): the desk's
-    half moves to a free slot and the generic half stays, and the next 1,000 documents leave it so. This is how ``make run``'s slot lost the markets desk it took from
-    its first batch (docs/scvb0.md, "The slot's first words"); with ``split_background=False`` (as before)
-    nothing moved."""
+    half moves to a free slot and the generic half stays, and the next 1,000 documents leave it so. This is how
+    ``make run``'s slot lost the markets desk it took from its first batch (docs/scvb0.md, "The slot's first
+    words"); with ``split_background=False`` (as before) nothing moved."""
     from evaluation.corpus import iter_batches
 
     corpus, truth = generator_stream
