@@ -95,7 +95,7 @@ class SCVB0(TopicModel):
         the stream cuts them (:meth:`_learn_start_again`). A quiet stream's first batch may be one article, and a
         first step from one article gives every topic a share of the same words, which the next articles cannot
         tell apart: fed 1-3 articles at a time (K = 20, one pass, seeds 0-2) BBC kept 4-5 topics empty and its
-        held-out NPMI was −0.03 to −0.12, against 0.14-0.16 with all 20 used (``docs/scvb0.md``, "The start").
+        held-out NPMI was −0.03 to −0.12, against 0.14-0.16 with all 20 used (``docs/scvb0.md``, "The first step").
         One minibatch (``batch_size``'s default): only the first step is redone, and the small steps after it
         keep their refinement (learning the first 300 again, a stream of ten-article batches converged more
         slowly). The documents are kept until then (at most ``start_docs`` plus one batch; snapshots carry them)
