@@ -281,7 +281,11 @@ class TopicModel(abc.ABC):
         self.n_batches_seen_ += 1
         self.n_docs_seen_ += batch.n_docs
         self.n_tokens_seen_ += batch.n_tokens
+        self._after_partial_fit(batch)
         return theta
+
+    def _after_partial_fit(self, batch: Batch) -> None:  # noqa: B027 - a hook: most kernels need none
+        """Called once ``batch`` is learned and counted (SCVB0 keeps its first documents here: ``start_docs``)."""
 
     def flush(self) -> None:  # noqa: B027 - a hook: most kernels hold nothing back
         """Learn from what this kernel holds back for later, now: at the end of a finite corpus shorter than that

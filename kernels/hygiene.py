@@ -459,14 +459,12 @@ class TopicHygiene:
             return []
         events: list[Event] = []
         base = mean_loglik(model.transform(valid), model.topic_word(), valid)
-        tries = 0
+        tries = made = 0  # of the topics other than the background slot
         for k, prop in muddled:
             if not free:
                 break
             if k != background:
-                if len([e for e in events if e.topics[0] != background]) >= self.max_splits:
-                    continue
-                if tries >= 2 * self.max_splits:
+                if made >= self.max_splits or tries >= 2 * self.max_splits:
                     continue
                 tries += 1
             j = free.pop(0)
@@ -479,6 +477,7 @@ class TopicHygiene:
                 continue
             proposal = (prop.word_ids, prop.fractions, prop.rest)
             events.append(Event("split", (k, j), None, float(gain), proposal=proposal))
+            made += int(k != background)
             base = score
         return events
 
@@ -489,8 +488,11 @@ class TopicHygiene:
         phi = model.topic_word()
         theta = model.transform(build)
         bg = background if self.split_background else None
-        live = [int(k) for k in np.flatnonzero(weights >= self.empty_below) if k != background or bg is not None]
-        live = [k for k in live if self.max_splits > 0 or k == bg]
+        live = [
+            int(k)
+            for k in np.flatnonzero(weights >= self.empty_below)
+            if k == bg or (self.max_splits > 0 and k != background)
+        ]
         found = muddled_topics(
             phi,
             theta,

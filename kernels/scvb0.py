@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ._base import Saved, StateValue, TopicModel, check_interval, check_non_negative_int, check_positive_int
-from ._batch import Batch, Docs, as_batch, join_batches
+from ._batch import Batch, as_batch, join_batches
 from ._moves import Columns, birth_column, birth_counts, delete_column, merge_columns, split_column
 from ._schedule import StepSize
 from ._scvb0_numba import _RHO_THETA_TABLE, Config, Plan, ThetaSteps, Topics, _fit, _infer
@@ -264,18 +264,16 @@ class SCVB0(TopicModel):
         batch from the random start, so topic moves made meanwhile would be lost (topic hygiene waits)."""
         return self.start_ is not None
 
-    def partial_fit_transform(self, docs: Docs) -> NDArray[np.float64]:
-        batch = as_batch(docs, self.n_words)
-        first = self.n_docs_seen_ == 0
-        theta = super().partial_fit_transform(batch)
-        if self.start_ is not None and batch.n_docs:
-            if first and batch.n_docs >= int(self.start_docs):
-                self.start_ = self.start_rng_ = None  # learned as one batch already
-            else:
-                self.start_ = join_batches((self.start_, batch))
-                if self.start_.n_docs >= int(self.start_docs):
-                    self._learn_start_again()
-        return theta
+    def _after_partial_fit(self, batch: Batch) -> None:
+        """Keep the batch while starting, and learn the start again once ``start_docs`` documents have come."""
+        if self.start_ is None or not batch.n_docs:
+            return
+        if self.n_docs_seen_ == batch.n_docs and batch.n_docs >= int(self.start_docs):
+            self.start_ = self.start_rng_ = None  # a first batch that big was learned as one batch already
+            return
+        self.start_ = join_batches((self.start_, batch))
+        if self.start_.n_docs >= int(self.start_docs):
+            self._learn_start_again()
 
     def flush(self) -> None:
         """Learn the first documents again as one batch now if fewer than ``start_docs`` came (a short corpus)."""
@@ -511,8 +509,8 @@ class SCVB0(TopicModel):
     def _set_state(self, state: Mapping[str, Any]) -> None:
         super()._set_state(state)
         if "start_indptr" in state:  # checked as a batch of documents is (word ids in range, counts positive)
-            kept = Batch(state["start_indptr"], state["start_word_ids"], state["start_counts"])
-            self.start_ = as_batch(Batch(*(np.array(a) for a in kept.csr)), int(self.n_words))
+            arrays = (np.array(state[k]) for k in ("start_indptr", "start_word_ids", "start_counts"))
+            self.start_ = as_batch(Batch(*arrays), int(self.n_words))
             self.start_rng_ = copy.deepcopy(dict(state["start_rng"]))
         else:  # past its start, or a snapshot from before start_docs
             self.start_ = self.start_rng_ = None

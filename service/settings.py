@@ -118,7 +118,8 @@ class Settings(BaseSettings):
         ge=0,
         le=16,
         description="Muddled topics topic hygiene may split per pass, into free slots (docs/topic-hygiene.md, "
-        '"split"; 0: none — on the corpora measured so far splits did not beat births; pf has no split move)',
+        '"split"; 0: none — on the corpora measured so far splits did not beat births; pf has no split move; '
+        "SCVB0's background slot is tried all the same, so that a desk it took can leave)",
     )
     seed: int = Field(0, ge=0, description="Random seed of the kernel")
 
