@@ -46,7 +46,7 @@ from .inflight import InFlight, ModelRef
 from .kafka import make_admin, topic_id
 from .keys import eviction_risk
 from .lease import Lease, LeaseKeeper
-from .lineage import DEFAULT_KEEP, Lineage, LineageEvent, LineageStore, moved_slots, stamp
+from .lineage import DEFAULT_KEEP, Lineage, LineageEvent, LineageStore, describe_event, moved_slots, stamp
 from .lineage_feed import LineageFeed, renewals, seen_after
 from .names import TopicNames
 from .pipeline import TopicLabels
@@ -164,7 +164,8 @@ class Learner(BatchWorker):
         s = self.settings
         defaults = type(self.model).hygiene_defaults
         hygiene_on = s.topic_hygiene if s.topic_hygiene is not None else defaults is not None
-        tidy = TopicHygiene(**{**(defaults or {}), "max_splits": s.topic_hygiene_splits}) if hygiene_on else None
+        chosen = {"max_splits": s.topic_hygiene_splits, "near_merge_tries": s.topic_hygiene_near_merges}
+        tidy = TopicHygiene(**{**(defaults or {}), **chosen}) if hygiene_on else None
         # A kernel without a move these settings use (the particle filter has merges only) is refused before
         # this, by service.compat's kernel_param_problems; this keeps hygiene off if one gets here all the same.
         self.hygiene = tidy if tidy is not None and not tidy.missing_moves(self.model) else None
@@ -510,6 +511,8 @@ class Learner(BatchWorker):
                 forgotten = np.flatnonzero(self._forgotten) if self._forgotten.any() else None
                 moves = self.hygiene.replay(model, planned, forgotten)
                 events = self.lineage.record(moves, 0, time.time(), seen=self._seen_ids)
+                if events:
+                    log.info("topic hygiene: %s", "; ".join(" ".join(describe_event(e).split()) for e in events))
             if self._unseen is not None:
                 unseen, self._unseen = self._unseen.batch(), None
             now = time.monotonic()

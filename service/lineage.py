@@ -41,6 +41,7 @@ __all__ = [
     "Lineage",
     "LineageEvent",
     "LineageStore",
+    "describe_event",
     "endings",
     "follow",
     "moved_slots",
@@ -430,22 +431,27 @@ def stamp(events: Sequence[LineageEvent], version: int, at: float) -> list[Linea
     return [replace(e, version=int(version), time=float(at)) for e in events]
 
 
+def describe_event(e: LineageEvent) -> str:
+    """What one event did, in words, e.g. ``merge topic 13 → 6 (Hellinger 0.048)`` (the learner logs its moves so)."""
+    if e.kind == "merge":
+        what = f"topic {e.topic} → {e.into} (Hellinger {e.score:.3f})"
+    elif e.kind == "retire":
+        what = f"topic {e.topic} retired (weight {e.score:.4f})"
+    elif e.kind == "split":
+        what = f"topic {e.parent} split → {e.parent} + {e.topic} (slot {e.slot}, gain {e.score:.3f} nats/token)"
+    elif e.parent is not None:
+        why = f"drift {e.score:.2f}" if e.score > 0 else "that id was announced gone"
+        what = f"topic {e.topic} born in slot {e.slot}, which held topic {e.parent} before ({why})"
+    else:
+        what = f"topic {e.topic} born in slot {e.slot} (gain {e.score:.3f} nats/token)"
+    return f"{e.kind:<6} {what}"
+
+
 def render_lineage(events: Sequence[LineageEvent]) -> list[str]:
     """One line per event, as ``topicstream topics`` prints them under the table, e.g.
     ``v12 2026-11-23 19:40:00Z merge  topic 13 → 6 (Hellinger 0.048)``."""
     lines = []
     for e in events:
         when = datetime.fromtimestamp(e.time, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
-        if e.kind == "merge":
-            what = f"topic {e.topic} → {e.into} (Hellinger {e.score:.3f})"
-        elif e.kind == "retire":
-            what = f"topic {e.topic} retired (weight {e.score:.4f})"
-        elif e.kind == "split":
-            what = f"topic {e.parent} split → {e.parent} + {e.topic} (slot {e.slot}, gain {e.score:.3f} nats/token)"
-        elif e.parent is not None:
-            why = f"drift {e.score:.2f}" if e.score > 0 else "that id was announced gone"
-            what = f"topic {e.topic} born in slot {e.slot}, which held topic {e.parent} before ({why})"
-        else:
-            what = f"topic {e.topic} born in slot {e.slot} (gain {e.score:.3f} nats/token)"
-        lines.append(f"v{e.version} {when} {e.kind:<6} {what}")
+        lines.append(f"v{e.version} {when} {describe_event(e)}")
     return lines

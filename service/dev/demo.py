@@ -259,6 +259,10 @@ def _run(
         env.setdefault("TOPICSTREAM_SNAPSHOT_EVERY_S", "2")
         # Merge duplicates within the demo's first minute (the service plans hygiene at most every 60 s by default).
         env.setdefault("TOPICSTREAM_TOPIC_HYGIENE_EVERY_S", "10")
+        # A desk learned as two topics too far apart for the merge by distance is joined when held-out articles
+        # cannot tell the two apart (docs/topic-hygiene.md, "Near pairs"; off by default: it costs real corpora a
+        # little likelihood, and what a reader sees first here is two topics with the same words).
+        env.setdefault("TOPICSTREAM_TOPIC_HYGIENE_NEAR_MERGES", "4")
         env.setdefault("TOPICSTREAM_METRICS_PORT", str(free_port()))
         if articles is None and settings.algorithm == "scvb0":
             # The generator's articles hold 12-30 % generic words: SCVB0's background slot gathers them in one

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import random
 import re
 import signal
@@ -1334,11 +1335,13 @@ def test_snapshots_are_versioned_and_old_ones_expire(settings: Settings) -> None
     assert 1 <= held <= s.topics and sum(top[:held]) >= 0.95 - 1e-9 and sum(top[: held - 1]) < 0.95
 
 
-def test_topic_hygiene_planned_on_snapshots_merges_duplicates_in_the_live_model(settings: Settings) -> None:
+def test_topic_hygiene_planned_on_snapshots_merges_duplicates_in_the_live_model(
+    settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
     """The learner plans hygiene on a snapshot's copy (writer thread) and makes the moves at the next capture:
     on the demo generator's planted topics with spare slots, duplicates form and are merged in the live model,
-    the lineage in Redis says so, and the merged-away ids no longer label any topic, in the model or in the
-    summary that ``topicstream topics`` and ``subscribe --words`` read."""
+    the lineage in Redis says so, the log names each move, and the merged-away ids no longer label any topic, in
+    the model or in the summary that ``topicstream topics`` and ``subscribe --words`` read."""
     from service.dev.generator import PLANTED_TOPICS, generate_articles
     from service.lineage import LineageStore
 
@@ -1349,6 +1352,7 @@ def test_topic_hygiene_planned_on_snapshots_merges_duplicates_in_the_live_model(
     learner = Learner(s)
     assert learner.hygiene is not None and learner.hygiene.max_splits == 2  # TOPICSTREAM_TOPIC_HYGIENE_SPLITS
     learner.subscribe()
+    caplog.set_level(logging.INFO, logger="service.learner")
     for _ in range(20):  # a capture every 200 articles: plan on one snapshot, replay at the next
         consume_into(learner, 200)
         learner.checkpoint()
@@ -1359,6 +1363,8 @@ def test_topic_hygiene_planned_on_snapshots_merges_duplicates_in_the_live_model(
     assert merges, [e.kind for e in events]
     assert sample(learner.metrics, "topicstream_topic_events_total", kind="merge") == len(merges)
     assert all(e.version >= 2 for e in merges)  # made at a capture after the one they were planned on
+    said = " ".join(r.getMessage() for r in caplog.records if r.getMessage().startswith("topic hygiene: "))
+    assert all(f"merge topic {e.topic} → {e.into} " in said for e in merges), said
     assert sample(learner.metrics, "topicstream_topic_hygiene_plan_seconds_count") == 20  # one plan per capture
     assert learner.lineage is not None
     live = set(learner.lineage.slot_ids)
@@ -1593,6 +1599,18 @@ def test_each_kernel_gets_its_own_hygiene_by_default(settings: Settings, algorit
             assert hygiene.threshold == 0.25 and not hygiene.scores_unseen
     finally:
         learner.close()
+
+
+def test_near_merges_are_asked_for_by_a_setting(settings: Settings) -> None:
+    """``TOPICSTREAM_TOPIC_HYGIENE_NEAR_MERGES`` reaches the kernel's hygiene (``make run`` sets it), and, being
+    scored on articles not yet learned, makes the learner collect them; 0 (the default) leaves SCVB0 without it."""
+    for tries in (3, 0):
+        learner = Learner(settings.model_copy(update={"topic_hygiene": None, "topic_hygiene_near_merges": tries}))
+        try:
+            assert learner.hygiene is not None
+            assert learner.hygiene.near_merge_tries == tries and learner.hygiene.scores_unseen == (tries > 0)
+        finally:
+            learner.close()
 
 
 def test_background_slot_is_marked_in_the_summary_and_the_gauge(settings: Settings) -> None:
