@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernels import SCVB0, Batch
+from kernels import ALGORITHMS, SCVB0, Batch
 from kernels._near_merge import heldout_near_merges
 from kernels.hygiene import DEFAULT_THRESHOLD, TopicHygiene, hellinger_matrix
 from tests.synthetic import block_topics_corpus
@@ -64,3 +64,21 @@ def test_the_move_needs_unseen_documents_and_is_checked() -> None:
     assert TopicHygiene(near_merge_tries=1).scores_unseen and not TopicHygiene().scores_unseen
     with pytest.raises(ValueError, match="near_merge_tries"):
         TopicHygiene(near_merge_tries=-1)
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_every_kernel_takes_the_move(algorithm: str) -> None:
+    """The setting is open to every kernel (each has ``merge_topics``): on a model that learned six planted topics in
+    eight slots the move runs, merges only live pairs into live topics, and leaves every topic a distribution."""
+    _, docs = block_topics_corpus(seed=2, K=6, n_docs=900)
+    model = ALGORITHMS[algorithm](n_topics=8, n_words=240, seed=0)
+    for start in range(0, 600, 100):
+        model.partial_fit(Batch.from_docs(docs[start : start + 100]))
+    live = set(np.flatnonzero(model.topic_weights() >= 1e-4).tolist())
+    events = heldout_near_merges(
+        model, Batch.from_docs(docs[600:]), low=0.0, below=1.0, tolerance=1.0, empty_below=1e-4, max_tries=2
+    )
+    assert events and all(e.kind == "merge" and {e.into, *e.topics} <= live for e in events)
+    phi = model.topic_word()
+    np.testing.assert_allclose(phi.sum(axis=1), 1.0)
+    assert all(model.topic_weights()[e.topics[0]] < model.topic_weights()[e.into] for e in events)
