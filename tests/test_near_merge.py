@@ -82,3 +82,14 @@ def test_every_kernel_takes_the_move(algorithm: str) -> None:
     phi = model.topic_word()
     np.testing.assert_allclose(phi.sum(axis=1), 1.0)
     assert all(model.topic_weights()[e.topics[0]] < model.topic_weights()[e.into] for e in events)
+
+
+def test_the_background_slot_takes_no_part() -> None:
+    """A kernel's background slot shares the generic words with every desk, so a desk that a split has just moved
+    out of it lies near it: the move never merges into or out of the slot (``keep``), however cheap the merge."""
+    model, pair, unseen, _ = split_subject(1)
+    kept = heldout_near_merges(model, unseen, low=0.0, empty_below=1e-4, max_tries=4, keep=pair[0])
+    assert all(pair[0] not in (e.into, *e.topics) for e in kept)
+    assert [
+        {e.into, *e.topics} for e in heldout_near_merges(model, unseen, low=0.0, empty_below=1e-4, max_tries=4)
+    ] == [set(pair)]
