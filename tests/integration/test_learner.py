@@ -18,7 +18,7 @@ import redis
 from confluent_kafka import OFFSET_BEGINNING, Message, Producer, TopicPartition
 
 from kernels import ALGORITHMS
-from kernels.hygiene import Event
+from kernels.hygiene import Event, hellinger_matrix
 from service.inflight import InFlight
 from service.kafka import make_consumer
 from service.learner import Learner, StateMismatch
@@ -1611,6 +1611,49 @@ def test_near_merges_are_asked_for_by_a_setting(settings: Settings) -> None:
             assert learner.hygiene.near_merge_tries == tries and learner.hygiene.scores_unseen == (tries > 0)
         finally:
             learner.close()
+
+
+@pytest.mark.parametrize("tries", [4, 0])
+def test_a_desk_learned_as_two_topics_is_joined_by_the_near_merge(settings: Settings, tries: int) -> None:
+    """A desk of the demo stream split by force into two topics 0.25-0.5 apart (as SCVB0 sometimes learns one in
+    ``make run``), then more articles: with ``TOPICSTREAM_TOPIC_HYGIENE_NEAR_MERGES`` the learner joins the two,
+    scored on articles its snapshot's copy never learned, and the lineage says so (a merge above the merge
+    threshold, which only the near merge makes); without it the two stay apart."""
+    from service.dev.generator import generate_articles
+    from service.lineage import LineageStore
+
+    update = {**DETERMINISTIC_CAPTURES, "topics": 20, "topic_hygiene": True, "topic_hygiene_near_merges": tries}
+    s = settings.model_copy(update=update)
+    produce(s, [json.dumps(a).encode() for a in generate_articles(4400, seed=0)], partition=0)
+    learner = Learner(s)
+    learner.subscribe()
+    for _ in range(12):
+        consume_into(learner, 200)
+        learner.checkpoint()
+    model = learner.model  # the kernel lane is idle between the steps of this test
+    weights = model.topic_weights()
+    desk = int(np.argmax(weights))
+    free = int(np.argmin(weights))
+    if weights[free] >= 1e-4:
+        model.delete_topic(free)  # type: ignore[attr-defined]
+    fractions = np.random.default_rng(0).beta(2.0, 2.0, size=model.n_words)
+    model.split_topic(desk, free, np.arange(model.n_words), fractions, 0.5)  # type: ignore[attr-defined]
+    apart = hellinger_matrix(model.topic_word()[[desk, free]])[0, 1]
+    assert 0.25 < apart < 0.5
+    for _ in range(10):
+        consume_into(learner, 200)
+        learner.checkpoint()
+    learner.close()
+
+    events = LineageStore(learner.store.r, s.redis_prefix).recent()
+    joined = [e for e in events if e.kind == "merge" and e.slot in (desk, free) and e.score >= 0.25]
+    if tries:
+        assert len(joined) == 1, events
+        kept = ({desk, free} - {joined[0].slot}).pop()  # the slot the pair was merged into
+        assert learner.lineage is not None and joined[0].into == learner.lineage.slot_ids[kept]
+    else:
+        assert joined == []
+        assert hellinger_matrix(learner.model.topic_word()[[desk, free]])[0, 1] > 0.25
 
 
 def test_background_slot_is_marked_in_the_summary_and_the_gauge(settings: Settings) -> None:
