@@ -31,7 +31,7 @@ from ._batch import Batch
 from ._events import Event, SupportsTopicMoves
 from ._moves import swap_for_merge
 
-__all__ = ["correlated_merges"]
+__all__ = ["correlated_merges", "pair_correlations"]
 
 
 def _standardised(columns: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -44,6 +44,19 @@ def _standardised(columns: NDArray[np.float64]) -> NDArray[np.float64]:
     norm = np.sqrt((z * z).sum(axis=0))
     rounding = 1e-9 * np.sqrt(columns.shape[0]) * np.abs(columns).max(axis=0, initial=0.0)
     return np.divide(z, norm, out=np.zeros_like(z), where=norm > rounding)
+
+
+def pair_correlations(theta: NDArray[np.float64], min_docs: float) -> NDArray[np.float64]:
+    """Pearson correlations of the columns of ``theta`` (documents × topics), −inf on the diagonal and for every
+    topic holding fewer than ``min_docs`` documents' worth (Σ_d θ_dk): a near-empty topic's proportions are noise,
+    and such a topic correlates perfectly with whatever its few tokens came from."""
+    z = _standardised(theta)
+    corr = z.T @ z
+    small = theta.sum(axis=0) < min_docs
+    corr[small, :] = -np.inf
+    corr[:, small] = -np.inf
+    np.fill_diagonal(corr, -np.inf)
+    return corr
 
 
 def correlated_merges(
@@ -72,11 +85,7 @@ def correlated_merges(
         return []
     theta = np.asarray(model.transform(docs), dtype=np.float64)[:, live]
     z = _standardised(theta)
-    corr = z.T @ z
-    small = theta.sum(axis=0) < min_docs
-    corr[small, :] = -np.inf
-    corr[:, small] = -np.inf
-    np.fill_diagonal(corr, -np.inf)
+    corr = pair_correlations(theta, min_docs)
     root = np.sqrt(model.topic_word()[live])
     events: list[Event] = []
     while len(events) < limit:

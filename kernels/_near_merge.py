@@ -45,15 +45,20 @@ import copy
 import numpy as np
 
 from ._batch import Batch
+from ._cooccur import pair_correlations
 from ._delete import completion_halves, completion_score
 from ._events import Event, SupportsTopicMoves
 from ._moves import mean_loglik, swap_for_merge
 
-__all__ = ["BELOW", "TOLERANCE", "heldout_near_merges"]
+__all__ = ["BELOW", "CORRELATED", "TOLERANCE", "heldout_near_merges"]
 
 #: Hellinger distance under which a pair is tried (the conflict desk of ``make run`` stood as two topics over 0.45
 #: apart; distinct desks of the demo stream lie over 0.7 apart, distinct BBC topics from 0.40 on).
 BELOW = 0.5
+#: Correlation of two topics' proportions over the documents above which the pair is tried at any distance (the
+#: co-occurrence merge's line for the online HDP, :mod:`kernels._cooccur`), and the fewest documents' worth of θ a
+#: topic needs for its proportions to count.
+CORRELATED, CORRELATION_MIN_DOCS = 0.3, 2.0
 #: The drop of document completion per token of the pair (nats) still accepted (module docstring).
 TOLERANCE = 0.01
 
@@ -81,9 +86,11 @@ def heldout_near_merges(
         return []
     root = np.sqrt(model.topic_word()[live])
     dist = np.sqrt(np.clip(1.0 - root @ root.T, 0.0, 1.0))
-    i, j = np.nonzero(np.triu((dist >= low) & (dist < below), 1))
-    order = np.argsort(dist[i, j], kind="stable")
     theta = model.transform(observed)
+    corr = pair_correlations(theta[:, live], CORRELATION_MIN_DOCS)
+    together = corr > CORRELATED
+    i, j = np.nonzero(np.triu(((dist >= low) & (dist < below)) | together, 1))
+    order = np.lexsort((dist[i, j], ~together[i, j]))  # the pairs that share documents first, then the closest
     base = mean_loglik(theta, model.topic_word(), held_out)
     # Each topic's share of the held-out tokens: θ of each document (from its observed half) times its tokens.
     mass = held_out.doc_tokens() @ theta

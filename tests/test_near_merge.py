@@ -12,10 +12,12 @@ from kernels.hygiene import DEFAULT_THRESHOLD, TopicHygiene, hellinger_matrix
 from tests.synthetic import block_topics_corpus
 
 
-def split_subject(seed: int) -> tuple[SCVB0, tuple[int, int], Batch, np.ndarray]:
+def split_subject(seed: int, words: bool = False) -> tuple[SCVB0, tuple[int, int], Batch, np.ndarray]:
     """SCVB0 (K = 7) after one pass over 1,500 documents of six planted topics; the slot no planted topic is nearest
-    to is emptied, planted topic 0's topic is split into it (each word's count dealt by a Beta(2, 2) fraction), and
-    800 more documents are learned. Returns the model, the pair, 300 unseen documents and the planted topics."""
+    to is emptied, planted topic 0's topic is split into it, and 800 more documents are learned. Split so, each word's
+    count dealt by a Beta(2, 2) fraction, the two halves compete for the subject's documents; with ``words``, each
+    word goes whole to one half, and every document of the subject uses both. Returns the model, the pair, 300 unseen
+    documents and the planted topics."""
     phi_true, docs = block_topics_corpus(seed=seed, K=6, n_docs=2600)
     model = SCVB0(7, int(phi_true.shape[1]), seed=0, start_docs=0)
     for start in range(0, 1500, 100):
@@ -24,7 +26,8 @@ def split_subject(seed: int) -> tuple[SCVB0, tuple[int, int], Batch, np.ndarray]
     spare = next(j for j in range(7) if j not in nearest.argmin(axis=1))
     model.delete_topic(spare)
     k = int(nearest[0].argmin())
-    fractions = np.random.default_rng(seed).beta(2.0, 2.0, size=model.n_words)
+    rng = np.random.default_rng(seed)
+    fractions = (rng.random(model.n_words) < 0.5).astype(np.float64) if words else rng.beta(2.0, 2.0, model.n_words)
     model.split_topic(k, spare, np.arange(model.n_words), fractions, 0.5)
     for start in range(1500, 2300, 100):
         model.partial_fit(Batch.from_docs(docs[start : start + 100]))
@@ -43,6 +46,16 @@ def test_a_subject_learned_as_two_topics_is_joined(seed: int) -> None:
     assert [(e.kind, {e.into, *e.topics}) for e in events] == [("merge", set(pair))]
     nearest = hellinger_matrix(np.vstack([phi_true, model.topic_word()]))[0, len(phi_true) :]
     assert int(nearest.argmin()) == events[0].into
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_subject_whose_words_two_topics_share_is_joined_however_far_apart(seed: int) -> None:
+    """Split by its words, a subject is two topics almost disjoint (Hellinger near 1) that every document of the
+    subject uses together: their proportions correlate, so the pair is tried at any distance, and joined."""
+    model, pair, unseen, _ = split_subject(seed, words=True)
+    assert hellinger_matrix(model.topic_word()[list(pair)])[0, 1] > 0.9
+    events = TopicHygiene(warmup_docs=0, max_births=0, near_merge_tries=4).apply(model, None, unseen)
+    assert [(e.kind, {e.into, *e.topics}) for e in events] == [("merge", set(pair))]
 
 
 def test_distinct_subjects_are_not_joined_however_near_they_are_allowed_to_be() -> None:
