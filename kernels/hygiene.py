@@ -49,7 +49,8 @@ merge
     one topic lie at 0.25–0.35 when they are copies and far beyond when they split its words between them: the
     HDP merges at 0.35 and by co-occurrence (``OnlineHDP.hygiene_defaults``).
 near merge (held-out)
-    Off by default (``near_merge_tries=0``). With ``unseen_docs``, after the merges by distance: live pairs between
+    Off by default (``near_merge_tries=0``). With ``unseen_docs``, after the merges by distance: live pairs whose
+    proportions in ``unseen_docs`` correlate above :data:`kernels._near_merge.CORRELATED` (0.3), then those between
     ``threshold`` and :data:`kernels._near_merge.BELOW` (0.5) apart, the background slot in none (a desk a split
     has just moved out of it lies near it), are merged on a copy, closest first, and the
     merge is kept when document completion on ``unseen_docs`` drops by less than
@@ -198,7 +199,7 @@ class TopicHygiene:
         Try the held-out background merge (above) once per call.
     near_merge_tries : int
         Scored proposals per call of the held-out near merge (above); 0 (the default) disables it: on 20 Newsgroups
-        and BBC it cost 0.005–0.007 nats per word of held-out likelihood (``docs/topic-hygiene.md``, "Near pairs").
+        and BBC it cost 0.002–0.007 nats per word of held-out likelihood (``docs/topic-hygiene.md``, "Near pairs").
     recent_window : int
         How many of the latest learned documents the moves are planned on: :meth:`apply` uses the last this many
         of ``recent_docs``, and a caller keeps that many (:class:`RecentDocs`). The co-occurrence merge needs

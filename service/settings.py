@@ -125,10 +125,10 @@ class Settings(BaseSettings):
         0,
         ge=0,
         le=16,
-        description="Pairs of near topics (Hellinger 0.25-0.5) topic hygiene may try to merge per pass, each kept "
+        description="Pairs of near or co-occurring topics topic hygiene may try to merge per pass, each kept "
         "when document completion on the articles learned after the snapshot drops by under 0.01 nats per token of "
         'the pair (docs/topic-hygiene.md, "Near pairs"; 0: none — on 20 Newsgroups and BBC the merges cost '
-        "0.005-0.007 nats per word of held-out likelihood; make run tries 4, so that one desk learned as two "
+        "0.002-0.007 nats per word of held-out likelihood; make run tries 4, so that one desk learned as two "
         "topics is joined)",
     )
     seed: int = Field(0, ge=0, description="Random seed of the kernel")
