@@ -80,9 +80,10 @@ def heldout_near_merges(
     max_tries: int,
     keep: int | None = None,
 ) -> list[Event]:
-    """Merge, in place, the live pairs of ``model`` between ``low`` and ``below`` apart (Hellinger) that document
-    completion on ``docs`` accepts (module docstring); closest first, each topic in one merge at most, at most
-    ``max_tries`` scored proposals, none with the background slot ``keep``. Returns the merge events (score: the
+    """Merge, in place, the live pairs of ``model`` that document completion on ``docs`` accepts (module
+    docstring): those whose proportions correlate above :data:`CORRELATED` first, then those between ``low`` and
+    ``below`` apart (Hellinger), closest first; each topic in one merge at most, at most ``max_tries`` scored
+    proposals, none with the background slot ``keep``. Returns the merge events (score: the
     pair's Hellinger distance)."""
     observed, held_out = completion_halves(docs)
     weights = model.topic_weights()

@@ -52,8 +52,8 @@ near merge (held-out)
     Off by default (``near_merge_tries=0``). With ``unseen_docs``, after the merges by distance: live pairs whose
     proportions in ``unseen_docs`` correlate above :data:`kernels._near_merge.CORRELATED` (0.3), then those between
     ``threshold`` and :data:`kernels._near_merge.BELOW` (0.5) apart, the background slot in none (a desk a split
-    has just moved out of it lies near it), are merged on a copy, closest first, and the
-    merge is kept when document completion on ``unseen_docs`` drops by less than
+    has just moved out of it lies near it), are merged on a copy, the correlated ones first, then the closest, and
+    the merge is kept when document completion on ``unseen_docs`` drops by less than
     :data:`kernels._near_merge.TOLERANCE` nats per token of the pair (:mod:`kernels._near_merge`: one subject learned
     as two topics, which no other merge sees; at most ``near_merge_tries`` proposals).
 split

@@ -512,7 +512,7 @@ class Learner(BatchWorker):
                 moves = self.hygiene.replay(model, planned, forgotten)
                 events = self.lineage.record(moves, 0, time.time(), seen=self._seen_ids)
                 if events:
-                    log.info("topic hygiene: %s", "; ".join(" ".join(describe_event(e).split()) for e in events))
+                    log.info("topic hygiene: %s", "; ".join(describe_event(e) for e in events))
             if self._unseen is not None:
                 unseen, self._unseen = self._unseen.batch(), None
             now = time.monotonic()

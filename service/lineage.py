@@ -433,18 +433,21 @@ def stamp(events: Sequence[LineageEvent], version: int, at: float) -> list[Linea
 
 def describe_event(e: LineageEvent) -> str:
     """What one event did, in words, e.g. ``merge topic 13 → 6 (Hellinger 0.048)`` (the learner logs its moves so)."""
+    return f"{e.kind} {_what(e)}"
+
+
+def _what(e: LineageEvent) -> str:
+    """The words after the event's kind."""
     if e.kind == "merge":
-        what = f"topic {e.topic} → {e.into} (Hellinger {e.score:.3f})"
-    elif e.kind == "retire":
-        what = f"topic {e.topic} retired (weight {e.score:.4f})"
-    elif e.kind == "split":
-        what = f"topic {e.parent} split → {e.parent} + {e.topic} (slot {e.slot}, gain {e.score:.3f} nats/token)"
-    elif e.parent is not None:
+        return f"topic {e.topic} → {e.into} (Hellinger {e.score:.3f})"
+    if e.kind == "retire":
+        return f"topic {e.topic} retired (weight {e.score:.4f})"
+    if e.kind == "split":
+        return f"topic {e.parent} split → {e.parent} + {e.topic} (slot {e.slot}, gain {e.score:.3f} nats/token)"
+    if e.parent is not None:
         why = f"drift {e.score:.2f}" if e.score > 0 else "that id was announced gone"
-        what = f"topic {e.topic} born in slot {e.slot}, which held topic {e.parent} before ({why})"
-    else:
-        what = f"topic {e.topic} born in slot {e.slot} (gain {e.score:.3f} nats/token)"
-    return f"{e.kind:<6} {what}"
+        return f"topic {e.topic} born in slot {e.slot}, which held topic {e.parent} before ({why})"
+    return f"topic {e.topic} born in slot {e.slot} (gain {e.score:.3f} nats/token)"
 
 
 def render_lineage(events: Sequence[LineageEvent]) -> list[str]:
@@ -453,5 +456,5 @@ def render_lineage(events: Sequence[LineageEvent]) -> list[str]:
     lines = []
     for e in events:
         when = datetime.fromtimestamp(e.time, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
-        lines.append(f"v{e.version} {when} {describe_event(e)}")
+        lines.append(f"v{e.version} {when} {e.kind:<6} {_what(e)}")
     return lines
