@@ -242,6 +242,8 @@ def test_a_revocation_lets_the_partitions_go_while_the_outputs_wait_for_the_brok
     finally:
         replica.consumer.close()
         replica.lane.shutdown()
+        nowhere.purge()  # its sends are never acknowledged: close() would wait for them, and it retried for minutes
+        nowhere.close()
 
 
 def test_a_replica_that_tokenizes_otherwise_than_the_learner_says_so(
