@@ -178,8 +178,8 @@ TEST_SETTINGS: dict[str, Any] = {
     "vocab_size": 2048,
     "batch_size": 100,
     "batch_timeout_s": 0.2,
-    "max_poll_interval_ms": 3000,
-    "session_timeout_ms": 3000,
+    "max_poll_interval_ms": 2000,
+    "session_timeout_ms": 2000,
     "fetch_wait_ms": 50,  # the logs stay small: Tansu, which holds a fetch the whole wait, answers sooner
     "lease_ttl_s": 2,
     "metrics_port": 0,
