@@ -57,7 +57,8 @@ near merge (held-out)
     :data:`kernels._near_merge.TOLERANCE` nats per token of the pair (:mod:`kernels._near_merge`: one subject learned
     as two topics, which no other merge sees; at most ``near_merge_tries`` proposals).
 split
-    Off by default (``max_splits=0``; measured in ``docs/topic-hygiene.md``). If ``recent_docs`` is given, a
+    Off by default (``max_splits=0``; measured in ``docs/topic-hygiene.md``; the online HDP's ``hygiene_defaults``
+    split, since it has no births: ``docs/ohdp.md``, "Splits"). If ``recent_docs`` is given, a
     slot is free and the model is past ``warmup_docs``: each live topic holding
     ≥ ``split_min_tokens`` of the build documents' tokens (by responsibility θ_dk φ_kw / Σ_j θ_dj φ_jw) is fitted
     two halves by EM (``kernels._split``); it is *muddled* when they lie more than ``split_threshold`` apart

@@ -132,7 +132,7 @@ def kernel_param_problems(settings: Settings) -> list[str]:
     and for topic-hygiene settings that ask for a move the kernel does not have (the particle filter merges only)."""
     s = settings
     problems = param_problems(s.algorithm, s.topics, s.vocab_size, s.kernel_params, seed=s.seed)
-    splits_asked = s.topic_hygiene is not False and s.topic_hygiene_splits > 0
+    splits_asked = s.topic_hygiene is not False and (s.topic_hygiene_splits or 0) > 0
     if splits_asked and not callable(getattr(kernel_class(s.algorithm), "split_topic", None)):
         problems.append(
             f"TOPICSTREAM_TOPIC_HYGIENE_SPLITS: {s.algorithm} has no split move; leave it 0 (docs/topic-hygiene.md)"

@@ -164,7 +164,9 @@ class Learner(BatchWorker):
         s = self.settings
         defaults = type(self.model).hygiene_defaults
         hygiene_on = s.topic_hygiene if s.topic_hygiene is not None else defaults is not None
-        chosen = {"max_splits": s.topic_hygiene_splits, "near_merge_tries": s.topic_hygiene_near_merges}
+        chosen = {"near_merge_tries": s.topic_hygiene_near_merges}
+        if s.topic_hygiene_splits is not None:  # else the kernel's own (the online HDP splits, SCVB0 does not)
+            chosen["max_splits"] = s.topic_hygiene_splits
         tidy = TopicHygiene(**{**(defaults or {}), **chosen}) if hygiene_on else None
         # A kernel without a move these settings use (the particle filter has merges only) is refused before
         # this, by service.compat's kernel_param_problems; this keeps hygiene off if one gets here all the same.

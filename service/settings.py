@@ -113,13 +113,14 @@ class Settings(BaseSettings):
         "writer's copy: one to three seconds of a core at K = 100, W = 65,536; the moves are made at the next "
         "snapshot, or, with held-out moves as in the online HDP's default, the whole plan at the one after)",
     )
-    topic_hygiene_splits: int = Field(
-        0,
+    topic_hygiene_splits: int | None = Field(
+        None,
         ge=0,
         le=16,
         description="Muddled topics topic hygiene may split per pass, into free slots (docs/topic-hygiene.md, "
-        '"split"; 0: none — on the corpora measured so far splits did not beat births; pf has no split move; '
-        "SCVB0's background slot is tried all the same, so that a desk it took can leave)",
+        '"split"). Unset: each kernel\'s own number, ohdp 2 (it has no births); scvb0 0 (on the corpora measured so '
+        "far splits did not beat births; its background slot is tried all the same, so that a desk it took can "
+        "leave); pf none (it has no split move)",
     )
     topic_hygiene_near_merges: int = Field(
         0,

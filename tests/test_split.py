@@ -70,6 +70,18 @@ def test_off_by_default():
     assert "split" not in {e.kind for e in TopicHygiene(warmup_docs=0).apply(model, recent)}
 
 
+def test_the_online_hdps_own_hygiene_splits_a_muddled_topic():
+    """The HDP has no births, and it does not take apart two subjects it learned as one topic (in ``make run
+    --algorithm ohdp`` stocks and tennis stayed one topic to the end): its ``hygiene_defaults`` split."""
+    truth, model, recent, mixed = muddled(OnlineHDP)
+    hygiene = TopicHygiene(**{**(OnlineHDP.hygiene_defaults or {}), "warmup_docs": 0})
+    events = hygiene.apply(model, recent)
+    assert [e.topics[0] for e in events if e.kind == "split"] == [mixed]
+    dist, slot, _ = recovery(truth, model)
+    assert dist.max() < LDA_RECOVERY, dist.round(3)
+    assert len(set(slot.tolist())) == len(truth)
+
+
 def test_a_topic_that_appears_mid_stream_is_split_off_the_topic_that_absorbed_it():
     truth, docs = lda_corpus(3000, 0, late_topic=True)
     model = SCVB0(n_topics=len(truth), n_words=truth.shape[1], seed=0)

@@ -1574,9 +1574,9 @@ def test_hdp_deletes_are_scored_on_documents_its_snapshot_never_learned(settings
 
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
 def test_each_kernel_gets_its_own_hygiene_by_default(settings: Settings, algorithm: str) -> None:
-    """``TOPICSTREAM_TOPIC_HYGIENE`` unset: the learner runs the hygiene its kernel's ``hygiene_defaults`` name
-    (SCVB0 births and merges; the online HDP merges, held-out deletes and the background merge, no births; the
-    particle filter merges only)."""
+    """``TOPICSTREAM_TOPIC_HYGIENE`` and ``TOPICSTREAM_TOPIC_HYGIENE_SPLITS`` unset: the learner runs the hygiene
+    its kernel's ``hygiene_defaults`` name (SCVB0 births and merges; the online HDP merges, held-out deletes, the
+    background merge and splits, no births; the particle filter merges only)."""
     learner = Learner(settings.model_copy(update={"algorithm": algorithm, "topic_hygiene": None}))
     try:
         defaults = type(learner.model).hygiene_defaults
@@ -1589,9 +1589,10 @@ def test_each_kernel_gets_its_own_hygiene_by_default(settings: Settings, algorit
         hygiene = learner.hygiene
         if algorithm == "scvb0":  # TopicHygiene's own defaults: merges by distance and births, no held-out moves
             assert hygiene is not None and hygiene.max_births > 0 and hygiene.threshold == 0.25
-            assert not hygiene.scores_unseen
+            assert not hygiene.scores_unseen and hygiene.max_splits == 0
         if algorithm == "ohdp":
             assert hygiene is not None and hygiene.max_births == 0 and hygiene.threshold == 0.35
+            assert hygiene.max_splits == 2
             assert hygiene.merge_correlation == 0.3 and hygiene.delete_tries > 0 and hygiene.merge_background
             assert hygiene.scores_unseen
         if algorithm == "pf":
