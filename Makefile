@@ -46,7 +46,7 @@ run: $(STAMP) $(NUMBA_STAMP)
 
 # Two pytest workers (pytest-xdist), each with its own broker, Redis and numba cache ($(VENV)/numba-cache, set in
 # tests/conftest.py): most integration tests wait on brokers, timeouts and child processes, so two share two cores
-# well (the whole suite takes about 10½ minutes with two on 2 cores).
+# well (the whole suite takes about 11 minutes with two on 2 cores).
 test: $(STAMP) $(NUMBA_STAMP)
 	$(BIN)/ruff check kernels service evaluation tests benchmarks
 	$(BIN)/mypy
