@@ -47,7 +47,7 @@ def topics_table(
     shown_by = "(topicstream topics --all shows them)"
     notes = [f"{_count(hidden, 'empty topic slot')} not shown {shown_by}"] if hidden else []
     if small:
-        notes.append(f"{_count(small, 'topic')} under {smallest:.0%} of the articles not shown")
+        notes.append(f"{_count(small, 'topic')} of a prevalence under {smallest:.0%} not shown")
     holding, used, slots = summary.get("topics_holding_95"), summary["topics_used"], len(summary["topics"])
     crowded = holding is not None and (holding > TRUNCATION_LIMITS * slots or used >= TRUNCATION_USED * slots)
     if summary["algorithm"] == "ohdp" and crowded:

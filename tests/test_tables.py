@@ -79,9 +79,9 @@ def test_a_live_view_of_a_small_corpus_shows_the_topics_used_and_counts_the_rest
     s = summary([0.34, 0.31, 0.28, 0.03] + [0.0025] * 16)
     table = topics_table(s, smallest=0.01)
     assert list(table.columns[0].cells) == ["0", "1", "2", "3"]
-    assert table.caption == "16 topics under 1% of the articles not shown"
+    assert table.caption == "16 topics of a prevalence under 1% not shown"
     assert len(list(topics_table(s).columns[0].cells)) == 20  # `topicstream topics` shows every topic but empty slots
     one = topics_table(summary([0.5, 0.495, 0.005, EMPTY / 2]), smallest=0.01).caption
     assert one == (
-        "1 empty topic slot not shown (topicstream topics --all shows them)\n1 topic under 1% of the articles not shown"
+        "1 empty topic slot not shown (topicstream topics --all shows them)\n1 topic of a prevalence under 1% not shown"
     )

@@ -349,8 +349,8 @@ def second_terminal(env: dict[str, str], workdir: Path) -> str:
     return f"in a second terminal, in this directory: [bold]{use}[/bold], then\n" + "\n".join(lines)
 
 
-#: The live view shows the topics used: those holding at least this share of the articles (the kernels'
-#: ``topics_used`` line, as the table's title counts them).
+#: The live view shows the topics used: those of at least this prevalence (the kernel's topic weights: SCVB0's
+#: share of the tokens, the online HDP's E[β]; the kernels' ``topics_used`` line, as the table's title counts them).
 USED = 0.01
 
 
