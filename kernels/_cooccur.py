@@ -31,7 +31,11 @@ from ._batch import Batch
 from ._events import Event, SupportsTopicMoves
 from ._moves import swap_for_merge
 
-__all__ = ["correlated_merges", "pair_correlations"]
+__all__ = ["CORRELATION_MIN_DOCS", "correlated_merges", "pair_correlations"]
+
+#: Documents' worth of θ (Σ_d θ_dk over the documents scored) a topic needs for its proportions to count in a
+#: correlation: the co-occurrence merge's ``min_docs`` as topic hygiene passes it, and the near merge's.
+CORRELATION_MIN_DOCS = 2.0
 
 
 def _standardised(columns: NDArray[np.float64]) -> NDArray[np.float64]:

@@ -51,7 +51,7 @@ import copy
 import numpy as np
 
 from ._batch import Batch
-from ._cooccur import pair_correlations
+from ._cooccur import CORRELATION_MIN_DOCS, pair_correlations
 from ._delete import completion_halves, completion_score
 from ._events import Event, SupportsTopicMoves
 from ._moves import mean_loglik, swap_for_merge
@@ -62,9 +62,9 @@ __all__ = ["BELOW", "CORRELATED", "TOLERANCE", "heldout_near_merges"]
 #: apart; distinct desks of the demo stream lie over 0.7 apart, distinct BBC topics from 0.40 on).
 BELOW = 0.5
 #: Correlation of two topics' proportions over the documents above which the pair is tried at any distance (the
-#: co-occurrence merge's line for the online HDP, :mod:`kernels._cooccur`), and the fewest documents' worth of θ a
-#: topic needs for its proportions to count.
-CORRELATED, CORRELATION_MIN_DOCS = 0.3, 2.0
+#: co-occurrence merge's line for the online HDP, :mod:`kernels._cooccur`; a topic's proportions count from
+#: :data:`kernels._cooccur.CORRELATION_MIN_DOCS` documents' worth of θ on).
+CORRELATED = 0.3
 #: The drop of document completion per token of the pair (nats) still accepted (module docstring).
 TOLERANCE = 0.01
 

@@ -106,7 +106,7 @@ from ._background_merge import TOLERANCE, heldout_background_merge
 from ._base import check_interval, check_non_negative_int, check_positive_int, mass_topics
 from ._batch import Batch, RecentDocs, as_batch, recent_batch
 from ._birth import birth_proposal
-from ._cooccur import correlated_merges
+from ._cooccur import CORRELATION_MIN_DOCS, correlated_merges
 from ._delete import heldout_deletes
 from ._distinct import distinct_documents
 from ._events import Event, SupportsTopicMoves
@@ -128,8 +128,6 @@ __all__ = [
 
 #: Hellinger distance below which two topics are duplicates (see the module docstring for the calibration).
 DEFAULT_THRESHOLD = 0.25
-#: Documents' worth of θ (Σ_d θ_dk over the recent documents) a topic needs to take part in co-occurrence merges.
-CORRELATION_MIN_DOCS = 2.0
 #: Distinct documents (:func:`kernels._distinct.distinct_documents`) the co-occurrence merges and the held-out
 #: moves need: with fewer, correlations and held-out scores are noise, and a flood of one story is one document.
 MIN_EVIDENCE_DOCS = 32
